@@ -1,0 +1,3 @@
+from vramlab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,8 @@
+"""Exercise checks. Each prints what was expected and what it got, and returns a CheckResult.
+
+Checks for each lab live in their own module (``lab00`` ...) and are re-exported here, so a
+notebook writes ``from vramlab.checks import check_fp16_weight_bytes``.
+"""
+
+from vramlab.checks._core import CheckResult, report  # noqa: F401
+from vramlab.checks.lab00 import *  # noqa: F401,F403
