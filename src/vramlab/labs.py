@@ -1,0 +1,218 @@
+"""Learner labs from the complete notebooks, and the one setup cell every notebook starts with.
+
+``python -m vramlab.labs build`` writes ``labs/NN_name.ipynb`` from ``notebooks/NN_name.ipynb``:
+the code between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` becomes the ``# STUB: ...`` lines of
+the block (un-commented) or ``pass  # TODO: your code here``; outputs and execution counts are
+cleared; ``# NBVAL_CHECK_OUTPUT`` markers are dropped (a lab has no stored outputs to compare).
+``--check`` writes nothing and fails when a lab or a notebook's setup cell is stale.
+``python -m vramlab.labs execute NOTEBOOK...`` runs notebooks in place and saves their outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from pathlib import Path
+
+# The repository learners install from in Colab. Kept here, in one place: every notebook's setup
+# cell is generated from SETUP_CELL (``build`` rewrites it; tests/test_labs.py checks it).
+REPO_URL = "https://github.com/vramlab/vramlab"
+
+SETUP_CELL = f'''# Setup, the same in every notebook. Colab: installs vramlab and the model (about 1 minute).
+# Locally (JupyterLab started by `make lab`) there is nothing to do.
+import sys
+if "google.colab" in sys.modules:
+    !pip install -q "vramlab @ git+{REPO_URL}"
+    !vramlab fetch-model'''
+
+SETUP_MARKER = "# Setup, the same in every notebook."
+BEGIN = "# BEGIN SOLUTION"
+END = "# END SOLUTION"
+STUB_PREFIX = "# STUB:"
+DEFAULT_STUB = "pass  # TODO: your code here"
+CHECK_OUTPUT_MARKER = "# NBVAL_CHECK_OUTPUT"
+
+
+class LabBuildError(ValueError):
+    """A notebook's solution markers are malformed."""
+
+
+def repo_root() -> Path:
+    """The checkout this package was installed from (editable install), else the working dir."""
+    here = Path(__file__).resolve().parents[2]
+    if (here / "notebooks").is_dir():
+        return here
+    return Path.cwd()
+
+
+def strip_solutions(source: str, where: str = "cell") -> str:
+    """Replace every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block with its stub.
+
+    The stub keeps the indentation of the BEGIN marker: the block's ``# STUB: code`` lines become
+    ``code``; with none, the block becomes ``pass  # TODO: your code here``.
+    """
+    out: list[str] = []
+    lines = source.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == BEGIN:
+            indent = line[: len(line) - len(line.lstrip())]
+            stubs: list[str] = []
+            i += 1
+            while i < len(lines) and lines[i].strip() != END:
+                stripped = lines[i].strip()
+                if stripped == BEGIN:
+                    raise LabBuildError(f"{where}: nested {BEGIN} (line {i + 1}); close the first block with {END}.")
+                if stripped.startswith(STUB_PREFIX):
+                    stubs.append(indent + stripped[len(STUB_PREFIX):].strip())
+                i += 1
+            if i == len(lines):
+                raise LabBuildError(f"{where}: {BEGIN} without a matching {END}; add the {END} line.")
+            out.extend(stubs or [indent + DEFAULT_STUB])
+            i += 1
+            continue
+        if line.strip() == END:
+            raise LabBuildError(f"{where}: {END} (line {i + 1}) without a {BEGIN} before it.")
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def _drop_check_marker(source: str) -> str:
+    lines = [ln for ln in source.splitlines() if ln.strip() != CHECK_OUTPUT_MARKER]
+    return "\n".join(lines)
+
+
+def first_code_cell(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            return cell
+    return None
+
+
+def sync_setup_cell(nb) -> bool:
+    """Make the notebook's first code cell the setup cell; return True if it changed."""
+    import nbformat
+
+    cell = first_code_cell(nb)
+    if cell is not None and cell.source.startswith(SETUP_MARKER):
+        if cell.source == SETUP_CELL:
+            return False
+        cell.source = SETUP_CELL
+        return True
+    new = nbformat.v4.new_code_cell(SETUP_CELL)
+    index = nb.cells.index(cell) if cell is not None else len(nb.cells)
+    nb.cells.insert(index, new)
+    return True
+
+
+def make_lab(nb, where: str = "notebook"):
+    """The learner version of a (complete) notebook node: solutions stubbed, outputs cleared."""
+    lab = copy.deepcopy(nb)
+    for index, cell in enumerate(lab.cells):
+        if cell.cell_type != "code":
+            continue
+        cell.source = _drop_check_marker(strip_solutions(cell.source, f"{where}, cell {index}"))
+        cell.outputs = []
+        cell.execution_count = None
+        cell.metadata.pop("execution", None)
+    lab.metadata.setdefault("vramlab", {})["generated_from"] = where
+    return lab
+
+
+def _dumps(nb) -> str:
+    import nbformat
+
+    return nbformat.writes(nb) + "\n"
+
+
+def build(root: Path | None = None, check: bool = False, verbose: bool = True) -> list[str]:
+    """Write (or with ``check`` only compare) every lab; return the list of stale paths.
+
+    Also syncs each notebook's setup cell (in check mode a differing setup cell is stale).
+    """
+    import nbformat
+
+    root = Path(root) if root else repo_root()
+    notebooks = sorted((root / "notebooks").glob("*.ipynb"))
+    labs_dir = root / "labs"
+    stale: list[str] = []
+    expected_labs = set()
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        if sync_setup_cell(nb):
+            stale.append(str(path.relative_to(root)) + " (setup cell)")
+            if not check:
+                path.write_text(_dumps(nb))
+        lab_path = labs_dir / path.name
+        expected_labs.add(lab_path.name)
+        text = _dumps(make_lab(nb, f"notebooks/{path.name}"))
+        if not lab_path.exists() or lab_path.read_text() != text:
+            stale.append(str(lab_path.relative_to(root)))
+            if not check:
+                labs_dir.mkdir(exist_ok=True)
+                lab_path.write_text(text)
+    if labs_dir.is_dir():
+        for orphan in sorted(labs_dir.glob("*.ipynb")):
+            if orphan.name not in expected_labs:
+                stale.append(str(orphan.relative_to(root)) + " (no notebook)")
+                if not check:
+                    orphan.unlink()
+    if verbose:
+        verb = "stale" if check else "updated"
+        if stale:
+            for item in stale:
+                print(f"{verb}: {item}")
+        else:
+            print(f"labs up to date ({len(notebooks)} notebooks)")
+    return stale
+
+
+def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "python3") -> None:
+    """Run each notebook top to bottom in a fresh kernel (its folder as cwd) and save outputs."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    for path in map(Path, paths):
+        nb = nbformat.read(path, as_version=4)
+        sync_setup_cell(nb)
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                       resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+        for cell in nb.cells:
+            cell.metadata.pop("execution", None)
+        path.write_text(_dumps(nb))
+        print(f"executed {path} in {time.perf_counter() - start:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vramlab.labs", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write labs/*.ipynb from notebooks/*.ipynb")
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 when a lab is stale")
+    b.add_argument("--root", type=Path, default=None, help="repository root (default: this checkout)")
+    e = sub.add_parser("execute", help="run notebooks in place and save their outputs")
+    e.add_argument("notebooks", nargs="+")
+    e.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        try:
+            stale = build(args.root, check=args.check)
+        except LabBuildError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if args.check and stale:
+            print("labs are stale: run `python -m vramlab.labs build` and commit the result", file=sys.stderr)
+            return 1
+        return 0
+    execute(args.notebooks, timeout=args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
