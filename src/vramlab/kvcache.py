@@ -1,0 +1,338 @@
+"""KV-cache sizes from a model's config: bytes per token for MHA, GQA, MQA and MLA.
+
+Units: bytes per token (per sequence, summed over all layers) unless a name says GiB.
+
+Per layer and token a standard attention layer caches a key and a value per KV head:
+``num_kv_heads * (head_dim + v_head_dim)`` elements (``2 * num_kv_heads * head_dim`` when K and V
+have the same width). MHA has ``num_kv_heads == num_attention_heads``, MQA has one KV head, GQA
+something in between. MLA (DeepSeek-V2/V3) caches one compressed latent ``c_KV`` of
+``kv_lora_rank`` elements plus one shared RoPE key of ``qk_rope_head_dim`` elements, whatever the
+head count (DeepSeek-V2 paper, arXiv 2405.04434, Table 1; vLLM's ``MLAAttentionSpec`` stores it as
+one "head" of ``kv_lora_rank + qk_rope_head_dim`` with no separate V).
+
+Configs come from ``src/vramlab/configs/*.json`` (public ``config.json`` facts, each citing its
+source), or any HF-style dict, JSON path or ``transformers.PretrainedConfig`` (:func:`load_config`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+GiB = 1 << 30
+MiB = 1 << 20
+KiB = 1 << 10
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+# Bits per cached element for the dtype names vLLM's --kv-cache-dtype and torch use.
+# "fp8", "fp8_e4m3", "fp8_e5m2": vLLM CacheConfig.cache_dtype choices (one byte per element).
+DTYPE_BITS: dict[str, int] = {
+    "float32": 32, "fp32": 32, "float": 32,
+    "bfloat16": 16, "bf16": 16, "float16": 16, "fp16": 16, "half": 16,
+    "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8, "float8_e4m3fn": 8, "float8_e5m2": 8, "int8": 8,
+    "int4": 4, "fp4": 4, "nvfp4": 4,
+}
+
+
+def _fail(field: str, problem: str) -> ValueError:
+    return ValueError(f"`{field}` {problem}.")
+
+
+# --------------------------------------------------------------------------------------------
+# Loading configs
+# --------------------------------------------------------------------------------------------
+
+def available_configs() -> list[str]:
+    """Names of the bundled configs (file stems in ``src/vramlab/configs``)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def _normalise_name(name: str) -> str:
+    return name.lower().replace("_", "-").replace(" ", "-").split("/")[-1]
+
+
+def load_config(source: Any) -> dict:
+    """Return an HF-style config dict from a bundled name, a JSON path, a dict or a ``PretrainedConfig``.
+
+    Bundled names are matched case-insensitively against the file stems and the ``_name`` /
+    ``_hf_repo`` keys (``"Qwen3-8B"``, ``"qwen3-8b"`` and ``"Qwen/Qwen3-8B"`` all work). A dict is
+    copied; keys starting with ``_`` are vramlab metadata (source, parameter count).
+    """
+    if source is None:
+        raise ValueError("`config` is None; pass a model name, a JSON path, a dict or a PretrainedConfig.")
+    if isinstance(source, Mapping):
+        cfg = dict(source)
+    elif hasattr(source, "to_dict") and callable(source.to_dict):  # transformers.PretrainedConfig
+        cfg = dict(source.to_dict())
+        text_cfg = cfg.get("text_config")
+        if "num_hidden_layers" not in cfg and isinstance(text_cfg, Mapping):
+            cfg = {**text_cfg, **{k: v for k, v in cfg.items() if k.startswith("_")}}
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.suffix == ".json" and path.is_file():
+            cfg = json.loads(path.read_text())
+        else:
+            cfg = _load_bundled(str(source))
+    else:
+        raise ValueError(f"`config` has an unsupported type {type(source).__name__}; "
+                         "pass a model name, a JSON path, a dict or a PretrainedConfig.")
+    cfg.setdefault("_name", cfg.get("_name_or_path") or cfg.get("model_type") or "custom")
+    return cfg
+
+
+def _load_bundled(name: str) -> dict:
+    want = _normalise_name(name)
+    for path in CONFIG_DIR.glob("*.json"):
+        cfg = json.loads(path.read_text())
+        names = {path.stem, _normalise_name(cfg.get("_name", "")), _normalise_name(cfg.get("_hf_repo", ""))}
+        if want in names:
+            return cfg
+    raise ValueError(f"`config` {name!r} is neither a JSON file nor a bundled model; "
+                     f"bundled: {', '.join(available_configs())}.")
+
+
+# --------------------------------------------------------------------------------------------
+# Attention shape
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What the KV cache of one model looks like (per token, per layer)."""
+
+    name: str
+    kind: str                 # "MHA", "GQA", "MQA" or "MLA"
+    layers: int
+    num_heads: int
+    num_kv_heads: int         # KV heads cached per layer (1 latent "head" for MLA)
+    head_dim: int             # K width per head (MLA: kv_lora_rank + qk_rope_head_dim, as vLLM caches it)
+    v_head_dim: int           # V width per head (0 for MLA: no separate V is cached)
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    max_position_embeddings: int | None = None
+    torch_dtype: str | None = None
+
+    @property
+    def elements_per_token_per_layer(self) -> int:
+        """Cached elements per token in one layer."""
+        if self.kind == "MLA":
+            return int(self.kv_lora_rank) + int(self.qk_rope_head_dim)
+        return self.num_kv_heads * (self.head_dim + self.v_head_dim)
+
+    @property
+    def elements_per_token(self) -> int:
+        """Cached elements per token over all layers."""
+        return self.elements_per_token_per_layer * self.layers
+
+    def kv_heads_per_rank(self, tensor_parallel_size: int = 1) -> int:
+        """KV heads each tensor-parallel rank caches (vLLM replicates heads when TP > KV heads;
+        MLA's single latent is replicated on every rank)."""
+        if self.kind == "MLA":
+            return 1
+        return max(1, self.num_kv_heads // tensor_parallel_size)
+
+
+def _positive_int(cfg: Mapping, key: str) -> int:
+    value = cfg.get(key)
+    if value is None:
+        raise _fail(key, "is missing from the config (needed to size the KV cache)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+        raise _fail(key, f"must be a positive integer (got {value!r})")
+    return int(value)
+
+
+def attention_shape(config: Any) -> AttentionShape:
+    """Read layers, heads and head widths from a config; detect MLA from ``kv_lora_rank``.
+
+    For MLA the ``head_dim`` key is ignored on purpose: in transformers 5.x DeepSeek configs it
+    equals ``qk_rope_head_dim`` (64), which is not what is cached.
+    """
+    cfg = load_config(config)
+    name = str(cfg.get("_name", "custom"))
+    layers = _positive_int(cfg, "num_hidden_layers")
+    heads = _positive_int(cfg, "num_attention_heads")
+    max_pos = cfg.get("max_position_embeddings")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    dtype = str(dtype).replace("torch.", "") if dtype is not None else None
+    if cfg.get("kv_lora_rank"):
+        rank = _positive_int(cfg, "kv_lora_rank")
+        rope = _positive_int(cfg, "qk_rope_head_dim")
+        return AttentionShape(name, "MLA", layers, heads, 1, rank + rope, 0, rank, rope, max_pos, dtype)
+    kv_heads = cfg.get("num_key_value_heads")
+    kv_heads = heads if kv_heads is None else _positive_int(cfg, "num_key_value_heads")
+    if heads % kv_heads:
+        raise _fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
+    if cfg.get("head_dim"):
+        head_dim = _positive_int(cfg, "head_dim")
+    else:
+        hidden = _positive_int(cfg, "hidden_size")
+        head_dim = hidden // heads
+    kind = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
+    return AttentionShape(name, kind, layers, heads, kv_heads, head_dim, head_dim, None, None, max_pos, dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes per token
+# --------------------------------------------------------------------------------------------
+
+def dtype_bits(kv_dtype: str | None, config: Any = None) -> int:
+    """Bits per cached element for a dtype name; ``"auto"`` means the model's ``torch_dtype``
+    (vLLM's default: the cache is stored in the model's dtype), else bfloat16."""
+    name = "auto" if kv_dtype is None else str(kv_dtype).replace("torch.", "").lower()
+    if name == "auto":
+        model_dtype = None
+        if config is not None:
+            cfg = load_config(config)
+            model_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+        name = str(model_dtype or "bfloat16").replace("torch.", "").lower()
+    if name not in DTYPE_BITS:
+        raise _fail("kv_dtype", f"{kv_dtype!r} is unknown; use one of auto, {', '.join(sorted(DTYPE_BITS))}")
+    return DTYPE_BITS[name]
+
+
+def kv_bytes_per_token(config: Any, kv_dtype: str = "bfloat16", kv_bits: float | None = None) -> float:
+    """KV-cache bytes one token occupies, summed over all layers (bytes/token).
+
+    ``kv_bits`` overrides ``kv_dtype`` with any width (8, 6, 4 ... bits per element), for
+    quantized caches such as DeepSeek-V2's 6-bit average. No scales or padding are counted.
+    """
+    shape = attention_shape(config)
+    if kv_bits is None:
+        bits = dtype_bits(kv_dtype, config)
+    else:
+        if isinstance(kv_bits, bool) or not isinstance(kv_bits, (int, float)) or not kv_bits > 0:
+            raise _fail("kv_bits", f"must be a positive number of bits (got {kv_bits!r})")
+        bits = kv_bits
+    return shape.elements_per_token * bits / 8
+
+
+def kv_cache_bytes(config: Any, tokens: int, kv_dtype: str = "bfloat16", kv_bits: float | None = None) -> float:
+    """KV-cache bytes for ``tokens`` cached tokens (all sequences together), no paging."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise _fail("tokens", f"must be a non-negative integer (got {tokens!r})")
+    return kv_bytes_per_token(config, kv_dtype, kv_bits) * tokens
+
+
+def kv_table(models: list[Any] | None = None, context: int = 32768, kv_dtype: str = "bfloat16",
+             kv_bits: float | None = None) -> list[dict]:
+    """Rows comparing architectures: model, attention kind, layers, KV heads, head / latent dims,
+    bytes per token and GiB for one sequence of ``context`` tokens."""
+    if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
+        raise _fail("context", f"must be a positive number of tokens (got {context!r})")
+    rows = []
+    for model in models if models is not None else available_configs():
+        shape = attention_shape(model)
+        per_token = kv_bytes_per_token(model, kv_dtype, kv_bits)
+        if shape.kind == "MLA":
+            dims = f"latent {shape.kv_lora_rank} + rope {shape.qk_rope_head_dim}"
+        else:
+            dims = f"head_dim {shape.head_dim}"
+        rows.append({
+            "model": shape.name,
+            "attention": shape.kind,
+            "layers": shape.layers,
+            "kv_heads": shape.num_kv_heads if shape.kind != "MLA" else f"1 latent ({shape.num_heads} q heads)",
+            "dims": dims,
+            "bytes_per_token": per_token,
+            f"GiB_at_{context}": per_token * context / GiB,
+        })
+    return rows
+
+
+def format_kv_table(rows: list[dict]) -> str:
+    """A fixed-width text table of :func:`kv_table` rows (exact numbers, stable for nbval)."""
+    if not rows:
+        return ""
+    gib_key = [k for k in rows[0] if k.startswith("GiB_at_")][0]
+    head = f"{'model':<18} {'attn':<4} {'layers':>6} {'kv heads':<24} {'dims':<22} {'bytes/token':>12} {gib_key.replace('_', ' '):>14}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['model']:<18} {r['attention']:<4} {r['layers']:>6} {str(r['kv_heads']):<24} "
+                     f"{r['dims']:<22} {r['bytes_per_token']:>12,.0f} {r[gib_key]:>14.2f}")
+    return "\n".join(lines)
+
+
+def mla_vs_mha(mla_config: Any = "deepseek-v2", baseline_config: Any = "deepseek-llm-67b",
+               mla_bits: float = 6, baseline_bits: float = 16) -> dict:
+    """DeepSeek-V2's KV-cache reduction against DeepSeek 67B.
+
+    The paper (arXiv 2405.04434, section 3.2.3) reports -93.3%: DeepSeek-V2 deployed with its KV
+    cache quantized to 6 bits per element on average, against DeepSeek 67B (95 layers, 8 KV
+    heads, GQA) in 16-bit. Returns both byte counts and the reduction (a fraction).
+    """
+    mla = kv_bytes_per_token(mla_config, kv_bits=mla_bits)
+    base = kv_bytes_per_token(baseline_config, kv_bits=baseline_bits)
+    return {"mla_bytes_per_token": mla, "baseline_bytes_per_token": base,
+            "ratio": mla / base, "reduction": 1 - mla / base}
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter counts (for the weights line of the vLLM ledger)
+# --------------------------------------------------------------------------------------------
+
+def estimate_num_parameters(config: Any) -> int:
+    """Parameter count derived from a config: Llama/Qwen/Mistral-style decoders, Mixtral-style
+    MoE and DeepSeek-V2/V3 MLA + MoE (no multi-token-prediction module). An estimate for other
+    architectures; for the bundled dense models it equals the published safetensors count."""
+    cfg = load_config(config)
+    shape = attention_shape(cfg)
+    hidden = _positive_int(cfg, "hidden_size")
+    vocab = _positive_int(cfg, "vocab_size")
+    layers = shape.layers
+    heads = shape.num_heads
+    norms = 2 * hidden
+    if shape.kind == "MLA":
+        q_rank = cfg.get("q_lora_rank")
+        nope, rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
+        v_dim, rank = int(cfg["v_head_dim"]), int(cfg["kv_lora_rank"])
+        q = (hidden * q_rank + q_rank + q_rank * heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
+        attn = q + hidden * (rank + rope) + rank + rank * heads * (nope + v_dim) + heads * v_dim * hidden
+    else:
+        hd = shape.head_dim
+        attn = hidden * heads * hd + 2 * hidden * shape.num_kv_heads * hd + heads * hd * hidden
+        if cfg.get("model_type") in ("qwen3", "qwen3_moe"):
+            attn += 2 * hd  # q_norm and k_norm
+    inter = _positive_int(cfg, "intermediate_size")
+    dense_mlp = 3 * hidden * inter
+    if cfg.get("n_routed_experts"):
+        moe_inter = int(cfg["moe_intermediate_size"])
+        n_exp = int(cfg["n_routed_experts"]) + int(cfg.get("n_shared_experts") or 0)
+        moe_mlp = n_exp * 3 * hidden * moe_inter + int(cfg["n_routed_experts"]) * hidden
+        k_dense = int(cfg.get("first_k_dense_replace") or 0)
+        mlp_total = k_dense * dense_mlp + (layers - k_dense) * moe_mlp
+    elif cfg.get("num_local_experts"):
+        experts = int(cfg["num_local_experts"])
+        mlp_total = layers * (experts * dense_mlp + experts * hidden)
+    else:
+        mlp_total = layers * dense_mlp
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    return layers * (attn + norms) + mlp_total + embed + hidden
+
+
+def num_parameters(config: Any) -> int:
+    """The published parameter count when the config carries one (``_num_parameters``), else
+    :func:`estimate_num_parameters`."""
+    cfg = load_config(config)
+    if cfg.get("_num_parameters"):
+        return int(cfg["_num_parameters"])
+    return estimate_num_parameters(cfg)
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, as vLLM's ``cdiv``."""
+    return -(-a // b)
+
+
+def gib(n_bytes: float) -> float:
+    """Bytes to GiB (2**30 bytes)."""
+    return n_bytes / GiB
+
+
+__all__ = [
+    "GiB", "MiB", "KiB", "AttentionShape", "load_config", "available_configs", "attention_shape",
+    "dtype_bits", "kv_bytes_per_token", "kv_cache_bytes", "kv_table", "format_kv_table",
+    "mla_vs_mha", "estimate_num_parameters", "num_parameters", "cdiv", "gib",
+]
+

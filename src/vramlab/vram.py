@@ -1,0 +1,99 @@
+"""Reading GPU memory: the numbers inside PyTorch's CUDA out-of-memory message.
+
+PyTorch's caching allocator (``c10/cuda/CUDACachingAllocator.cpp``) prints sizes with
+``format_size``: two decimals, ``"bytes"`` up to 1024 bytes, then ``KiB``, ``MiB``, ``GiB``
+(powers of 1024). Older builds and other allocators (MPS) print ``KB``/``MB``/``GB`` meaning the
+same powers of 1024, so this parser reads both as binary units.
+
+Three message generations are understood:
+
+* current (PyTorch 2.1+): ``Tried to allocate X. GPU n has a total capacity of T of which F is
+  free. [Process p has M memory in use.] Including non-PyTorch memory, this process has U memory
+  in use. Of the allocated memory A is allocated by PyTorch, and R is reserved by PyTorch but
+  unallocated.`` (2.1 spelled "capacty").
+* older (1.x-2.0): ``Tried to allocate X (GPU n; T total capacity; A already allocated; F free;
+  V reserved in total by PyTorch)``; reserved-but-unallocated is V - A.
+* oldest (1.0-1.3): ``... A already allocated; F free; C cached)``; "cached" meant reserved.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Binary multipliers, as torch's format_size uses them (and "GB"/"MB"/"KB" in older prints).
+_UNITS = {"bytes": 1, "byte": 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20,
+          "gib": 1 << 30, "gb": 1 << 30, "tib": 1 << 40, "tb": 1 << 40}
+_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|byte|[KMGT]i?B|B)\b"
+
+
+def parse_size(text: str) -> int:
+    """``"2.00 GiB"`` -> 2147483648 bytes; accepts bytes, KiB/MiB/GiB/TiB and KB/MB/GB (binary)."""
+    m = re.fullmatch(r"\s*" + _SIZE + r"\s*", text, flags=re.IGNORECASE)
+    if not m:
+        raise ValueError(f"`text` {text!r} is not a size like '2.00 GiB' or '512 bytes'.")
+    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+
+
+def _find(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text, flags=re.IGNORECASE | re.DOTALL)
+    if not m:
+        return None
+    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+
+
+@dataclass
+class OOMReport:
+    """Numbers from one torch OOM message (bytes; None when the message does not state them)."""
+
+    tried_bytes: int | None
+    total_bytes: int | None
+    free_bytes: int | None
+    allocated_bytes: int | None              # allocated by PyTorch (live tensors)
+    reserved_unallocated_bytes: int | None   # reserved by PyTorch's cache but not in use
+    device: int | None
+    format: str                              # "current", "older", "oldest" or "unknown"
+
+    @property
+    def reserved_bytes(self) -> int | None:
+        """Reserved by PyTorch in total (allocated + reserved-but-unallocated)."""
+        if self.allocated_bytes is None or self.reserved_unallocated_bytes is None:
+            return None
+        return self.allocated_bytes + self.reserved_unallocated_bytes
+
+    @property
+    def verdict(self) -> str | None:
+        """``"fragmentation"`` when the cache already holds at least the requested size unused
+        (a contiguous block of that size was not among it), else ``"shortage"``; None if unknown."""
+        if self.tried_bytes is None or self.reserved_unallocated_bytes is None:
+            return None
+        return "fragmentation" if self.reserved_unallocated_bytes >= self.tried_bytes else "shortage"
+
+
+def parse_oom_message(text: str) -> OOMReport:
+    """Extract tried / total / free / allocated / reserved-but-unallocated bytes from a torch
+    CUDA OOM message in any of its formats (see the module docstring)."""
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a string (got {type(text).__name__}).")
+    tried = _find(r"Tried to allocate\s+" + _SIZE, text)
+    dev_m = re.search(r"GPU\s+(\d+)", text)
+    device = int(dev_m.group(1)) if dev_m else None
+    if re.search(r"has a total capa\w*ty of", text, flags=re.IGNORECASE):
+        total = _find(r"total capa\w*ty of\s+" + _SIZE, text)
+        free = _find(r"of which\s+" + _SIZE + r"\s+is free", text)
+        allocated = _find(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", text)
+        unalloc = _find(_SIZE + r"\s+is reserved by PyTorch but unallocated", text)
+        return OOMReport(tried, total, free, allocated, unalloc, device, "current")
+    total = _find(_SIZE + r"\s+total capacity", text)
+    allocated = _find(_SIZE + r"\s+already allocated", text)
+    free = _find(_SIZE + r"\s+free", text)
+    reserved = _find(_SIZE + r"\s+reserved in total by PyTorch", text)
+    fmt = "older"
+    if reserved is None:
+        reserved = _find(_SIZE + r"\s+cached", text)
+        fmt = "oldest" if reserved is not None else ("older" if total is not None else "unknown")
+    unalloc = None if reserved is None or allocated is None else max(reserved - allocated, 0)
+    return OOMReport(tried, total, free, allocated, unalloc, device, fmt)
+
+
+__all__ = ["OOMReport", "parse_oom_message", "parse_size"]
