@@ -13,7 +13,9 @@ Three message generations are understood:
   unallocated.`` (2.1 spelled "capacty").
 * older (1.x-2.0): ``Tried to allocate X (GPU n; T total capacity; A already allocated; F free;
   V reserved in total by PyTorch)``; reserved-but-unallocated is V - A.
-* oldest (1.0-1.3): ``... A already allocated; F free; C cached)``; "cached" meant reserved.
+* oldest (1.0-1.3): ``... A already allocated; F free; C cached)``; "cached" was already the
+  reserved-but-unallocated part (the allocator's comment above the message: '"cached": memory held
+  by the allocator but not used by the program').
 """
 
 from __future__ import annotations
@@ -88,12 +90,13 @@ def parse_oom_message(text: str) -> OOMReport:
     allocated = _find(_SIZE + r"\s+already allocated", text)
     free = _find(_SIZE + r"\s+free", text)
     reserved = _find(_SIZE + r"\s+reserved in total by PyTorch", text)
-    fmt = "older"
-    if reserved is None:
-        reserved = _find(_SIZE + r"\s+cached", text)
-        fmt = "oldest" if reserved is not None else ("older" if total is not None else "unknown")
-    unalloc = None if reserved is None or allocated is None else max(reserved - allocated, 0)
-    return OOMReport(tried, total, free, allocated, unalloc, device, fmt)
+    if reserved is not None:
+        unalloc = None if allocated is None else max(reserved - allocated, 0)
+        return OOMReport(tried, total, free, allocated, unalloc, device, "older")
+    cached = _find(_SIZE + r"\s+cached", text)
+    if cached is not None:
+        return OOMReport(tried, total, free, allocated, cached, device, "oldest")
+    return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown")
 
 
 __all__ = ["OOMReport", "parse_oom_message", "parse_size"]

@@ -1,0 +1,91 @@
+"""The paged block manager: admission, block growth, RECOMPUTE preemption of the newest, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlab.paged import BlockPool, Request, Scheduler, burst, simulate
+
+
+def test_deterministic_given_the_seed():
+    a = simulate(120, burst(24, seed=7))
+    b = simulate(120, burst(24, seed=7))
+    assert a.metrics() == b.metrics() and a.events == b.events
+    assert burst(24, seed=7) != burst(24, seed=8)
+
+
+def test_a_big_pool_never_preempts_and_a_small_one_does():
+    reqs = burst(32, seed=0)
+    big = simulate(2000, reqs)
+    small = simulate(150, reqs)
+    assert big.preemptions == 0 and big.recomputed_tokens == 0 and big.first_free_zero_step is None
+    assert small.preemptions > 0 and small.recomputed_tokens > 0
+    assert small.first_free_zero_step is not None
+    assert small.first_free_zero_step <= min(s.step for s in small.steps if s.preempted)
+    assert any("free blocks: 0" in e for e in small.events)
+    assert any("PreemptionMode.RECOMPUTE" in e for e in small.events)
+    # every request finishes with all its tokens either way; preemption costs steps
+    for res in (big, small):
+        assert res.metrics()["finished"] == 32
+        assert all(r.generated == r.max_new_tokens for r in res.requests)
+    assert small.generated_tokens == big.generated_tokens
+    assert small.throughput < big.throughput
+
+
+def test_blocks_are_conserved_and_returned():
+    res = simulate(100, burst(20, seed=3))
+    assert all(0 <= s.used_blocks <= 100 for s in res.steps)
+    assert res.steps[-1].used_blocks == 0 and res.peak_used_blocks == 100
+
+
+def test_block_tables_grow_one_block_per_block_size_tokens():
+    sched = Scheduler(num_blocks=10, block_size=16)
+    req = Request(0, prompt_len=16, max_new_tokens=20)
+    sched.add(req)
+    sched.step()                                  # prefill 16 tokens: 1 block, first token sampled
+    assert len(req.blocks) == 1 and req.generated == 1
+    sched.step()                                  # token 17's KV needs a second block
+    assert len(req.blocks) == 2 and sched.pool.num_used == 2
+    for _ in range(14):
+        sched.step()
+    assert req.computed == 31 and len(req.blocks) == 2
+    sched.step()
+    assert req.computed == 32 and len(req.blocks) == 2    # 32 tokens fit in two blocks
+    sched.step()
+    assert req.computed == 33 and len(req.blocks) == 3
+
+
+def test_the_newest_running_request_is_preempted_and_recomputed():
+    sched = Scheduler(num_blocks=6, block_size=16)
+    old, new = Request(0, 32, 40), Request(1, 16, 40)
+    res = sched.run([old, new])
+    first = next(s for s in res.steps if s.preempted)
+    assert first.preempted == [1]                 # the later-admitted request goes first
+    assert new.preemptions >= 1 and old.preemptions == 0
+    assert res.recomputed_tokens >= 16
+    assert old.finished < new.finished
+
+
+def test_throughput_and_metrics_are_consistent():
+    res = simulate(300, burst(16, seed=1))
+    m = res.metrics()
+    assert m["generated_tokens"] == sum(r.max_new_tokens for r in res.requests)
+    assert m["throughput_tokens_per_step"] == round(m["generated_tokens"] / m["steps"], 3)
+    assert sum(s.generated for s in res.steps) == m["generated_tokens"]
+
+
+def test_figure_has_the_pool_and_preemptions():
+    fig = simulate(150, burst(32, seed=0)).figure()
+    names = [t.name for t in fig.data]
+    assert "used blocks" in names and "preemption (RECOMPUTE)" in names
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="num_blocks"):
+        BlockPool(0)
+    with pytest.raises(ValueError, match="prompt_len"):
+        Request(0, 0, 10)
+    with pytest.raises(ValueError, match="request"):
+        Scheduler(num_blocks=2).add(Request(0, 40, 10))
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        Scheduler(10, max_num_seqs=0)

@@ -1,0 +1,189 @@
+"""vLLM's start-up check, estimate, ledger and fixes, against the seeds and vLLM's own arithmetic."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from vramlab.kvcache import GiB, MiB, attention_shape, load_config
+from vramlab.vllm_memory import (
+    GPUS, check_kv_cache, estimate_max_model_len, fixes, format_gib, get_gpu, needed_bytes, page_size_bytes, plan,
+)
+
+# Seed 002 (vLLM issue #38516), verbatim.
+SEED_MESSAGE = ("ValueError: To serve at least one request with the model's max seq len (40960), (5.62 GiB KV cache "
+                "is needed, which is larger than the available KV cache memory (4.89 GiB). Based on the available "
+                "memory, the estimated maximum model length is 35600. Try increasing `gpu_memory_utilization` or "
+                "decreasing `max_model_len` when initializing the engine.")
+
+
+def test_seed_case_qwen3_8b_at_40960():
+    chk = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), kv_cache_dtype="bfloat16")
+    assert not chk.ok
+    assert format_gib(chk.needed_bytes) == "5.62" and "(5.62 GiB KV cache is needed" in chk.message
+    assert chk.estimated_max_model_len == 35600
+    assert "the estimated maximum model length is 35600." in chk.message
+    # identical to the seed's text up to where vLLM later added the CPU-backend remark
+    prefix = SEED_MESSAGE[len("ValueError: "):SEED_MESSAGE.index("Try increasing")]
+    assert chk.message.startswith(prefix)
+
+
+def test_the_seed_pins_the_budget_to_one_block_window():
+    # 35600 tokens fit and 35616 do not: the budget lies in [35600, 35616) x 147456 bytes, all "4.89"
+    lo, hi = 35600 * 147456, 35616 * 147456
+    for avail in range(lo, hi, (hi - lo) // 20):
+        assert format_gib(avail) == "4.89"
+        assert check_kv_cache("qwen3-8b", 40960, avail).estimated_max_model_len == 35600
+    assert check_kv_cache("qwen3-8b", 40960, hi).estimated_max_model_len == 35616
+    assert check_kv_cache("qwen3-8b", 40960, lo - 1).estimated_max_model_len == 35584
+
+
+def test_qwen3_06b_log_from_a_public_vllm_run():
+    # "(4.38 GiB KV cache is needed ... (1.31 GiB). ... estimated maximum model length is 12288." (vLLM log
+    # of `vllm serve Qwen/Qwen3-0.6B --gpu-memory-utilization 0.2`, found with the code search)
+    chk = check_kv_cache("qwen3-0.6b", 40960, int(1.313 * GiB))
+    assert format_gib(chk.needed_bytes) == "4.38" and format_gib(chk.available_bytes) == "1.31"
+    assert chk.estimated_max_model_len == 12288
+
+
+def test_current_and_old_wording():
+    cur = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
+    old = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="old").message
+    assert "the model's max seq len" in cur and "(which also controls CPU memory on the CPU backend)" in cur
+    assert "the models's max seq len" in old and "CPU backend" not in old
+    assert cur.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    with pytest.raises(ValueError, match="wording"):
+        check_kv_cache("qwen3-8b", 40960, GiB, wording="new")
+
+
+def test_no_available_memory_message_and_zero_estimate():
+    chk = check_kv_cache("llama-3.1-8b", 8192, 0)
+    assert not chk.ok and chk.estimated_max_model_len == 0
+    assert chk.message.startswith("No available memory for the cache blocks. Try increasing "
+                                  "`gpu_memory_utilization` when initializing the engine.")
+    tiny = check_kv_cache("llama-3.1-8b", 8192, 1000)   # less than one block
+    assert not tiny.ok and tiny.estimated_max_model_len == 0
+    assert "estimated maximum model length" not in tiny.message
+
+
+def test_format_gib_is_vllms_round_repr():
+    assert format_gib(6 * GiB) == "6.0" and format_gib(int(5.625 * GiB)) == "5.62"
+
+
+def _closed_form(cfg, avail, upper, bs, dtype, tp):
+    per_block = attention_shape(cfg).layers * page_size_bytes(cfg, bs, dtype, tp)
+    return min(avail // per_block * bs, upper)
+
+
+def test_estimate_is_the_largest_block_multiple_that_fits_property():
+    rng = random.Random(1234)
+    names = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "mistral-7b", "deepseek-v2", "deepseek-v3",
+             "deepseek-llm-67b", "smollm2-135m"]
+    for _ in range(400):
+        name = rng.choice(names)
+        bs = rng.choice([1, 8, 16, 32, 64, 128])
+        dtype = rng.choice(["bfloat16", "fp8", "float32"])
+        tp = rng.choice([1, 2, 4, 8]) if attention_shape(name).kind != "MLA" else 1
+        upper = rng.randint(1, 200_000)
+        avail = rng.randint(0, 40 * GiB)
+        est = estimate_max_model_len(name, avail, upper, bs, dtype, tp)
+        assert est == _closed_form(name, avail, upper, bs, dtype, tp)
+        if est:
+            assert needed_bytes(name, est, bs, dtype, tp) <= avail
+            if est < upper:
+                assert est % bs == 0
+                assert needed_bytes(name, est + 1, bs, dtype, tp) > avail
+        chk = check_kv_cache(name, upper, avail, bs, dtype, tp) if avail else None
+        if chk is not None and not chk.ok:
+            assert chk.estimated_max_model_len % bs == 0 and chk.estimated_max_model_len < upper
+
+
+def test_plan_log_lines_follow_vllm():
+    p = plan("llama-3.1-8b", "H100 80GB", 0.92, 32768, non_torch_bytes=GiB // 2, activation_bytes=GiB,
+             cudagraph_bytes=0)
+    requested = -(-GPUS["H100 80GB"].total_bytes * 92 // 100)
+    assert p.requested_bytes == requested
+    assert p.available_kv_bytes == requested - p.weights_bytes - GiB // 2 - GiB
+    assert p.weights_bytes == 8_030_261_248 * 2
+    assert p.num_blocks == p.available_kv_bytes // p.page_bytes // 32
+    lines = p.log_lines()
+    assert lines[1] == f"GPU KV cache size: {p.num_blocks * 16:,} tokens"
+    assert lines[2] == f"Maximum concurrency for 32,768 tokens per request: {p.num_blocks / 2048:.2f}x"
+    assert sum(n for _, n, _ in p.ledger()) == p.gpu.total_bytes
+
+
+def test_plan_labels_estimates_and_accepts_overrides():
+    p = plan("qwen3-8b", "L4")
+    assert {"non_torch", "activation", "cudagraph"} <= set(p.estimates)
+    q = plan("qwen3-8b", "L4", non_torch_bytes=0, activation_bytes=0, cudagraph_bytes=0, weights_bytes=0)
+    assert q.estimates == () and q.available_kv_bytes == q.requested_bytes
+    assert plan("qwen3-8b", "L4", enforce_eager=True).cudagraph_bytes == 0
+
+
+def test_tp_fp8_and_mla_replication():
+    one = page_size_bytes("llama-3.1-70b", 16, "bfloat16", 1)
+    assert page_size_bytes("llama-3.1-70b", 16, "bfloat16", 2) == one // 2
+    assert page_size_bytes("llama-3.1-70b", 16, "bfloat16", 16) == one // 8     # KV heads replicated past 8
+    assert page_size_bytes("llama-3.1-70b", 16, "fp8", 1) == one // 2
+    assert page_size_bytes("deepseek-v3", 16, "bfloat16", 8) == page_size_bytes("deepseek-v3", 16, "bfloat16", 1)
+    p1 = plan("llama-3.1-8b", "A100 80GB", max_model_len=8192, kv_cache_dtype="bfloat16")
+    p2 = plan("llama-3.1-8b", "A100 80GB", max_model_len=8192, kv_cache_dtype="fp8")
+    assert p2.num_blocks in (2 * p1.num_blocks, 2 * p1.num_blocks + 1)
+
+
+def test_seventy_b_on_one_h100_has_no_room_for_blocks():
+    p = plan("llama-3.1-70b", "H100 80GB", max_model_len=8192)
+    assert not p.ok and p.available_kv_bytes < 0
+    assert p.check.message.startswith("No available memory for the cache blocks.")
+
+
+def test_fixes_pass_and_are_the_smallest_change():
+    kw = dict(max_model_len=32768)
+    base = plan("llama-3.1-8b", "L4", **kw)
+    assert not base.ok
+    found = {f.knob: f for f in fixes("llama-3.1-8b", "L4", **kw)}
+    assert list(found) == ["max_model_len", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
+                           "weight_bits"]
+    for f in found.values():
+        assert f.plan.ok
+    est = found["max_model_len"].value
+    assert est == base.check.estimated_max_model_len and est % 16 == 0
+    assert not plan("llama-3.1-8b", "L4", max_model_len=est + 16).ok
+    u = found["gpu_memory_utilization"].value
+    assert u > 0.92 and not plan("llama-3.1-8b", "L4", round(u - 0.01, 2), 32768).ok
+    assert found["tensor_parallel_size"].value == 2 and found["weight_bits"].value == 8
+    assert fixes("smollm2-135m", "H200") == []
+
+
+def test_gpu_presets_are_nvidia_smi_totals():
+    assert GPUS["T4"].total_bytes == 15360 * MiB
+    assert round(GPUS["RTX 4090"].total_bytes / GiB, 2) == 23.99     # the seed's "total capacity of 23.99 GiB"
+    assert GPUS["H200"].total_bytes == 143771 * MiB
+    assert set(GPUS) == {"T4", "L4", "A10G", "RTX 4090", "A100 40GB", "A100 80GB", "H100 80GB", "H200"}
+    assert get_gpu("rtx4090") is GPUS["RTX 4090"] and get_gpu(24 * GiB).total_bytes == 24 * GiB
+
+
+@pytest.mark.parametrize("call,field", [
+    (lambda: check_kv_cache("qwen3-8b", 40960, -1), "available_bytes"),
+    (lambda: check_kv_cache("qwen3-8b", 0, GiB), "max_model_len"),
+    (lambda: plan("qwen3-8b", "L4", max_model_len=0), "max_model_len"),
+    (lambda: plan("qwen3-8b", "L4", gpu_memory_utilization=0), "gpu_memory_utilization"),
+    (lambda: plan("qwen3-8b", "L4", gpu_memory_utilization=1.2), "gpu_memory_utilization"),
+    (lambda: plan("qwen3-8b", -5), "gpu"),
+    (lambda: plan("qwen3-8b", "L4", tensor_parallel_size=0), "tensor_parallel_size"),
+    (lambda: plan("qwen3-8b", "L4", tensor_parallel_size=3), "tensor_parallel_size"),
+    (lambda: plan("qwen3-8b", "L4", activation_bytes=-1), "activation_bytes"),
+    (lambda: plan({"num_hidden_layers": 32, "hidden_size": 4096}, "L4", max_model_len=4096), "num_attention_heads"),
+    (lambda: check_kv_cache("qwen3-8b", 4096, GiB, block_size=0), "block_size"),
+])
+def test_bad_input_raises_one_sentence_naming_the_field(call, field):
+    with pytest.raises(ValueError) as info:
+        call()
+    text = str(info.value)
+    assert f"`{field}`" in text and text.count(". ") <= 1 and text.endswith(".")
+
+
+def test_utilization_one_is_allowed():
+    assert plan("smollm2-135m", "T4", gpu_memory_utilization=1.0).ok
+    assert load_config("qwen3-8b")["max_position_embeddings"] == plan("qwen3-8b", "H200").max_model_len
