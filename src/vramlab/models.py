@@ -180,12 +180,13 @@ def load_smollm2(dtype=None, device: str = "cpu"):
         vdevice.apply_workshop_guard()
     path = ensure_converted()
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # hide the "Loading weights" bar: it takes a second
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the "Loading weights" bar: this load takes a second
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     finally:
-        hf_logging.set_verbosity(verbosity)
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
     model.to(device)
     model.eval()
     return model, tokenizer

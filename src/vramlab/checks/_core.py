@@ -32,7 +32,7 @@ class CheckResult:
     @property
     def message(self) -> str:
         if self.passed:
-            return f"{PASS_MARK} {self.name}: {self.got}"
+            return f"{PASS_MARK} {self.name}: got {self.got}, as expected"
         text = f"{FAIL_MARK} {self.name}: expected {self.expected}; got {self.got}."
         if self.hint:
             text += f" Hint: {self.hint}"
@@ -80,6 +80,8 @@ def fmt_number(x: Any, digits: int = 6) -> str:
     if isinstance(x, float):
         if math.isnan(x) or math.isinf(x):
             return repr(x)
+        if x.is_integer() and abs(x) < 1e15:
+            return f"{int(x):,}"
         return f"{x:.{digits}g}"
     return repr(x)[:200]
 

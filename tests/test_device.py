@@ -1,0 +1,53 @@
+import pytest
+import torch
+
+from vramlab import device
+
+
+def test_cpu_mode_is_reported_when_no_cuda():
+    if device.has_cuda():
+        pytest.skip("this machine has a GPU")
+    info = device.summary()
+    assert info["mode"] == "CPU mode" and info["cuda_available"] is False
+    assert device.describe().startswith("CPU mode")
+    assert device.apply_workshop_guard() is None
+
+
+def test_require_cuda_says_what_and_how_to_fix():
+    if device.has_cuda():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(device.GpuRequiredError) as info:
+        device.require_cuda("the VRAM widget")
+    message = str(info.value)
+    assert message.startswith("the VRAM widget needs a CUDA GPU") and "GPU runtime" in message
+    assert torch.__version__ in message
+
+
+@pytest.mark.parametrize("raw,expected", [("", 0.9), ("0.5", 0.5), ("1", 1.0)])
+def test_gpu_fraction_from_env(monkeypatch, raw, expected):
+    monkeypatch.setenv(device.GPU_FRACTION_ENV, raw)
+    assert device.gpu_fraction_from_env() == expected
+
+
+@pytest.mark.parametrize("raw,match", [("abc", "not a number"), ("0", "outside"), ("1.5", "outside"), ("-1", "outside")])
+def test_gpu_fraction_rejects_bad_values(monkeypatch, raw, match):
+    monkeypatch.setenv(device.GPU_FRACTION_ENV, raw)
+    with pytest.raises(ValueError, match=match):
+        device.gpu_fraction_from_env()
+    with pytest.raises(ValueError):
+        device.apply_workshop_guard()
+
+
+def test_explicit_fraction_is_validated():
+    with pytest.raises(ValueError, match="outside"):
+        device.apply_workshop_guard(0.0)
+
+
+@pytest.mark.gpu
+def test_workshop_guard_caps_the_allocator():
+    fraction = device.apply_workshop_guard(0.5)
+    assert fraction == 0.5
+    total = torch.cuda.get_device_properties(0).total_memory
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(int(total * 0.6), dtype=torch.uint8, device="cuda")
+    device.apply_workshop_guard(1.0)
