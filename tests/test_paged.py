@@ -89,3 +89,13 @@ def test_bad_inputs():
         Scheduler(num_blocks=2).add(Request(0, 40, 10))
     with pytest.raises(ValueError, match="max_num_seqs"):
         Scheduler(10, max_num_seqs=0)
+
+
+def test_long_runs_are_thinned_in_the_figure_but_keep_every_preemption():
+    res = simulate(150, burst(32, seed=0))
+    assert res.num_steps > 600
+    fig = res.figure(max_points=300)
+    used = next(t for t in fig.data if t.name == "used blocks")
+    marks = next(t for t in fig.data if t.name == "preemption (RECOMPUTE)")
+    assert len(used.x) <= 300
+    assert len(marks.x) == sum(1 for s in res.steps if s.preempted)

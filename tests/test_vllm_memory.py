@@ -181,7 +181,7 @@ def test_bad_input_raises_one_sentence_naming_the_field(call, field):
     with pytest.raises(ValueError) as info:
         call()
     text = str(info.value)
-    assert f"`{field}`" in text and text.count(". ") <= 1 and text.endswith(".")
+    assert f"`{field}`" in text and text.count(". ") == 0 and text.endswith(".")  # one sentence
 
 
 def test_utilization_one_is_allowed():

@@ -142,17 +142,20 @@ class SimResult:
             "finished": sum(r.finished is not None for r in self.requests),
         }
 
-    def figure(self, title: str = "KV block pool"):
-        """Plotly timeline: used blocks (area), pool size, running requests, preemptions."""
+    def figure(self, title: str = "KV block pool", max_points: int = 300):
+        """Plotly timeline: used blocks (area), pool size, running requests, preemptions. Long runs
+        are thinned to about ``max_points`` steps (every preemption is still marked)."""
         import plotly.graph_objects as go
 
-        x = [s.step for s in self.steps]
+        stride = max(1, -(-len(self.steps) // max_points))
+        shown = self.steps[::stride]
+        x = [s.step for s in shown]
         fig = go.Figure()
-        fig.add_trace(go.Scatter(x=x, y=[s.used_blocks for s in self.steps], fill="tozeroy", name="used blocks",
+        fig.add_trace(go.Scatter(x=x, y=[s.used_blocks for s in shown], fill="tozeroy", name="used blocks",
                                  line=dict(color="#636efa")))
         fig.add_trace(go.Scatter(x=[x[0], x[-1]] if x else [], y=[self.num_blocks] * (2 if x else 0),
                                  name=f"pool ({self.num_blocks} blocks)", line=dict(color="black", dash="dash")))
-        fig.add_trace(go.Scatter(x=x, y=[s.running for s in self.steps], name="running requests", yaxis="y2",
+        fig.add_trace(go.Scatter(x=x, y=[s.running for s in shown], name="running requests", yaxis="y2",
                                  line=dict(color="#00cc96")))
         pre = [s for s in self.steps if s.preempted]
         fig.add_trace(go.Scatter(x=[s.step for s in pre], y=[s.used_blocks for s in pre], mode="markers",
