@@ -168,7 +168,9 @@ def estimate_max_model_len(config: Any, available_bytes: int, upper: int, block_
 
 @dataclass
 class KVCheck:
-    """The outcome of vLLM's start-up KV check. ``message`` is vLLM's ValueError text ("" if ok)."""
+    """The outcome of vLLM's start-up KV check (bytes, tokens). ``message`` is vLLM's ValueError text
+    ("" if ok); ``estimated_max_model_len`` is vLLM's binary-search estimate when the check fails
+    (a multiple of the block size, 0 if not one block fits) and ``max_model_len`` itself when it passes."""
 
     ok: bool
     needed_bytes: int

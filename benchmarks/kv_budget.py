@@ -1,0 +1,42 @@
+"""KV budget side by side: how many tokens of KV cache each model gets on each GPU, bf16 vs fp8.
+
+Run: python benchmarks/kv_budget.py [--utilization 0.92] [--max-model-len 8192]
+
+For every bundled model and GPU preset it prints the "GPU KV cache size" vLLM would log (tokens,
+from vramlab.vllm_memory.plan with its labelled overhead estimates), for a bf16 and an fp8 KV
+cache, and their ratio (2.00x when the pool is the same size; a model that does not start shows "-").
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from vramlab.kvcache import available_configs
+from vramlab.vllm_memory import GPUS, plan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--utilization", type=float, default=0.92)
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    print(f"GPU KV cache size in tokens at utilization {args.utilization}, max_model_len {args.max_model_len:,} "
+          "(bf16 / fp8 / ratio; '-' = does not start on one GPU)")
+    print(f"{'model':<18}" + "".join(f"{g:>26}" for g in GPUS))
+    for name in available_configs():
+        cells = []
+        for gpu in GPUS:
+            bf = plan(name, gpu, args.utilization, args.max_model_len, "bfloat16")
+            f8 = plan(name, gpu, args.utilization, args.max_model_len, "fp8")
+            a = f"{bf.kv_cache_tokens:,}" if bf.ok else "-"
+            b = f"{f8.kv_cache_tokens:,}" if f8.ok else "-"
+            ratio = f"{f8.kv_cache_tokens / bf.kv_cache_tokens:.2f}x" if bf.ok and f8.ok else "-"
+            cells.append(f"{a}/{b}/{ratio}")
+        print(f"{plan(name, 'H200', max_model_len=16).model:<18}" + "".join(f"{c:>26}" for c in cells))
+    print(f"({2 * len(GPUS) * len(available_configs())} plans in {time.perf_counter() - start:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
