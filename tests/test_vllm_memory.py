@@ -187,3 +187,9 @@ def test_bad_input_raises_one_sentence_naming_the_field(call, field):
 def test_utilization_one_is_allowed():
     assert plan("smollm2-135m", "T4", gpu_memory_utilization=1.0).ok
     assert load_config("qwen3-8b")["max_position_embeddings"] == plan("qwen3-8b", "H200").max_model_len
+
+
+def test_quantized_weights_are_labelled_estimates():
+    assert "weights" not in plan("qwen3-8b", "H100 80GB").estimates
+    q = plan("qwen3-8b", "H100 80GB", weight_bits=4)
+    assert "weights" in q.estimates and q.weights_bytes == 8_190_735_360 // 2

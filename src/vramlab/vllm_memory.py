@@ -398,7 +398,9 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     requested = math.ceil(g.total_bytes * u)
     if weights_bytes is None:
         weights_bytes = int(num_parameters(cfg) * weight_bits / 8 / tensor_parallel_size)
-        if not cfg.get("_num_parameters"):
+        # an estimate when the count is derived, or when quantized (real checkpoints add scales and
+        # keep some layers, e.g. embeddings, in 16-bit)
+        if not cfg.get("_num_parameters") or weight_bits != 16:
             estimates.append("weights")
     weights_bytes = _nonneg("weights_bytes", weights_bytes)
     if non_torch_bytes is None:
