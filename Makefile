@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH)"
-	$(PY) -m pip install -e ".[lab,dev]"
+	$(PY) -m pip install -q -e ".[lab,dev]"
 	touch $@
 
 setup: $(VENV)/.installed model
