@@ -7,3 +7,4 @@ notebook writes ``from vramlab.checks import check_fp16_weight_bytes``.
 from vramlab.checks._core import CheckResult, report  # noqa: F401
 from vramlab.checks.lab00 import *  # noqa: F401,F403
 from vramlab.checks.lab03 import *  # noqa: F401,F403
+from vramlab.checks.lab02 import *  # noqa: F401,F403

@@ -1,0 +1,272 @@
+"""QuaRot on SmolLM2-135M: perplexity of W/A/KV fake quantization with and without rotation.
+
+Computes the table FP32 / W8A8 / W4A16 / W16A4 / W4A4 / W4A4KV4 x rotation {none, random orthogonal,
+randomized Hadamard} x weights {RTN, GPTQ} on the 8 x 512 pydoc evaluation windows, prints one JSON
+line per measured row and (re)writes ``src/vramlab/data/quarot_table.json`` after every row, so a
+partial run still leaves a usable, honest file (``"complete": false`` until the end).
+
+    python benchmarks/rotation.py                    # the full table (~30-60 min on 2 shared cores)
+    python benchmarks/rotation.py --quick            # 2 windows, 4 calibration windows, one seed: a smoke run
+
+Settings (QuaRot, arXiv 2404.00456): activations per-token symmetric, clip 0.9; weights symmetric per
+output channel with the MSE clip search, RTN or GPTQ (act-order, 1% damping, calibration windows that
+start after the evaluation windows); KV asymmetric, groups of head_dim = 64, clip 0.95, K after RoPE
+and after the online head-wise Hadamard; lm_head 16-bit. "none" is the original model (no norm
+folding, tied embeddings). W16A4 has no quantized weights, so it has one row per rotation
+(weights "-"). GPTQ weights of one rotation are computed once and reused for every activation setting.
+
+Order of work (so the most useful rows exist first if the run is cut short): seed 0 RTN rows for
+every rotation; GPTQ W4 per-channel rows; extra seeds for the rotated 4-bit rows; GPTQ W8A8 rows;
+group-128 GPTQ W4A4KV4 (Hadamard and none). The "summary" in the JSON gives, per (setting, rotation,
+weights), the median over the seeds measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import transformers
+import vramlab
+from vramlab import quant
+from vramlab.data import token_windows
+from vramlab.eval import perplexity
+from vramlab.models import MODEL_NAME, load_smollm2
+from vramlab.rotate import rotate_model
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "vramlab" / "data" / "quarot_table.json"
+
+SETTINGS = {  # name: (w_bits, a_bits, kv_bits)
+    "FP32": (16, 16, 16),
+    "W8A8": (8, 8, 16),
+    "W4A16": (4, 16, 16),
+    "W16A4": (16, 4, 16),
+    "W4A4": (4, 4, 16),
+    "W4A4KV4": (4, 4, 4),
+}
+ROTATIONS = ("none", "hadamard", "random")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--windows", type=int, default=8, help="evaluation windows of 512 tokens (from token 0)")
+    p.add_argument("--calib", type=int, default=16, help="GPTQ calibration windows of 512 tokens (after the eval ones)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="rotation seeds (first = main seed)")
+    p.add_argument("--act-clip", type=float, default=0.9, help="activation clip ratio for A4 (QuaRot: 0.9)")
+    p.add_argument("--act-clip-8", type=float, default=1.0,
+                   help="activation clip ratio for A8 (QuaRot's default a_clip_ratio is 1.0; 0.9 clips the "
+                        "unrotated outlier channels: W8A8 16.2 vs 14.8 on 2 windows)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: the CPU is shared)")
+    p.add_argument("--budget-min", type=float, default=0,
+                   help="stop starting new phases after this many minutes (0 = no limit); skipped phases are listed")
+    p.add_argument("--kv-clip", type=float, default=0.95)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="2 windows, 4 calibration windows, seed 0 only, no extras")
+    p.add_argument("--skip-extras", action="store_true", help="no W8 GPTQ and no group-128 rows")
+    return p.parse_args(argv)
+
+
+class Table:
+    def __init__(self, args, argv):
+        self.args = args
+        self.t0 = time.time()
+        self.rows: list[dict] = []
+        self.meta = {
+            "command": "python benchmarks/rotation.py " + " ".join(argv),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": transformers.__version__,
+                         "vramlab": getattr(vramlab, "__version__", "?")},
+            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                        "torch_threads": torch.get_num_threads(), "device": "cpu", "dtype": "float32"},
+            "model": MODEL_NAME + " - weights were Q4_1 in the GGUF, so W4 re-quantizes 4-bit weights",
+            "windows": {"text": "pydoc topics (vramlab.data.token_windows)", "n": args.windows, "length": 512,
+                        "offset_tokens": 0},
+            "calibration": {"n": args.calib, "length": 512, "offset_tokens": quant.EVAL_WINDOWS * 512,
+                            "note": "GPTQ calibration windows start after the 8 evaluation windows"},
+            "seeds": args.seeds,
+            "settings": {
+                "activations": f"per-token symmetric, clip {args.act_clip} for A4 and {args.act_clip_8} for A8, inputs of all decoder linears "
+                               "(down_proj: after the online Hadamard); lm_head input not quantized",
+                "weights": "symmetric per output channel (or group 128 where group_size=128), MSE clip search "
+                           "(grid 100, max shrink 0.8, norm 2.4); RTN or GPTQ (act-order, damp 1%, "
+                           "sequential layer by layer, full-precision activations during calibration)",
+                "kv": f"asymmetric, group = head_dim = 64, clip {args.kv_clip}, K post-RoPE (after the online "
+                      "head-wise Hadamard when rotated), V per head",
+                "lm_head": "16-bit (float32 here)",
+                "rotation_none": "the original model: no norm folding, tied embeddings",
+                "rotation_hadamard": "vramlab.rotate.rotate_model(rotation='hadamard', seed): randomized "
+                                     "Hadamard residual rotation, online Hadamard before down_proj, head-wise "
+                                     "Hadamard on V/O and on Q/K after RoPE",
+                "rotation_random": "same with a Haar-random orthogonal residual rotation",
+                "act_clip": args.act_clip, "act_clip_8": args.act_clip_8, "kv_clip": args.kv_clip, "kv_group": 64,
+            },
+            "fp32_reference_note": "rows with setting FP32 under a rotation check invariance (same ppl)",
+        }
+
+    def add(self, row: dict) -> None:
+        row = {k: v for k, v in row.items()}
+        row["t"] = round(time.time() - self.t0, 1)
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        self.write(complete=False)
+
+    def summary(self) -> list[dict]:
+        groups: dict[tuple, list] = {}
+        for r in self.rows:
+            key = (r["setting"], r["rotation"], r["weights"], r.get("group_size"))
+            groups.setdefault(key, []).append(r)
+        out = []
+        for (setting, rot, weights, gs), rs in groups.items():
+            ppls = [r["ppl"] for r in rs]
+            out.append({"setting": setting, "rotation": rot, "weights": weights, "group_size": gs,
+                        "ppl_median": statistics.median(ppls), "ppl_min": min(ppls), "ppl_max": max(ppls),
+                        "seeds": [r["seed"] for r in rs], "n": len(rs)})
+        return out
+
+    def write(self, complete: bool) -> None:
+        data = dict(self.meta)
+        data["complete"] = complete
+        data["elapsed_s"] = round(time.time() - self.t0, 1)
+        data["rows"] = self.rows
+        data["summary"] = self.summary()
+        self.args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.args.out.with_suffix(".json.part")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(self.args.out)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.quick:
+        args.windows, args.calib, args.seeds, args.skip_extras = 2, 4, [0], True
+    torch.set_num_threads(args.threads)
+    table = Table(args, argv)
+    model, tok = load_smollm2()
+    windows = token_windows(tok, args.windows, 512)
+    calib = quant.calibration_windows(tok, args.calib)
+    seed0 = args.seeds[0]
+
+    bases: dict[tuple, torch.nn.Module] = {}
+
+    def base(rot: str, seed: int):
+        key = (rot, seed if rot != "none" else None)
+        if key not in bases:
+            bases[key] = model if rot == "none" else rotate_model(model, rot, seed=seed)
+        return bases[key]
+
+    def measure(setting, rot, seed, weights="-", qweights=None, group_size=None, **extra):
+        w, a, kv = SETTINGS[setting]
+        t = time.time()
+        m = base(rot, seed)
+        if setting != "FP32":
+            m = quant.quantize_model(m, w, a, kv, weight_method=weights if weights != "-" else "rtn",
+                                     group_size=group_size, act_clip=args.act_clip if a <= 4 else args.act_clip_8, kv_clip=args.kv_clip,
+                                     weights=qweights, progress=False)
+        ppl = perplexity(m, windows)
+        del m
+        table.add({"setting": setting, "rotation": rot, "weights": weights, "group_size": group_size,
+                   "seed": seed if rot != "none" else None, "w_bits": w, "a_bits": a, "kv_bits": kv,
+                   "ppl": ppl, "seconds": round(time.time() - t, 1), **extra})
+
+    wcache: dict[tuple, dict] = {}
+
+    def qweights(rot, seed, bits, method, group_size=None):
+        key = (rot, seed if rot != "none" else None, bits, method, group_size)
+        if key not in wcache:
+            t = time.time()
+            wcache[key] = quant.quantize_weights(base(rot, seed), bits, method, calibration=calib,
+                                                 group_size=group_size, progress=True)
+            print(json.dumps({"weights_done": list(map(str, key)), "seconds": round(time.time() - t, 1)}),
+                  flush=True)
+        return wcache[key]
+
+    def drop(rot, seed):
+        for key in [k for k in wcache if k[0] == rot and k[1] == seed]:
+            del wcache[key]
+        if rot != "none":
+            bases.pop((rot, seed), None)
+
+    def phase_rtn():
+        """FP32 and every RTN row, main seed (Hadamard first: the headline)."""
+        measure("FP32", "none", None)
+        for rot in ("hadamard", "none", "random"):
+            if rot != "none":
+                measure("FP32", rot, seed0)
+            for setting in ("W16A4", "W4A4KV4", "W4A4", "W4A16", "W8A8"):
+                w = SETTINGS[setting][0]
+                if w < 16:
+                    measure(setting, rot, seed0, "rtn", qweights(rot, seed0, w, "rtn"))
+                else:
+                    measure(setting, rot, seed0)
+            for key in [k for k in wcache if k[3] == "rtn"]:
+                del wcache[key]
+
+    def phase_gptq4():
+        """GPTQ W4 (per channel), main seed, reused for W4A16 / W4A4 / W4A4KV4."""
+        for rot in ("hadamard", "none", "random"):
+            qw = qweights(rot, seed0, 4, "gptq")
+            for setting in ("W4A4KV4", "W4A4", "W4A16"):
+                measure(setting, rot, seed0, "gptq", qw)
+            drop(rot, seed0 if rot != "none" else None)
+
+    def phase_seeds_rtn():
+        """More seeds for the rotated RTN 4-bit rows (the seed moves them a lot: report medians)."""
+        for seed in args.seeds[1:]:
+            for rot in ("hadamard", "random"):
+                measure("W16A4", rot, seed)
+                rtn = qweights(rot, seed, 4, "rtn")
+                measure("W4A4KV4", rot, seed, "rtn", rtn)
+                measure("W4A4", rot, seed, "rtn", rtn)
+                drop(rot, seed)
+
+    def phase_seeds_gptq():
+        """More seeds for the headline Hadamard + GPTQ rows."""
+        for seed in args.seeds[1:]:
+            g = qweights("hadamard", seed, 4, "gptq")
+            measure("W4A4KV4", "hadamard", seed, "gptq", g)
+            measure("W4A4", "hadamard", seed, "gptq", g)
+            drop("hadamard", seed)
+
+    def phase_group128():
+        """Group-128 GPTQ weights for the headline row, with and without rotation."""
+        for rot in ("hadamard", "none"):
+            qw = qweights(rot, seed0, 4, "gptq", group_size=128)
+            measure("W4A4KV4", rot, seed0, "gptq", qw, group_size=128)
+            drop(rot, seed0 if rot != "none" else None)
+
+    def phase_gptq8():
+        """GPTQ W8A8."""
+        for rot in ("hadamard", "none", "random"):
+            measure("W8A8", rot, seed0, "gptq", qweights(rot, seed0, 8, "gptq"))
+            drop(rot, seed0 if rot != "none" else None)
+
+    phases = [phase_rtn, phase_gptq4, phase_seeds_rtn, phase_seeds_gptq]
+    if not args.skip_extras:
+        phases += [phase_group128, phase_gptq8]
+    done, skipped = [], []
+    for phase in phases:
+        if args.budget_min and time.time() - table.t0 > 60 * args.budget_min:
+            skipped.append(f"{phase.__name__}: {phase.__doc__}")
+            continue
+        phase()
+        done.append(phase.__name__)
+    table.meta["phases_done"] = done
+    table.meta["phases_skipped_for_time"] = skipped
+    table.write(complete=True)
+    print(json.dumps({"done": True, "elapsed_s": round(time.time() - table.t0, 1), "out": str(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,513 @@
+"""Fake (simulated) integer quantization for W/A/KV experiments, QuaRot style.
+
+Everything here is *fake quantization*: a tensor is quantized to integers on a uniform grid and
+immediately de-quantized back to floating point (quantize-dequantize, "QDQ"). The numbers the
+model computes with are exactly the values a b-bit integer kernel would represent, but the matmuls
+still run in float, so this measures **accuracy**, never speed or memory. All functions are
+device-agnostic (the grid is computed on the tensor's own device, in float32, and cast back).
+
+Quantizers (settings from QuaRot, arXiv 2404.00456, and ../shared/REFERENCE.md):
+
+* activations - :func:`quantize_per_token_sym`: one symmetric scale per token (per row of the last
+  dimension), integers in ``[-2^(b-1), 2^(b-1)-1]``, scale ``clip * max|x| / (2^(b-1)-1)``;
+  QuaRot clips at 0.9.
+* weights - :func:`quantize_weight_sym`: one symmetric scale per output channel (row of
+  ``W [out, in]``) or per group of ``group_size`` input columns, the clip ratio of each scale
+  chosen by a grid search minimising ``sum |W - Q(W)|^2.4`` (QuaRot's "MSE" clip search).
+  Methods: RTN (round to nearest) and GPTQ (:func:`gptq_quantize_matrix`, error feedback through
+  the inverse Hessian of the layer inputs).
+* KV cache - :func:`quantize_groupwise_asym`: asymmetric (scale + zero point), one group per
+  ``group_size`` consecutive elements of the last dimension (group = head_dim = 64 here), clip 0.95.
+
+:func:`quantize_model` puts it together: a deep copy of a Llama-style model whose decoder linears
+have QDQ weights and quantize their input per token, whose attention quantizes K (post-RoPE) and V
+through the ``vramlab.attention`` hooks, and whose ``lm_head`` (and its input) stays 16-bit.
+
+Note for SmolLM2 in this lab: the weights were de-quantized from a Q4_1 GGUF, so "W4" here
+re-quantizes weights that already sit on a (different, group-32 asymmetric) 4-bit grid.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+__all__ = [
+    "is_quantized_bits",
+    "quantize_per_token_sym",
+    "quantize_groupwise_asym",
+    "quantize_weight_sym",
+    "weight_scales_mse",
+    "ActQuantizer",
+    "KVQuantizer",
+    "QuantLinear",
+    "gptq_quantize_matrix",
+    "quantize_weights",
+    "quantize_model",
+    "calibration_windows",
+    "decoder_linears",
+    "EVAL_WINDOWS",
+    "WINDOW_LENGTH",
+]
+
+EVAL_WINDOWS = 8  # the evaluation windows are token_windows(tok, 8, 512): tokens [0, 4096)
+WINDOW_LENGTH = 512
+
+
+def is_quantized_bits(bits) -> bool:
+    """True when ``bits`` asks for quantization: ``None`` or >= 16 mean "keep in float"."""
+    if bits is None:
+        return False
+    bits = int(bits)
+    if bits < 1:
+        raise ValueError(f"bits must be >= 1 (or 16/None for no quantization), got {bits}")
+    return bits < 16
+
+
+# --------------------------------------------------------------------------------------------
+# Elementary quantize-dequantize functions
+# --------------------------------------------------------------------------------------------
+
+def quantize_per_token_sym(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> torch.Tensor:
+    """Symmetric per-token fake quantization of activations.
+
+    ``x``: any shape ``[..., n]``; each row along the last dimension (one token's n features) gets
+    its own scale ``s = clip_ratio * max|row| / (2^(b-1) - 1)`` and is rounded to integers
+    ``q = clamp(round(x / s), -2^(b-1), 2^(b-1) - 1)``; returns ``q * s`` (same shape and dtype as
+    ``x``). With ``clip_ratio = 1`` no element is clipped and ``|x - Q(x)| <= s / 2`` everywhere.
+    At most ``2^b`` distinct values per row. All-zero rows stay zero.
+    """
+    if not is_quantized_bits(bits):
+        return x
+    qmax = 2 ** (int(bits) - 1) - 1
+    if qmax < 1:
+        raise ValueError("symmetric quantization needs bits >= 2")
+    xf = x.float()
+    scale = (xf.abs().amax(dim=-1, keepdim=True) * clip_ratio / qmax).clamp_min(1e-12)
+    q = torch.clamp(torch.round(xf / scale), -qmax - 1, qmax)
+    return (q * scale).to(x.dtype)
+
+
+def quantize_groupwise_asym(x: torch.Tensor, bits: int, group_size: int = 64,
+                            clip_ratio: float = 1.0) -> torch.Tensor:
+    """Asymmetric group-wise fake quantization (used for the KV cache).
+
+    ``x``: shape ``[..., d]`` with ``d`` a multiple of ``group_size``; the last dimension is cut into
+    groups of ``group_size`` consecutive elements (for K/V of shape ``[batch, kv_heads, seq,
+    head_dim]`` with ``group_size = head_dim`` that is one group per head per token). Per group:
+    ``lo = clip * min(min(g), 0)``, ``hi = clip * max(max(g), 0)``, ``s = (hi - lo) / (2^b - 1)``,
+    zero point ``z = round(-lo / s)``, ``q = clamp(round(g / s) + z, 0, 2^b - 1)``; returns
+    ``(q - z) * s``. The range always contains 0 (as in QuaRot), so 0 is exact. Without clipping
+    ``|x - Q(x)| <= s / 2``. At most ``2^b`` distinct values per group.
+    """
+    if not is_quantized_bits(bits):
+        return x
+    d = x.shape[-1]
+    if d % group_size:
+        raise ValueError(f"last dimension {d} is not a multiple of group_size {group_size}")
+    maxq = 2 ** int(bits) - 1
+    xf = x.float().reshape(*x.shape[:-1], d // group_size, group_size)
+    lo = xf.amin(dim=-1, keepdim=True).clamp_max(0) * clip_ratio
+    hi = xf.amax(dim=-1, keepdim=True).clamp_min(0) * clip_ratio
+    scale = ((hi - lo) / maxq).clamp_min(1e-12)
+    zero = torch.round(-lo / scale)
+    q = torch.clamp(torch.round(xf / scale) + zero, 0, maxq)
+    return ((q - zero) * scale).reshape(x.shape).to(x.dtype)
+
+
+def _sym_qdq(w: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch.Tensor:
+    return torch.clamp(torch.round(w / scale), -qmax - 1, qmax) * scale
+
+
+def weight_scales_mse(w: torch.Tensor, bits: int, mse: bool = True, grid: int = 100,
+                      max_shrink: float = 0.8, norm: float = 2.4) -> torch.Tensor:
+    """Per-row symmetric scales ``[rows, 1]`` for ``w [rows, cols]`` (float32).
+
+    Without ``mse``: ``s = max|row| / (2^(b-1) - 1)``. With ``mse`` (QuaRot's weight clip search):
+    try clip ratios ``p = 1, 0.99, ..., 1 - max_shrink`` and keep, per row, the one minimising
+    ``sum |w - Q_p(w)|^norm``.
+    """
+    qmax = 2 ** (int(bits) - 1) - 1
+    wf = w.float()
+    amax = wf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
+    best_scale = amax / qmax
+    if not mse:
+        return best_scale
+    best_err = torch.full_like(amax, float("inf"))
+    for i in range(int(max_shrink * grid)):
+        p = 1 - i / grid
+        scale = amax * p / qmax
+        err = torch.div(wf, scale).round_().clamp_(-qmax - 1, qmax).mul_(scale).sub_(wf)
+        err = err.abs_().pow_(norm).sum(dim=1, keepdim=True)
+        better = err < best_err
+        best_err = torch.where(better, err, best_err)
+        best_scale = torch.where(better, scale, best_scale)
+    return best_scale
+
+
+def quantize_weight_sym(w: torch.Tensor, bits: int, group_size: int | None = None,
+                        mse: bool = True) -> torch.Tensor:
+    """RTN fake quantization of a weight matrix ``w [out, in]``, symmetric.
+
+    One scale per output channel (row), or per ``group_size`` consecutive input columns of each row
+    when ``group_size`` is given (``in`` must be a multiple of it). ``mse`` turns on the clip search
+    of :func:`weight_scales_mse`. Returns a tensor of ``w``'s shape and dtype.
+    """
+    if not is_quantized_bits(bits):
+        return w
+    qmax = 2 ** (int(bits) - 1) - 1
+    rows, cols = w.shape
+    wf = w.float()
+    if group_size:
+        if cols % group_size:
+            raise ValueError(f"in_features {cols} is not a multiple of group_size {group_size}")
+        g = wf.reshape(rows * cols // group_size, group_size)
+        out = _sym_qdq(g, weight_scales_mse(g, bits, mse=mse), qmax).reshape(rows, cols)
+    else:
+        out = _sym_qdq(wf, weight_scales_mse(wf, bits, mse=mse), qmax)
+    return out.to(w.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------------
+
+class ActQuantizer(nn.Module):
+    """Per-token symmetric activation fake quantizer (a module so it shows in ``print(model)``)."""
+
+    def __init__(self, bits: int | None, clip_ratio: float = 0.9):
+        super().__init__()
+        self.bits = bits
+        self.clip_ratio = clip_ratio
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return quantize_per_token_sym(x, self.bits, self.clip_ratio)
+
+    def extra_repr(self) -> str:
+        return f"bits={self.bits}, clip_ratio={self.clip_ratio}, per-token symmetric"
+
+
+class KVQuantizer(nn.Module):
+    """Asymmetric group-wise K or V fake quantizer: callable on ``[b, kv_heads, s, head_dim]``."""
+
+    def __init__(self, bits: int | None, group_size: int = 64, clip_ratio: float = 0.95):
+        super().__init__()
+        self.bits = bits
+        self.group_size = group_size
+        self.clip_ratio = clip_ratio
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return quantize_groupwise_asym(x, self.bits, self.group_size, self.clip_ratio)
+
+    def extra_repr(self) -> str:
+        return f"bits={self.bits}, group_size={self.group_size}, clip_ratio={self.clip_ratio}, asymmetric"
+
+
+class QuantLinear(nn.Module):
+    """A linear layer with fake-quantized weights that fake-quantizes its input per token.
+
+    ``weight`` holds the de-quantized weight (float, shape ``[out, in]``); ``act_quantizer`` runs on
+    the input ``x [..., in]`` before ``F.linear``. Drop-in for ``nn.Linear``.
+    """
+
+    def __init__(self, linear: nn.Linear, weight: torch.Tensor, act_quantizer: nn.Module | None,
+                 w_bits: int | None, w_desc: str = ""):
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.weight = nn.Parameter(weight.to(linear.weight.dtype).to(linear.weight.device), requires_grad=False)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        self.act_quantizer = act_quantizer if act_quantizer is not None else nn.Identity()
+        self.w_bits = w_bits
+        self.w_desc = w_desc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(self.act_quantizer(x), self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, w_bits={self.w_bits} {self.w_desc}".rstrip()
+
+
+# --------------------------------------------------------------------------------------------
+# Finding the linears
+# --------------------------------------------------------------------------------------------
+
+def _layers(model) -> nn.ModuleList:
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise TypeError("expected a Llama-style model with model.model.layers")
+    return layers
+
+
+def decoder_linears(module: nn.Module, prefix: str = "") -> dict[str, nn.Linear]:
+    """All ``nn.Linear`` (or :class:`QuantLinear`) inside ``module``, by qualified name.
+
+    A ``down_proj`` that rotation turned into ``Sequential(OnlineHadamard, Linear)`` yields its inner
+    Linear (``...down_proj.1``), which sees the post-Hadamard activation.
+    """
+    out = {}
+    for name, sub in module.named_modules(prefix=prefix):
+        if isinstance(sub, (nn.Linear, QuantLinear)):
+            out[name] = sub
+    return out
+
+
+def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    setattr(parent, child, new)
+
+
+# --------------------------------------------------------------------------------------------
+# GPTQ
+# --------------------------------------------------------------------------------------------
+
+def gptq_quantize_matrix(w: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int | None = None,
+                         mse: bool = True, percdamp: float = 0.01, blocksize: int = 128,
+                         act_order: bool = True) -> torch.Tensor:
+    """GPTQ (Frantar et al., 2022) for one weight matrix; returns the de-quantized weight.
+
+    ``w [out, in]``; ``hessian [in, in]`` = ``2/N sum_t x_t x_t^T`` over the layer's N calibration
+    input tokens. Columns are quantized one at a time (largest Hessian diagonal first when
+    ``act_order``); the rounding error of each column is spread over the not-yet-quantized columns
+    through the upper Cholesky factor of ``H^-1`` (with ``percdamp * mean(diag H)`` added to the
+    diagonal). Scales are symmetric per output row (computed once, with the MSE clip search) or,
+    with ``group_size``, per group of consecutive input columns of the original order, computed from
+    the weights before error feedback ("static groups", what a g_idx-free kernel can run).
+    Computed in float32 on ``w``'s device.
+    """
+    qmax = 2 ** (int(bits) - 1) - 1
+    W = w.detach().float().clone()
+    rows, cols = W.shape
+    H = hessian.detach().float().clone().to(W.device)
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1
+    W[:, dead] = 0
+
+    if group_size:
+        if cols % group_size:
+            raise ValueError(f"in_features {cols} is not a multiple of group_size {group_size}")
+        gscales = weight_scales_mse(W.reshape(-1, group_size), bits, mse=mse).reshape(rows, cols // group_size)
+        col_scale = gscales.repeat_interleave(group_size, dim=1)  # [rows, cols]
+    else:
+        col_scale = weight_scales_mse(W, bits, mse=mse).expand(rows, cols)
+
+    if act_order:
+        perm = torch.argsort(torch.diag(H), descending=True)
+        W = W[:, perm]
+        H = H[perm][:, perm]
+        col_scale = col_scale[:, perm]
+        invperm = torch.argsort(perm)
+
+    damp = percdamp * torch.mean(torch.diag(H))
+    idx = torch.arange(cols, device=W.device)
+    H[idx, idx] += damp
+    L = torch.linalg.cholesky(H)
+    Hinv = torch.cholesky_inverse(L)
+    Hinv = torch.linalg.cholesky(Hinv, upper=True)
+
+    Q = torch.zeros_like(W)
+    for i1 in range(0, cols, blocksize):
+        i2 = min(i1 + blocksize, cols)
+        W1 = W[:, i1:i2].clone()
+        Q1 = torch.zeros_like(W1)
+        Err1 = torch.zeros_like(W1)
+        Hinv1 = Hinv[i1:i2, i1:i2]
+        S1 = col_scale[:, i1:i2]
+        for i in range(i2 - i1):
+            wcol = W1[:, i]
+            d = Hinv1[i, i]
+            q = _sym_qdq(wcol, S1[:, i], qmax)
+            Q1[:, i] = q
+            err = (wcol - q) / d
+            W1[:, i:] -= err.unsqueeze(1) @ Hinv1[i, i:].unsqueeze(0)
+            Err1[:, i] = err
+        Q[:, i1:i2] = Q1
+        W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
+
+    if act_order:
+        Q = Q[:, invperm]
+    return Q.to(w.dtype)
+
+
+class _StopForward(Exception):
+    pass
+
+
+def _first_layer_inputs(model, calibration: torch.Tensor, batch_size: int):
+    """Run the embedding part of the model and capture what enters decoder layer 0."""
+    layers = _layers(model)
+    device = next(model.parameters()).device
+    captured: list[tuple[torch.Tensor, dict]] = []
+
+    def hook(_module, args, kwargs):
+        hidden = args[0] if args else kwargs.pop("hidden_states")
+        kw = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+        captured.append((hidden.detach(), kw))
+        raise _StopForward
+
+    handle = layers[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            for start in range(0, calibration.shape[0], batch_size):
+                ids = calibration[start:start + batch_size].to(device)
+                try:
+                    model(input_ids=ids, use_cache=False)
+                except _StopForward:
+                    pass
+    finally:
+        handle.remove()
+    return captured
+
+
+def _run_layer(layer, hidden, kwargs):
+    out = layer(hidden, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.Tensor | None = None,
+                     group_size: int | None = None, mse: bool = True, percdamp: float = 0.01,
+                     act_order: bool = True, batch_size: int = 4, progress: bool = True) -> dict[str, torch.Tensor]:
+    """De-quantized weights of every decoder linear: ``{qualified name: tensor [out, in]}``.
+
+    ``method="rtn"``: round to nearest with the per-channel (or per-group) MSE clip search.
+    ``method="gptq"``: sequential GPTQ, layer by layer as in QuaRot: the calibration windows
+    (``LongTensor [n, length]``; use :func:`calibration_windows`, which does not overlap the
+    evaluation windows) are run through the model up to layer 0; for each layer the Hessian of every
+    linear's input is accumulated from the (already quantized) previous layers' outputs with
+    full-precision activations, all its linears are GPTQ-quantized, and the quantized layer's outputs
+    feed the next layer. About 2-4 minutes on 2 CPU cores for SmolLM2 with 32 x 512 tokens.
+    ``lm_head`` is never included. The model is not modified.
+    """
+    if not is_quantized_bits(bits):
+        raise ValueError("quantize_weights needs bits < 16")
+    method = method.lower()
+    layers = _layers(model)
+    if method == "rtn":
+        out = {}
+        for i, layer in enumerate(layers):
+            for name, lin in decoder_linears(layer, f"model.layers.{i}").items():
+                out[name] = quantize_weight_sym(lin.weight.detach(), bits, group_size, mse=mse)
+        return out
+    if method != "gptq":
+        raise ValueError(f"weight method must be 'rtn' or 'gptq', got {method!r}")
+    if calibration is None:
+        raise ValueError("GPTQ needs calibration windows (LongTensor [n, length]); e.g. "
+                         "vramlab.quant.calibration_windows(tokenizer) - they must not overlap the "
+                         "evaluation windows")
+    from tqdm.auto import tqdm
+
+    work = copy.deepcopy(model)  # quantized layer by layer; the caller's model is untouched
+    work_layers = _layers(work)
+    captured = _first_layer_inputs(work, calibration, batch_size)
+    hidden = [h for h, _ in captured]
+    kwargs = [kw for _, kw in captured]
+    out: dict[str, torch.Tensor] = {}
+    bar = tqdm(total=len(work_layers), desc=f"GPTQ W{bits}" + (f" g{group_size}" if group_size else ""),
+               disable=not progress)
+    with torch.inference_mode():
+        for i, layer in enumerate(work_layers):
+            lins = decoder_linears(layer, f"model.layers.{i}")
+            hess = {n: torch.zeros(l.in_features, l.in_features, device=l.weight.device, dtype=torch.float32)
+                    for n, l in lins.items()}
+            counts = dict.fromkeys(lins, 0)
+            handles = []
+            for n, lin in lins.items():
+                def hook(_mod, args, _out, n=n):
+                    x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+                    t = x.shape[0]
+                    total = counts[n] + t
+                    hess[n].mul_(counts[n] / total)
+                    x = x * math.sqrt(2 / total)
+                    hess[n].addmm_(x.t(), x)
+                    counts[n] = total
+                handles.append(lin.register_forward_hook(hook))
+            for h, kw in zip(hidden, kwargs):
+                _run_layer(layer, h, kw)
+            for handle in handles:
+                handle.remove()
+            for n, lin in lins.items():
+                q = gptq_quantize_matrix(lin.weight.detach(), hess[n], bits, group_size=group_size, mse=mse,
+                                         percdamp=percdamp, act_order=act_order)
+                lin.weight.data.copy_(q)
+                out[n] = q.detach().clone()
+            del hess
+            hidden = [_run_layer(layer, h, kw) for h, kw in zip(hidden, kwargs)]
+            bar.update(1)
+    bar.close()
+    del work
+    return out
+
+
+def calibration_windows(tokenizer, n_windows: int = 32, length: int = WINDOW_LENGTH):
+    """GPTQ calibration windows from the pydoc text that start after the 8 evaluation windows.
+
+    ``token_windows(tokenizer, n_windows, length, offset=8 * 512)``: LongTensor ``[n_windows, length]``.
+    """
+    from vramlab.data import token_windows
+
+    return token_windows(tokenizer, n_windows, length, offset=EVAL_WINDOWS * WINDOW_LENGTH)
+
+
+# --------------------------------------------------------------------------------------------
+# The whole model
+# --------------------------------------------------------------------------------------------
+
+def _enable_kv_hooks(model) -> Callable[[], None]:
+    """Switch ``model`` to the vramlab attention function that calls the K/V quantizer hooks."""
+    from vramlab import attention
+
+    attention.enable(model)
+
+
+def quantize_model(model, w_bits: int | None = 16, a_bits: int | None = 16, kv_bits: int | None = 16,
+                   weight_method: str = "rtn", calibration: torch.Tensor | None = None,
+                   group_size: int | None = None, act_clip: float = 0.9, w_clip: bool = True,
+                   kv_group_size: int | None = None, kv_clip: float = 0.95,
+                   weights: dict[str, torch.Tensor] | None = None, progress: bool = True):
+    """A fake-quantized deep copy of a Llama-style model (``model`` itself is not modified).
+
+    * ``w_bits``: weights of every decoder linear (q/k/v/o, gate/up/down; for a rotated model the
+      Linear inside ``down_proj``), symmetric, per output channel or per ``group_size`` input columns,
+      MSE clip search when ``w_clip``; ``weight_method`` ``"rtn"`` or ``"gptq"`` (needs
+      ``calibration``, LongTensor ``[n, length]``, see :func:`calibration_windows`). ``weights`` may
+      pass precomputed de-quantized weights (from :func:`quantize_weights`) to reuse a GPTQ run.
+    * ``a_bits``: the input of each of those linears, per token symmetric with clip ``act_clip``.
+    * ``kv_bits``: K (after RoPE and any online Q/K transform) and V, asymmetric, groups of
+      ``kv_group_size`` (default head_dim) with clip ``kv_clip``, through ``vramlab.attention``.
+    * ``lm_head`` and its input, the embeddings and the norms stay in float.
+
+    Bits of ``16`` or ``None`` mean "not quantized". Runs on whatever device the model is on.
+    """
+    new = copy.deepcopy(model)
+    layers = _layers(new)
+    qw = is_quantized_bits(w_bits)
+    if qw and weights is None:
+        weights = quantize_weights(model, w_bits, weight_method, calibration=calibration, group_size=group_size,
+                                   mse=w_clip, progress=progress)
+    desc = ""
+    if qw:
+        desc = f"{weight_method}, " + (f"group {group_size}" if group_size else "per-channel")
+    for i, layer in enumerate(layers):
+        for name, lin in decoder_linears(layer, f"model.layers.{i}").items():
+            w = weights[name] if qw else lin.weight.detach()
+            actq = ActQuantizer(a_bits, act_clip) if is_quantized_bits(a_bits) else None
+            _set_submodule(new, name, QuantLinear(lin, w, actq, w_bits if qw else None, desc))
+    if is_quantized_bits(kv_bits):
+        head_dim = getattr(new.config, "head_dim", None) or new.config.hidden_size // new.config.num_attention_heads
+        g = kv_group_size or head_dim
+        for layer in layers:
+            attn = layer.self_attn
+            attn.vramlab_k_quantizer = KVQuantizer(kv_bits, g, kv_clip)
+            attn.vramlab_v_quantizer = KVQuantizer(kv_bits, g, kv_clip)
+        _enable_kv_hooks(new)
+    new.vramlab_quant = {"w_bits": w_bits if qw else 16, "a_bits": a_bits if is_quantized_bits(a_bits) else 16,
+                         "kv_bits": kv_bits if is_quantized_bits(kv_bits) else 16,
+                         "weight_method": weight_method if qw else None, "group_size": group_size if qw else None,
+                         "act_clip": act_clip, "w_clip": w_clip, "kv_clip": kv_clip}
+    return new

@@ -1,0 +1,101 @@
+"""Every lab-02 check rejects the lab's stubs (and plausible wrong answers) and accepts the solution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vramlab import checks
+from vramlab.checks import lab02
+
+
+def _raises(*args):
+    raise NotImplementedError
+
+
+def per_token_solution(x, bits, clip_ratio):
+    qmax = 2 ** (bits - 1) - 1
+    scale = (x.abs().amax(dim=-1, keepdim=True) * clip_ratio / qmax).clamp_min(1e-12)
+    return torch.clamp(torch.round(x / scale), -qmax - 1, qmax) * scale
+
+
+def kv_solution(x, bits, group_size, clip_ratio):
+    g = x.reshape(*x.shape[:-1], x.shape[-1] // group_size, group_size)
+    lo = g.amin(-1, keepdim=True).clamp_max(0) * clip_ratio
+    hi = g.amax(-1, keepdim=True).clamp_min(0) * clip_ratio
+    scale = ((hi - lo) / (2 ** bits - 1)).clamp_min(1e-12)
+    zero = torch.round(-lo / scale)
+    q = torch.clamp(torch.round(g / scale) + zero, 0, 2 ** bits - 1)
+    return ((q - zero) * scale).reshape(x.shape)
+
+
+def per_token_whole_tensor(x, bits, clip_ratio):  # one scale for the whole tensor
+    qmax = 2 ** (bits - 1) - 1
+    scale = x.abs().max() * clip_ratio / qmax
+    return torch.clamp(torch.round(x / scale), -qmax - 1, qmax) * scale
+
+
+def per_token_no_clamp(x, bits, clip_ratio):  # clip ratio used but values never clamped
+    qmax = 2 ** (bits - 1) - 1
+    scale = (x.abs().amax(dim=-1, keepdim=True) * clip_ratio / qmax).clamp_min(1e-12)
+    return torch.round(x / scale) * scale
+
+
+def kv_symmetric(x, bits, group_size, clip_ratio):  # symmetric, not asymmetric
+    g = x.reshape(*x.shape[:-1], x.shape[-1] // group_size, group_size)
+    qmax = 2 ** (bits - 1) - 1
+    scale = (g.abs().amax(-1, keepdim=True) * clip_ratio / qmax).clamp_min(1e-12)
+    return (torch.clamp(torch.round(g / scale), -qmax - 1, qmax) * scale).reshape(x.shape)
+
+
+def kv_per_token_not_grouped(x, bits, group_size, clip_ratio):  # ignores group_size
+    return kv_solution(x, bits, x.shape[-1], clip_ratio)
+
+
+SOLUTIONS = {
+    "check_per_token_quantizer": per_token_solution,
+    "check_kv_quantizer": kv_solution,
+    "check_kv4_bytes_per_token": 2 * 30 * 3 * (64 // 2 + 2 + 2),
+}
+WRONG = {
+    "check_per_token_quantizer": [per_token_whole_tensor, per_token_no_clamp,
+                                  lambda x, b, c: x, lambda x, b, c: per_token_solution(x, b, c)[..., :-1]],
+    "check_kv_quantizer": [kv_symmetric, kv_per_token_not_grouped, lambda x, b, g, c: x.tolist()],
+    "check_kv4_bytes_per_token": [2 * 30 * 3 * 64 // 2, 2 * 30 * 9 * (32 + 4), 2 * 30 * 3 * 64 * 2],
+}
+STUBS = [None, lambda *a: None, _raises]
+
+
+def test_every_check_is_exported_and_covered():
+    assert set(lab02.__all__) == set(SOLUTIONS) == set(WRONG)
+    for name in lab02.__all__:
+        assert getattr(checks, name) is getattr(lab02, name)
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_solution_passes(name, capsys):
+    result = getattr(lab02, name)(SOLUTIONS[name])
+    out = capsys.readouterr().out
+    assert result.passed and out.startswith("PASS"), out
+
+
+def test_package_quantizers_pass_their_own_checks(capsys):
+    from vramlab.quant import quantize_groupwise_asym, quantize_per_token_sym
+
+    assert lab02.check_per_token_quantizer(quantize_per_token_sym)
+    assert lab02.check_kv_quantizer(quantize_groupwise_asym)
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+@pytest.mark.parametrize("stub", range(len(STUBS)))
+def test_stubs_fail_without_raising(name, stub, capsys):
+    result = getattr(lab02, name)(STUBS[stub])
+    out = capsys.readouterr().out
+    assert not result.passed and out.startswith("FAIL") and "expected" in out, out
+
+
+@pytest.mark.parametrize("name,index", [(n, i) for n in sorted(WRONG) for i in range(len(WRONG[n]))])
+def test_plausible_wrong_answers_fail(name, index, capsys):
+    result = getattr(lab02, name)(WRONG[name][index])
+    out = capsys.readouterr().out
+    assert not result.passed and "expected" in out, out
