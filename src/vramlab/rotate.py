@@ -157,6 +157,36 @@ def _headwise(H, heads: int):
     return torch.block_diag(*([H] * heads))
 
 
+class _Rotation:
+    """An orthogonal map R applied to weights in float64: ``right(W) = W @ R``, ``left_t(W) = Rᵀ W``.
+
+    A dense matrix, or a (signed, optionally block-diagonal) normalised Hadamard applied with
+    :func:`vramlab.hadamard.fwht` (``O(n log n)``, the same numbers as the dense product).
+    """
+
+    def __init__(self, dense=None, hadamard_n: int | None = None, signs=None, blocks: int = 1):
+        self.dense, self.n, self.signs, self.blocks = dense, hadamard_n, signs, blocks
+
+    def matrix(self):
+        if self.dense is not None:
+            return self.dense
+        H = _had.hadamard_matrix(self.n) / math.sqrt(self.n)
+        if self.signs is not None:
+            H = self.signs[:, None] * H
+        return _headwise(H, self.blocks)
+
+    def right(self, W):
+        if self.dense is not None:
+            return W @ self.dense.to(W.device)
+        if self.signs is not None:
+            W = W * self.signs.to(W.device)
+        shape = W.shape
+        return _had.fwht(W.reshape(*shape[:-1], self.blocks, self.n)).reshape(shape)
+
+    def left_t(self, W):
+        return self.right(W.T).T.contiguous()
+
+
 def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool = False,
                  online_hadamard: bool = True, qk_hadamard: bool = True, vo_hadamard: bool = True):
     """QuaRot-rotate a LLaMA-style causal LM; returns the rotated model (a copy unless ``inplace``).
@@ -165,7 +195,8 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
     seeded) or ``"none"`` (only untie + fold norms; no rotation, no online transforms — down_proj
     still becomes ``Sequential(Identity, Linear)``). ``online_hadamard`` / ``qk_hadamard`` /
     ``vo_hadamard`` switch off single steps (for teaching and ablations); with ``rotation="none"``
-    they are ignored. See the module docstring for every step.
+    they are ignored. See the module docstring for every step. Each weight goes through fold and
+    rotations in float64 and is cast back to its dtype once.
 
     After the call ``model.vramlab_rotation`` records what was done (a dict).
     """
@@ -176,44 +207,60 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
     cfg = model.config
     hidden = cfg.hidden_size
     heads = cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", heads)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or hidden // heads
     inter = cfg.intermediate_size
     rotated = rotation != "none"
 
+    Q = None
+    if rotation == "hadamard":
+        Q = _Rotation(hadamard_n=hidden, signs=_had.random_signs(hidden, seed))
+    elif rotation == "random":
+        Q = _Rotation(dense=_had.random_orthogonal(hidden, seed))
+    Hd = _Rotation(hadamard_n=inter) if (rotated and online_hadamard) else None
+    Hv = _Rotation(hadamard_n=head_dim, blocks=kv_heads) if (rotated and vo_hadamard) else None
+    Ho = _Rotation(hadamard_n=head_dim, blocks=heads) if (rotated and vo_hadamard) else None
+
+    def reader(lin, gamma):  # a linear reading the (normed) residual stream: W diag(γ) Q
+        W = lin.weight.detach().double()
+        W = W * gamma.detach().double().to(W.device)[None, :]
+        return Q.right(W) if Q is not None else W
+
     with torch.no_grad():
         untie_lm_head(model)
-        fold_norms(model)
-
-        Q = rotation_matrix(hidden, rotation, seed) if rotated else None
-        Hd = _had.hadamard_matrix(inter) / math.sqrt(inter) if (rotated and online_hadamard) else None
-        Hh = _had.hadamard_matrix(head_dim) / math.sqrt(head_dim) if (rotated and vo_hadamard) else None
-
+        emb = model.get_input_embeddings()
         if Q is not None:
-            emb = model.get_input_embeddings()
-            emb.weight.data = (emb.weight.data.double() @ Q.to(emb.weight.device)).to(emb.weight.dtype)
-            _set_weight(model.lm_head, model.lm_head.weight.double() @ Q.to(model.lm_head.weight.device))
+            emb.weight.data = Q.right(emb.weight.detach().double()).to(emb.weight.dtype)
+        final_norm = model.model.norm
+        _set_weight(model.lm_head, reader(model.lm_head, final_norm.weight))
+        final_norm.weight.fill_(1.0)
 
         for layer in _layers(model):
             attn, mlp = layer.self_attn, layer.mlp
             down = _down_linear(mlp)
-            if Q is not None:
-                Qd = Q.to(attn.q_proj.weight.device)
-                for lin in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
-                    _set_weight(lin, lin.weight.double() @ Qd)
-                for lin in (attn.o_proj, down):
-                    _set_weight(lin, Qd.T @ lin.weight.double())
-                    if lin.bias is not None:
-                        lin.bias.data = (lin.bias.data.double() @ Qd).to(lin.bias.dtype)
-            if Hh is not None:
-                Hv = _headwise(Hh, kv_heads).to(attn.v_proj.weight.device)
-                _set_weight(attn.v_proj, Hv.T @ attn.v_proj.weight.double())
-                if attn.v_proj.bias is not None:
-                    attn.v_proj.bias.data = (attn.v_proj.bias.data.double() @ Hv).to(attn.v_proj.bias.dtype)
-                Ho = _headwise(Hh, heads).to(attn.o_proj.weight.device)
-                _set_weight(attn.o_proj, attn.o_proj.weight.double() @ Ho)
+            for norm, linears in ((layer.input_layernorm, (attn.q_proj, attn.k_proj, attn.v_proj)),
+                                  (layer.post_attention_layernorm, (mlp.gate_proj, mlp.up_proj))):
+                for lin in linears:
+                    W = reader(lin, norm.weight)
+                    if lin is attn.v_proj and Hv is not None:  # v per head -> v H (output side)
+                        W = Hv.left_t(W)
+                        if lin.bias is not None:
+                            lin.bias.data = Hv.right(lin.bias.detach().double()).to(lin.bias.dtype)
+                    _set_weight(lin, W)
+                norm.weight.fill_(1.0)
+            # writers of the residual stream: Qᵀ W on the output side, Hadamards on the input side
+            Wo = attn.o_proj.weight.detach().double()
+            if Ho is not None:
+                Wo = Ho.right(Wo)
+            Wd = down.weight.detach().double()
             if Hd is not None:
-                _set_weight(down, down.weight.double() @ Hd.to(down.weight.device))
+                Wd = Hd.right(Wd)
+            for lin, W in ((attn.o_proj, Wo), (down, Wd)):
+                if Q is not None:
+                    W = Q.left_t(W)
+                    if lin.bias is not None:
+                        lin.bias.data = Q.right(lin.bias.detach().double()).to(lin.bias.dtype)
+                _set_weight(lin, W)
             if not isinstance(mlp.down_proj, nn.Sequential):
                 first = OnlineHadamard(inter) if Hd is not None else nn.Identity()
                 mlp.down_proj = nn.Sequential(first, down)
@@ -224,8 +271,8 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
         from vramlab import attention
 
         attention.enable(model)
-    model.vramlab_rotation = {"rotation": rotation, "seed": seed, "online_hadamard": bool(Hd is not None),
-                              "qk_hadamard": bool(rotated and qk_hadamard), "vo_hadamard": bool(Hh is not None)}
+    model.vramlab_rotation = {"rotation": rotation, "seed": seed, "online_hadamard": Hd is not None,
+                              "qk_hadamard": bool(rotated and qk_hadamard), "vo_hadamard": Hv is not None}
     return model
 
 
