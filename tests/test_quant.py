@@ -117,6 +117,26 @@ def test_gptq_beats_rtn_on_correlated_inputs():
     assert ((x @ (grouped - w).T) ** 2).mean() < err_rtn
 
 
+def test_outlier_stats_and_relative_error():
+    g = torch.Generator().manual_seed(0)
+    gauss = torch.randn(256, 576, generator=g, dtype=torch.float64)
+    st = quant.outlier_stats(gauss)
+    assert 2.8 < st["kurtosis"] < 3.2 and 3.0 < st["max_over_rms"] < 4.5
+    spiky = gauss.clone()
+    spiky[:, 7] = 100.0
+    sp = quant.outlier_stats(spiky)
+    assert sp["kurtosis"] > 100 and sp["max_over_rms"] > 15
+    # an orthogonal (Hadamard-like) mixing spreads the spike: per-token 4-bit error drops a lot
+    q, _ = torch.linalg.qr(torch.randn(576, 576, generator=g, dtype=torch.float64))
+    before = quant.per_token_relative_error(spiky, 4).median()
+    after = quant.per_token_relative_error(spiky @ q, 4).median()
+    assert after < 0.6 * before
+    e8 = quant.per_token_relative_error(gauss, 8).median()
+    assert e8 < quant.per_token_relative_error(gauss, 4).median() / 8
+    h = quant.hessian_from_inputs(gauss.float())
+    assert h.shape == (576, 576) and torch.allclose(h, h.T)
+
+
 # ------------------------------------------------------------------ whole models
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -202,3 +222,6 @@ def test_real_model_w8a8_close_to_fp32_and_w16a4_breaks(smollm2, windows):
     assert abs(w8a8 / fp32 - 1) < 0.05, (w8a8, fp32)
     a4 = perplexity(quant.quantize_model(model, 16, 4, 16), windows[:1])
     assert a4 > 10 * fp32  # unrotated 4-bit activations break on SmolLM2's outlier channels
+    x = quant.capture_inputs(model, windows[0, :128], ["model.layers.29.mlp.down_proj"])
+    x = x["model.layers.29.mlp.down_proj"]
+    assert x.shape == (128, 1536) and quant.outlier_stats(x)["max_over_rms_max"] > 10  # Gaussian: ~4

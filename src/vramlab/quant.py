@@ -50,6 +50,10 @@ __all__ = [
     "quantize_model",
     "calibration_windows",
     "decoder_linears",
+    "capture_inputs",
+    "hessian_from_inputs",
+    "outlier_stats",
+    "per_token_relative_error",
     "EVAL_WINDOWS",
     "WINDOW_LENGTH",
 ]
@@ -511,3 +515,64 @@ def quantize_model(model, w_bits: int | None = 16, a_bits: int | None = 16, kv_b
                          "weight_method": weight_method if qw else None, "group_size": group_size if qw else None,
                          "act_clip": act_clip, "w_clip": w_clip, "kv_clip": kv_clip}
     return new
+
+
+# --------------------------------------------------------------------------------------------
+# Looking at real activations (used by notebook 02)
+# --------------------------------------------------------------------------------------------
+
+def capture_inputs(model, input_ids: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
+    """The input of each named submodule for one forward pass, as float32 ``[tokens, features]`` on CPU.
+
+    ``input_ids``: LongTensor ``[batch, seq]`` (or ``[seq]``). ``names`` are qualified module names,
+    e.g. ``"model.layers.29.mlp.down_proj"`` (for a rotated model use ``"...down_proj.1"`` to get the
+    post-Hadamard input of the inner Linear).
+    """
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    got: dict[str, torch.Tensor] = {}
+    handles = []
+    for name in names:
+        module = model.get_submodule(name)
+
+        def hook(_m, args, name=name):
+            got[name] = args[0].detach().float().reshape(-1, args[0].shape[-1]).cpu()
+
+        handles.append(module.register_forward_pre_hook(hook))
+    try:
+        with torch.inference_mode():
+            model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
+
+
+def hessian_from_inputs(x: torch.Tensor) -> torch.Tensor:
+    """GPTQ's proxy Hessian ``2/N X^T X`` for inputs ``x [N, in]`` (float32)."""
+    x = x.float().reshape(-1, x.shape[-1])
+    return 2 * x.T @ x / x.shape[0]
+
+
+def outlier_stats(x: torch.Tensor) -> dict[str, float]:
+    """How outlier-heavy an activation ``x [tokens, features]`` is.
+
+    ``kurtosis``: mean over tokens of each token's kurtosis ``E[(x-m)^4] / Var^2`` over its features
+    (a Gaussian gives 3); ``max_over_rms``: median over tokens of ``max|x| / RMS(x)`` (at most
+    ``sqrt(features)``; a Gaussian gives about 3.6 at 576 features); ``max_over_rms_max``: its largest
+    value over tokens.
+    """
+    x = x.double().reshape(-1, x.shape[-1])
+    centred = x - x.mean(-1, keepdim=True)
+    var = centred.pow(2).mean(-1)
+    kurt = centred.pow(4).mean(-1) / var.pow(2).clamp_min(1e-30)
+    ratio = x.abs().amax(-1) / x.pow(2).mean(-1).sqrt().clamp_min(1e-30)
+    return {"kurtosis": kurt.mean().item(), "max_over_rms": ratio.median().item(),
+            "max_over_rms_max": ratio.max().item()}
+
+
+def per_token_relative_error(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> torch.Tensor:
+    """``||x_t - Q(x_t)|| / ||x_t||`` for each token of ``x [tokens, features]`` (per-token symmetric Q)."""
+    xf = x.float()
+    err = (quantize_per_token_sym(xf, bits, clip_ratio) - xf).norm(dim=-1)
+    return err / xf.norm(dim=-1).clamp_min(1e-12)
