@@ -16,6 +16,9 @@ Hooks (plain attributes on each attention module, e.g. ``model.model.layers[3].s
 ``module.vramlab_k_quantizer(k) -> k`` and ``module.vramlab_v_quantizer(v) -> v``
     ``[batch, kv_heads, seq, head_dim]`` each; set by :mod:`vramlab.quant` for the (fake) KV-cache
     quantizer. They run after ``vramlab_qk_transform``.
+``module.vramlab_kv_observer(k, v) -> None``
+    Called after ``vramlab_qk_transform`` and before the quantizers (sees the K/V a cache quantizer
+    would quantize); :mod:`vramlab.outliers` uses it to collect statistics. Its return is ignored.
 
 Note on the cache: transformers writes K/V into the cache *before* calling the attention function,
 so the cache itself holds the un-hooked K/V and the hooks run on the whole (cached + new) K/V at
@@ -35,7 +38,7 @@ Usage::
 from __future__ import annotations
 
 NAME = "vramlab"
-HOOK_ATTRS = ("vramlab_qk_transform", "vramlab_k_quantizer", "vramlab_v_quantizer")
+HOOK_ATTRS = ("vramlab_qk_transform", "vramlab_kv_observer", "vramlab_k_quantizer", "vramlab_v_quantizer")
 
 _registered = False
 
@@ -47,6 +50,9 @@ def vramlab_attention_forward(module, query, key, value, attention_mask, **kwarg
     qk = getattr(module, "vramlab_qk_transform", None)
     if qk is not None:
         query, key = qk(query, key)
+    obs = getattr(module, "vramlab_kv_observer", None)
+    if obs is not None:
+        obs(key, value)
     kq = getattr(module, "vramlab_k_quantizer", None)
     if kq is not None:
         key = kq(key)
