@@ -54,6 +54,8 @@ __all__ = [
     "hessian_from_inputs",
     "outlier_stats",
     "per_token_relative_error",
+    "load_quarot_table",
+    "table_ppl",
     "EVAL_WINDOWS",
     "WINDOW_LENGTH",
 ]
@@ -576,3 +578,37 @@ def per_token_relative_error(x: torch.Tensor, bits: int, clip_ratio: float = 1.0
     xf = x.float()
     err = (quantize_per_token_sym(xf, bits, clip_ratio) - xf).norm(dim=-1)
     return err / xf.norm(dim=-1).clamp_min(1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# The cached benchmark table (benchmarks/rotation.py -> vramlab/data/quarot_table.json)
+# --------------------------------------------------------------------------------------------
+
+def load_quarot_table(path=None) -> dict:
+    """The perplexity table written by ``benchmarks/rotation.py`` (a dict; see its ``command``,
+    ``date``, ``versions``, ``settings``, ``rows`` and per-setting ``summary`` medians)."""
+    import json
+    from importlib import resources
+
+    if path is None:
+        text = (resources.files("vramlab") / "data" / "quarot_table.json").read_text()
+    else:
+        from pathlib import Path
+
+        text = Path(path).read_text()
+    return json.loads(text)
+
+
+def table_ppl(table: dict, setting: str, rotation: str = "none", weights: str = "rtn",
+              group_size: int | None = None, stat: str = "ppl_median") -> float | None:
+    """Median (or ``ppl_min`` / ``ppl_max``) perplexity of one table entry, or None if not measured.
+
+    Rows without quantized weights (FP32, W16A4) are stored with ``weights="-"`` and are returned for
+    any ``weights``.
+    """
+    for row in table.get("summary", []):
+        if row["setting"] != setting or row["rotation"] != rotation or row.get("group_size") != group_size:
+            continue
+        if row["weights"] in (weights, "-"):
+            return row[stat]
+    return None
