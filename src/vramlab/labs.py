@@ -3,7 +3,7 @@
 ``python -m vramlab.labs build`` writes ``labs/NN_name.ipynb`` from ``notebooks/NN_name.ipynb``:
 the code between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` becomes the ``# STUB: ...`` lines of
 the block (un-commented) or ``pass  # TODO: your code here``; outputs and execution counts are
-cleared; ``# NBVAL_CHECK_OUTPUT`` markers are dropped (a lab has no stored outputs to compare).
+cleared (saved widget state too); ``# NBVAL_CHECK_OUTPUT`` markers are dropped (a lab has no stored outputs to compare).
 ``--check`` writes nothing and fails when a lab or a notebook's setup cell is stale.
 ``python -m vramlab.labs execute NOTEBOOK...`` runs notebooks in place and saves their outputs.
 """
@@ -119,6 +119,7 @@ def make_lab(nb, where: str = "notebook"):
         cell.outputs = []
         cell.execution_count = None
         cell.metadata.pop("execution", None)
+    lab.metadata.pop("widgets", None)  # saved widget state belongs to the executed notebook
     lab.metadata.setdefault("vramlab", {})["generated_from"] = where
     return lab
 
