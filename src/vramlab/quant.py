@@ -385,7 +385,10 @@ def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.T
     evaluation windows) are run through the model up to layer 0; for each layer the Hessian of every
     linear's input is accumulated from the (already quantized) previous layers' outputs with
     full-precision activations, all its linears are GPTQ-quantized, and the quantized layer's outputs
-    feed the next layer. About 2 minutes on one CPU thread for SmolLM2 with 16 x 512 calibration
+    feed the next layer. Simplification against QuaRot's ``gptq_fwrd``: the Hessians of all seven
+    linears of a layer come from one pass of the unquantized layer (QuaRot re-runs the layer after
+    each of its groups qkv / o / gate-up / down, so e.g. o_proj sees quantized q/k/v), which costs
+    1 layer pass instead of 4. About 2 minutes on one CPU thread for SmolLM2 with 16 x 512 calibration
     tokens (most of it in the per-column loop and the MSE clip search; a GPU makes it seconds).
     ``lm_head`` is never included. The model is not modified.
     """
