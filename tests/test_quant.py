@@ -200,14 +200,15 @@ def test_kv_quantizer_only_changes_attention_through_hooks():
     assert 0 < e8 < e2
 
 
-def test_quantize_model_runs_on_cuda_if_available():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the device-agnostic path is covered on CPU")
+@pytest.mark.gpu
+def test_quantize_model_runs_on_cuda():
     model = _tiny_llama().cuda()
-    q = quant.quantize_model(model, 4, 4, 4)
+    calib = torch.randint(0, 128, (2, 16), device="cuda")
+    q = quant.quantize_model(model, 4, 4, 4, weight_method="gptq", calibration=calib, progress=False)
     with torch.no_grad():
         out = q(input_ids=torch.randint(0, 128, (1, 16), device="cuda")).logits
     assert out.device.type == "cuda" and torch.isfinite(out).all()
+    assert all(p.device.type == "cuda" for p in q.parameters())
 
 
 @pytest.mark.slow
