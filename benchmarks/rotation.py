@@ -75,6 +75,19 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def _git_describe() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks"], capture_output=True,
+                               text=True, cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+        return head + (" (uncommitted changes in src/ or benchmarks/)" if dirty else "")
+    except Exception:  # noqa: BLE001 - not a checkout
+        return "unknown"
+
+
 class Table:
     def __init__(self, args, argv):
         self.args = args
@@ -86,6 +99,7 @@ class Table:
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "transformers": transformers.__version__,
                          "vramlab": getattr(vramlab, "__version__", "?")},
+            "git": _git_describe(),
             "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(), "device": "cpu", "dtype": "float32"},
             "model": MODEL_NAME + " - weights were Q4_1 in the GGUF, so W4 re-quantizes 4-bit weights",
