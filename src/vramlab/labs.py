@@ -172,6 +172,22 @@ def build(root: Path | None = None, check: bool = False, verbose: bool = True) -
     return stale
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def strip_widget_views(nb) -> None:
+    """Drop widget outputs and saved widget state from an executed notebook.
+
+    JupyterLab does not restore saved widget state by default, so a stored widget output shows as
+    its text repr (``VBox(children=...``) or a frozen progress bar. Widgets appear when the learner
+    runs the cell.
+    """
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.get("outputs", []) if WIDGET_VIEW not in o.get("data", {})]
+
+
 def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "python3") -> None:
     """Run each notebook top to bottom in a fresh kernel (its folder as cwd) and save outputs."""
     import time
@@ -185,6 +201,7 @@ def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "pyt
         start = time.perf_counter()
         NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
                        resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+        strip_widget_views(nb)
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
         path.write_text(_dumps(nb))

@@ -161,7 +161,7 @@ class SimResult:
         fig.add_trace(go.Scatter(x=[s.step for s in pre], y=[s.used_blocks for s in pre], mode="markers",
                                  name="preemption (RECOMPUTE)", marker=dict(color="#ef553b", symbol="x", size=9)))
         fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step",
-                          yaxis=dict(title="blocks"), yaxis2=dict(title="running", overlaying="y", side="right"),
+                          yaxis=dict(title="blocks"), yaxis2=dict(title="running", overlaying="y", side="right", rangemode="tozero"),
                           legend=dict(orientation="h", y=-0.3))
         return fig
 

@@ -310,7 +310,7 @@ class Plan:
     def summary(self) -> str:
         """A short text ledger in GiB, estimates marked with '~'."""
         lines = [f"{self.model} on {self.gpu.name} ({self.gpu.total_gib:.2f} GiB), "
-                 f"TP={self.tensor_parallel_size}, utilization {self.gpu_memory_utilization}, "
+                 f"TP={self.tensor_parallel_size}, utilization {self.gpu_memory_utilization:g}, "
                  f"max_model_len {self.max_model_len:,}, kv_cache_dtype {self.kv_cache_dtype}"]
         for label, n, est in self.ledger():
             lines.append(f"  {'~' if est else ' '}{n / GiB:8.2f} GiB  {label}")
@@ -330,7 +330,7 @@ class Plan:
                                  orientation="h", marker_color=color,
                                  hovertemplate=f"{label}: %{{x:.2f}} GiB<extra></extra>"))
         fig.add_vline(x=self.requested_bytes / GiB, line_dash="dash",
-                      annotation_text=f"utilization {self.gpu_memory_utilization}")
+                      annotation_text=f"utilization {self.gpu_memory_utilization:g}")
         fig.update_layout(barmode="stack", height=230, margin=dict(l=10, r=10, t=40, b=10),
                           xaxis_title="GiB (per GPU)", title=("OK: " if self.ok else "FAILS: ") + self.model,
                           legend=dict(orientation="h", y=-0.5))
