@@ -286,37 +286,52 @@ def channel_figure(channel_absmax, title: str = "", after=None, labels=("origina
 
     fig = go.Figure()
     c = torch.as_tensor(channel_absmax).float()
-    fig.add_trace(go.Bar(x=list(range(c.numel())), y=c.tolist(), name=labels[0], marker_line_width=0))
+    fig.add_trace(go.Bar(x=list(range(c.numel())), y=[_round(v) for v in c.tolist()], name=labels[0],
+                         marker_line_width=0))
     if after is not None:
         a = torch.as_tensor(after).float()
-        fig.add_trace(go.Bar(x=list(range(a.numel())), y=a.tolist(), name=labels[1], marker_line_width=0,
+        fig.add_trace(go.Bar(x=list(range(a.numel())), y=[_round(v) for v in a.tolist()], name=labels[1],
+                             marker_line_width=0,
                              opacity=0.8))
     fig.update_layout(title=title or "max |x| per channel", xaxis_title="channel", yaxis_title="max |x|",
                       barmode="overlay", bargap=0, height=320, margin=dict(l=50, r=20, t=40, b=40))
     return fig
 
 
-def histogram_figure(before, after=None, title: str = "", bins: int = 120, labels=("original", "rotated"),
-                     max_points: int = 20000):
+def histogram_figure(before, after=None, title: str = "", bins: int = 121, labels=("original", "rotated")):
     """Histogram of the values of one activation before (and after) rotation, log-count axis.
 
-    Values are normalised by their RMS so both fit one axis; at most ``max_points`` values each
-    (an evenly strided sample) keep the stored figure small.
+    Values are normalised by their RMS so both fit one axis; the counts are computed here
+    (``torch.histc`` on a shared range) so the stored figure holds ``bins`` numbers per trace,
+    not the raw values.
     """
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    data = []
     for x, name in ((before, labels[0]), (after, labels[1])):
         if x is None:
             continue
         v = torch.as_tensor(x).detach().double().flatten()
-        v = v / v.pow(2).mean().sqrt()
-        step = max(1, v.numel() // max_points)
-        fig.add_trace(go.Histogram(x=v[::step].float().tolist(), name=name, nbinsx=bins, opacity=0.7))
-    fig.update_layout(title=title or "values / RMS", barmode="overlay", yaxis_type="log",
+        data.append((v / v.pow(2).mean().sqrt(), name))
+    lim = max(float(v.abs().max()) for v, _ in data)
+    width = 2 * lim / bins
+    centres = [_round(-lim + width * (i + 0.5)) for i in range(bins)]
+    fig = go.Figure()
+    for v, name in data:
+        counts = torch.histc(v, bins=bins, min=-lim, max=lim)
+        fig.add_trace(go.Bar(x=centres, y=[int(c) if c > 0 else None for c in counts.tolist()], name=name,
+                             opacity=0.7, marker_line_width=0))
+    fig.update_layout(title=title or "values / RMS", barmode="overlay", bargap=0, yaxis_type="log",
                       xaxis_title="x / RMS(x)", yaxis_title="count", height=320,
                       margin=dict(l=50, r=20, t=40, b=40))
     return fig
+
+
+def _round(v, digits: int = 4):
+    """Round to a few significant digits (keeps the stored figures small)."""
+    if v is None or not math.isfinite(v) or v == 0:
+        return v
+    return round(v, digits - 1 - int(math.floor(math.log10(abs(v)))))
 
 
 def kurtosis_figure(rows, title: str = "", value: str = "kurtosis", after=None):
@@ -330,7 +345,7 @@ def kurtosis_figure(rows, title: str = "", value: str = "kurtosis", after=None):
         sites = [s for s in SITES if any(r["site"] == s for r in data)]
         for s in sites:
             pts = sorted((r["layer"], r[value]) for r in data if r["site"] == s)
-            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[_round(p[1]) for p in pts], mode="lines+markers",
                                      name=SITE_LABELS.get(s, s) + suffix, line=dict(dash=dash)))
     fig.update_layout(title=title or f"{value} per layer", xaxis_title="layer", yaxis_title=value,
                       yaxis_type="log", height=360, margin=dict(l=50, r=20, t=40, b=40))
