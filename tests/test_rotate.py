@@ -169,12 +169,13 @@ def test_check_invariance_reports(tiny, ids):
 
 @pytest.mark.slow
 def test_invariance_real_model(smollm2, windows):
+    """The acceptance check: all 8 x 512 windows (~20 s on 2 idle cores)."""
     model, _ = smollm2
     r = rotate.rotate_model(model, "hadamard", seed=0)
-    res = rotate.check_invariance(model, r, windows[:2])
+    res = rotate.check_invariance(model, r, windows)
     print(res)
     assert res["max_abs_logit_diff"] < 1e-3
     assert res["rel_ppl_diff"] < 1e-3
-    assert 10 < res["ppl_a"] < 25  # pydoc text, FP32 SmolLM2 (~14)
+    assert 13 < res["ppl_a"] < 17  # pydoc text, FP32 SmolLM2: 14.70 on these 8 windows
     assert model.config._attn_implementation == "sdpa"
     assert model.lm_head.weight is model.model.embed_tokens.weight  # the session model is intact
