@@ -179,3 +179,34 @@ def test_invariance_real_model(smollm2, windows):
     assert 13 < res["ppl_a"] < 17  # pydoc text, FP32 SmolLM2: 14.70 on these 8 windows
     assert model.config._attn_implementation == "sdpa"
     assert model.lm_head.weight is model.model.embed_tokens.weight  # the session model is intact
+
+
+def test_contract_for_the_quantizer(tiny, ids):
+    """quant.py relies on: down_proj[1] sees fwht(activation); K hooks see K after the head-wise Hadamard."""
+    from vramlab.hadamard import fwht
+
+    r = rotate.rotate_model(tiny, "hadamard", seed=0)
+    mlp, attn = r.model.layers[1].mlp, r.model.layers[1].self_attn
+    seen = {}
+    h1 = mlp.down_proj.register_forward_pre_hook(lambda m, a: seen.__setitem__("outer", a[0].clone()))
+    h2 = mlp.down_proj[1].register_forward_pre_hook(lambda m, a: seen.__setitem__("inner", a[0].clone()))
+    ks = []
+    attn.vramlab_k_quantizer = lambda k: ks.append(k.clone()) or k
+    try:
+        logits(r, ids)
+    finally:
+        h1.remove()
+        h2.remove()
+        del attn.vramlab_k_quantizer
+    assert torch.allclose(seen["inner"], fwht(seen["outer"]), atol=1e-6)
+    # without the Q/K hook the quantizer would see un-rotated keys: compare with the transform removed
+    qk = attn.vramlab_qk_transform
+    del attn.vramlab_qk_transform
+    raw = []
+    attn.vramlab_k_quantizer = lambda k: raw.append(k.clone()) or k
+    try:
+        logits(r, ids)
+    finally:
+        del attn.vramlab_k_quantizer
+        attn.vramlab_qk_transform = qk
+    assert torch.allclose(ks[0], fwht(raw[0]), atol=1e-5)
