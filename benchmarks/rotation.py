@@ -54,6 +54,7 @@ SETTINGS = {  # name: (w_bits, a_bits, kv_bits)
     "W4A4KV4": (4, 4, 4),
 }
 ROTATIONS = ("none", "hadamard", "random")
+PHASES = ("rtn", "gptq4", "seeds_rtn", "seeds_gptq", "group128", "gptq8")
 
 
 def parse_args(argv=None):
@@ -72,6 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true", help="2 windows, 4 calibration windows, seed 0 only, no extras")
     p.add_argument("--skip-extras", action="store_true", help="no W8 GPTQ and no group-128 rows")
+    p.add_argument("--phases", nargs="+", default=None, choices=PHASES,
+                   help="run only these phases (default: all, in the order listed)")
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows already in --out and add this run's rows (the command is recorded)")
     return p.parse_args(argv)
 
 
@@ -127,6 +132,22 @@ class Table:
             "fp32_reference_note": "rows with setting FP32 under a rotation check invariance (same ppl)",
         }
 
+    def load_previous(self) -> None:
+        """--append: keep the rows (and the first run's metadata) of the existing table."""
+        old = json.loads(self.args.out.read_text())
+        first = {"command": old["command"], "date": old["date"], "git": old.get("git", "unknown"),
+                 "phases_done": old.get("phases_done")}
+        if not old.get("complete"):
+            first["note"] = f"this run stopped (error or interrupt) after {len(old['rows'])} rows; they are kept"
+        runs = old.get("runs") or [first]
+        self.rows = old["rows"]
+        self.meta["runs"] = runs + [{"command": self.meta["command"], "date": self.meta["date"],
+                                     "git": self.meta["git"]}]
+        for key in ("command", "date"):
+            self.meta[key] = old[key]
+        if old["versions"] != self.meta["versions"]:
+            raise SystemExit(f"--append: versions differ from the table's ({old['versions']})")
+
     def add(self, row: dict) -> None:
         row = {k: v for k, v in row.items()}
         row["t"] = round(time.time() - self.t0, 1)
@@ -166,6 +187,8 @@ def main(argv=None) -> int:
         args.windows, args.calib, args.seeds, args.skip_extras = 2, 4, [0], True
     torch.set_num_threads(args.threads)
     table = Table(args, argv)
+    if args.append and args.out.exists():
+        table.load_previous()
     model, tok = load_smollm2()
     windows = token_windows(tok, args.windows, 512)
     calib = quant.calibration_windows(tok, args.calib)
@@ -268,6 +291,8 @@ def main(argv=None) -> int:
     phases = [phase_rtn, phase_gptq4, phase_seeds_rtn, phase_seeds_gptq]
     if not args.skip_extras:
         phases += [phase_group128, phase_gptq8]
+    if args.phases:
+        phases = [ph for ph in phases if ph.__name__.removeprefix("phase_") in args.phases]
     done, skipped = [], []
     for phase in phases:
         if args.budget_min and time.time() - table.t0 > 60 * args.budget_min:
@@ -275,6 +300,9 @@ def main(argv=None) -> int:
             continue
         phase()
         done.append(phase.__name__)
+    if args.append and table.meta.get("runs"):
+        table.meta["runs"][-1]["phases_done"] = list(done)
+        done = [d for run in table.meta["runs"] for d in (run.get("phases_done") or [])]
     table.meta["phases_done"] = done
     table.meta["phases_skipped_for_time"] = skipped
     table.write(complete=True)

@@ -94,6 +94,12 @@ def test_weight_rtn_per_channel_and_groups():
     assert ((grouped - w) ** 2).sum() < ((mse - w) ** 2).sum()
     for row in grouped[:, :128]:
         assert row.unique().numel() <= 16
+    # a ragged last group (576 = 4 x 128 + 64, SmolLM2's hidden size) is quantized on its own
+    w576 = torch.randn(8, 576, generator=g)
+    w576[:, 540] = 40.0  # an outlier in the last (64-wide) group only
+    r = quant.quantize_weight_sym(w576, 4, group_size=128, mse=False)
+    assert torch.allclose(r[:, :512], quant.quantize_weight_sym(w576[:, :512], 4, group_size=128, mse=False))
+    assert torch.allclose(r[:, 512:], quant.quantize_weight_sym(w576[:, 512:], 4, mse=False))
 
 
 # ------------------------------------------------------------------ GPTQ

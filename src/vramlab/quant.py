@@ -153,12 +153,22 @@ def weight_scales_mse(w: torch.Tensor, bits: int, mse: bool = True, grid: int = 
     return best_scale
 
 
+def _group_scales(w: torch.Tensor, bits: int, group_size: int, mse: bool) -> torch.Tensor:
+    """Per-(row, column group) scales expanded to ``w``'s shape ``[rows, cols]``; ragged last group."""
+    parts = []
+    for start in range(0, w.shape[1], group_size):
+        block = w[:, start:start + group_size]
+        parts.append(weight_scales_mse(block, bits, mse=mse).expand(-1, block.shape[1]))
+    return torch.cat(parts, dim=1)
+
+
 def quantize_weight_sym(w: torch.Tensor, bits: int, group_size: int | None = None,
                         mse: bool = True) -> torch.Tensor:
     """RTN fake quantization of a weight matrix ``w [out, in]``, symmetric.
 
     One scale per output channel (row), or per ``group_size`` consecutive input columns of each row
-    when ``group_size`` is given (``in`` must be a multiple of it). ``mse`` turns on the clip search
+    when ``group_size`` is given (when ``in`` is not a multiple of it the last group is shorter: for
+    SmolLM2's 576 inputs, group 128 means 4 x 128 + 64). ``mse`` turns on the clip search
     of :func:`weight_scales_mse`. Returns a tensor of ``w``'s shape and dtype.
     """
     if not is_quantized_bits(bits):
@@ -167,10 +177,7 @@ def quantize_weight_sym(w: torch.Tensor, bits: int, group_size: int | None = Non
     rows, cols = w.shape
     wf = w.float()
     if group_size:
-        if cols % group_size:
-            raise ValueError(f"in_features {cols} is not a multiple of group_size {group_size}")
-        g = wf.reshape(rows * cols // group_size, group_size)
-        out = _sym_qdq(g, weight_scales_mse(g, bits, mse=mse), qmax).reshape(rows, cols)
+        out = _sym_qdq(wf, _group_scales(wf, bits, group_size, mse), qmax)
     else:
         out = _sym_qdq(wf, weight_scales_mse(wf, bits, mse=mse), qmax)
     return out.to(w.dtype)
@@ -294,10 +301,7 @@ def gptq_quantize_matrix(w: torch.Tensor, hessian: torch.Tensor, bits: int, grou
     W[:, dead] = 0
 
     if group_size:
-        if cols % group_size:
-            raise ValueError(f"in_features {cols} is not a multiple of group_size {group_size}")
-        gscales = weight_scales_mse(W.reshape(-1, group_size), bits, mse=mse).reshape(rows, cols // group_size)
-        col_scale = gscales.repeat_interleave(group_size, dim=1)  # [rows, cols]
+        col_scale = _group_scales(W, bits, group_size, mse)  # [rows, cols]; ragged last group allowed
     else:
         col_scale = weight_scales_mse(W, bits, mse=mse).expand(rows, cols)
 
