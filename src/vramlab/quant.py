@@ -456,7 +456,7 @@ def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.T
     return out
 
 
-def calibration_windows(tokenizer, n_windows: int = 32, length: int = WINDOW_LENGTH):
+def calibration_windows(tokenizer, n_windows: int = 16, length: int = WINDOW_LENGTH):
     """GPTQ calibration windows from the pydoc text that start after the 8 evaluation windows.
 
     ``token_windows(tokenizer, n_windows, length, offset=8 * 512)``: LongTensor ``[n_windows, length]``.
