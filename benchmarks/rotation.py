@@ -2,7 +2,7 @@
 
 Computes the table FP32 / W8A8 / W4A16 / W16A4 / W4A4 / W4A4KV4 x rotation {none, random orthogonal,
 randomized Hadamard} x weights {RTN, GPTQ} on the 8 x 512 pydoc evaluation windows, prints one JSON
-line per measured row and (re)writes ``src/vramlab/data/quarot_table.json`` after every row, so a
+line per measured row and (re)writes ``src/vramlab/results/quarot_table.json`` after every row, so a
 partial run still leaves a usable, honest file (``"complete": false`` until the end).
 
     python benchmarks/rotation.py                    # the full table (~30-60 min on 2 shared cores)
@@ -43,7 +43,7 @@ from vramlab.eval import perplexity
 from vramlab.models import MODEL_NAME, load_smollm2
 from vramlab.rotate import rotate_model
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "vramlab" / "data" / "quarot_table.json"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "vramlab" / "results" / "quarot_table.json"
 
 SETTINGS = {  # name: (w_bits, a_bits, kv_bits)
     "FP32": (16, 16, 16),

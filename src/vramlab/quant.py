@@ -587,7 +587,7 @@ def per_token_relative_error(x: torch.Tensor, bits: int, clip_ratio: float = 1.0
 
 
 # --------------------------------------------------------------------------------------------
-# The cached benchmark table (benchmarks/rotation.py -> vramlab/data/quarot_table.json)
+# The cached benchmark table (benchmarks/rotation.py -> vramlab/results/quarot_table.json)
 # --------------------------------------------------------------------------------------------
 
 def load_quarot_table(path=None) -> dict:
@@ -597,7 +597,7 @@ def load_quarot_table(path=None) -> dict:
     from importlib import resources
 
     if path is None:
-        text = (resources.files("vramlab") / "data" / "quarot_table.json").read_text()
+        text = (resources.files("vramlab") / "results" / "quarot_table.json").read_text()
     else:
         from pathlib import Path
 
