@@ -38,6 +38,28 @@ def timed(fn, x) -> float:
     return time.perf_counter() - t
 
 
+def measure_width(n: int, rows: int = 2048, rounds: int = 7, seed: int = 0) -> dict:
+    """Median seconds of fwht, butterfly and dense on one ``[rows, n]`` float32 input, interleaved."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, n, generator=g)
+    H = (hadamard_matrix(n) / math.sqrt(n)).float()
+    fns = {"fwht": fwht, "butterfly": lambda t: fwht(t, radix=2), "dense": lambda t: t @ H}
+    ref = x.double() @ H.double()
+    err = {k: float((f(x).double() - ref).abs().max()) for k, f in fns.items()}  # also warms up
+    times = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            times[k].append(timed(f, x))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    K, m, how = decompose(n)
+    return {"n": n, "K": K, "pow2": m, "construction": how, "rows": rows,
+            "fwht_s": round(med["fwht"], 5), "butterfly_s": round(med["butterfly"], 5),
+            "dense_s": round(med["dense"], 5),
+            "speedup": round(med["dense"] / med["fwht"], 2),
+            "butterfly_speedup": round(med["dense"] / med["butterfly"], 2),
+            "max_abs_err": {k: float(f"{v:.3g}") for k, v in err.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--widths", type=int, nargs="+", default=[4096, 1536, 576, 64])
@@ -47,25 +69,8 @@ def main() -> None:
     print(json.dumps({"bench": "fwht", "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "cpus": os.cpu_count(), "machine": platform.machine(), "rows": args.rows,
                       "dtype": "float32", "rounds": args.rounds}), flush=True)
-    g = torch.Generator().manual_seed(0)
     for n in args.widths:
-        x = torch.randn(args.rows, n, generator=g)
-        H = (hadamard_matrix(n) / math.sqrt(n)).float()
-        fns = {"fwht": fwht, "butterfly": lambda t: fwht(t, radix=2), "dense": lambda t: t @ H}
-        ref = x.double() @ H.double()
-        err = {k: float((f(x).double() - ref).abs().max()) for k, f in fns.items()}  # also warms up
-        times = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for k, f in fns.items():
-                times[k].append(timed(f, x))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        K, m, how = decompose(n)
-        print(json.dumps({"n": n, "K": K, "pow2": m, "construction": how, "rows": args.rows,
-                          "fwht_s": round(med["fwht"], 5), "butterfly_s": round(med["butterfly"], 5),
-                          "dense_s": round(med["dense"], 5),
-                          "speedup": round(med["dense"] / med["fwht"], 2),
-                          "butterfly_speedup": round(med["dense"] / med["butterfly"], 2),
-                          "max_abs_err": {k: float(f"{v:.3g}") for k, v in err.items()}}), flush=True)
+        print(json.dumps(measure_width(n, args.rows, args.rounds)), flush=True)
 
 
 if __name__ == "__main__":

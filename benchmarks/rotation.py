@@ -307,6 +307,14 @@ def main(argv=None) -> int:
     table.meta["phases_skipped_for_time"] = skipped
     table.write(complete=True)
     print(json.dumps({"done": True, "elapsed_s": round(time.time() - table.t0, 1), "out": str(args.out)}))
+    # The online Hadamard's cost: fwht against the dense matmul, side by side in this run
+    # (acceptance: >= 1.5x at n = 4096 on [2048, 4096] float32; benchmarks/fwht.py has more widths).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fwht import measure_width
+
+    torch.set_num_threads(args.threads)
+    print(json.dumps({"bench": "fwht_vs_dense", "threads": torch.get_num_threads(),
+                      **measure_width(4096, rows=2048, rounds=5)}), flush=True)
     return 0
 
 
