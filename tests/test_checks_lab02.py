@@ -99,3 +99,31 @@ def test_plausible_wrong_answers_fail(name, index, capsys):
     result = getattr(lab02, name)(WRONG[name][index])
     out = capsys.readouterr().out
     assert not result.passed and "expected" in out, out
+
+
+def test_quantizer_checks_reject_nan_and_a_missing_scale_clamp():
+    import math
+
+    import torch
+
+    from vramlab.checks import check_kv_quantizer, check_per_token_quantizer
+
+    assert not check_per_token_quantizer(lambda x, b, c: torch.full_like(x, math.nan))
+    assert not check_kv_quantizer(lambda x, b, g, c: torch.full_like(x, math.nan))
+
+    def no_clamp(x, bits, clip):  # the all-zero token gives 0/0
+        s = x.abs().amax(-1, keepdim=True) * clip / (2 ** (bits - 1) - 1)
+        return (x / s).round().clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1) * s
+
+    assert not check_per_token_quantizer(no_clamp)
+
+
+def test_in_place_solution_does_not_corrupt_later_cases():
+    from vramlab.checks import check_per_token_quantizer
+    from vramlab.quant import quantize_per_token_sym
+
+    def in_place(x, bits, clip):
+        x.copy_(quantize_per_token_sym(x, bits, clip))
+        return x
+
+    assert check_per_token_quantizer(in_place)

@@ -54,3 +54,19 @@ def test_stubs_fail_without_raising(name, stub, capsys):
 def test_plausible_wrong_answers_fail(name, capsys):
     result = getattr(lab03, name)(WRONG[name])
     assert not result.passed and "expected" in capsys.readouterr().out
+
+
+def test_byte_checks_reject_nan_and_a_hard_coded_576():
+    from vramlab.checks import check_kv_bytes_by_hand, check_mla_bytes_by_hand
+
+    assert not check_kv_bytes_by_hand(lambda *a: float("nan"))
+    assert not check_mla_bytes_by_hand(lambda l, r, p, b: l * 576 * b)
+
+
+def test_fix_plan_only_accepts_engine_arguments_and_sane_utilization():
+    from vramlab.checks import check_fix_plan
+
+    assert not check_fix_plan({"weights_bytes": 0})
+    assert not check_fix_plan({"non_torch_bytes": 0, "activation_bytes": 0, "cudagraph_bytes": 0})
+    assert not check_fix_plan({"gpu_memory_utilization": 1.0})
+    assert check_fix_plan({"max_model_len": 32768, "kv_cache_dtype": "fp8"})

@@ -133,3 +133,13 @@ def test_bad_widths_and_names():
         load_config("no-such-model")
     with pytest.raises(ValueError, match="context"):
         kv_table(context=0)
+
+
+def test_auto_dtype_of_a_float32_pretrained_config_is_16_bit():
+    """vLLM serves float32 checkpoints in 16 bits, so 'auto' must not double the cache."""
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576,
+                      head_dim=64, dtype="float32")
+    assert kv_bytes_per_token(cfg, "auto") == 2 * 30 * 3 * 64 * 2
+    assert kv_bytes_per_token(cfg, "float32") == 2 * 30 * 3 * 64 * 4

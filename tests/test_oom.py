@@ -89,3 +89,18 @@ def test_unknown_and_bad_input():
         diagnose(None)
     assert set(FIXES) == set(KINDS)
     assert "startup_kv_capacity" in str(diagnose(SEED_TEXTS["startup_kv_capacity"][0]))
+
+
+def test_startup_numbers_from_a_line_wrapped_message_without_parenthesis():
+    """Seed 000 quotes the FlashInfer case wrapped over lines and without '(' before the needed GiB."""
+    from pathlib import Path
+
+    seed = (Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_a8cc9e9fef2fa39c.txt")
+    text = ("ValueError: To serve at least one request with the model's max seq len (100352),\n"
+            "3.21 GiB KV cache is needed, which is larger than the available KV cache memory\n"
+            "(3.06 GiB). Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len` ...")
+    if seed.is_file():
+        assert text.split("\n")[1] in seed.read_text()
+    d = diagnose(text)
+    assert d.kind == "startup_kv_capacity"
+    assert d.details == {"max_model_len": 100352, "needed_gib": 3.21, "available_gib": 3.06}

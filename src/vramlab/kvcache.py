@@ -179,7 +179,8 @@ def attention_shape(config: Any) -> AttentionShape:
 
 def dtype_bits(kv_dtype: str | None, config: Any = None) -> int:
     """Bits per cached element for a dtype name; ``"auto"`` means the model's ``torch_dtype``
-    (vLLM's default: the cache is stored in the model's dtype), else bfloat16."""
+    (vLLM's default: the cache is stored in the served dtype; a float32 checkpoint is served in
+    16 bits), else bfloat16."""
     name = "auto" if kv_dtype is None else str(kv_dtype).replace("torch.", "").lower()
     if name == "auto":
         model_dtype = None
@@ -187,6 +188,10 @@ def dtype_bits(kv_dtype: str | None, config: Any = None) -> int:
             cfg = load_config(config)
             model_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
         name = str(model_dtype or "bfloat16").replace("torch.", "").lower()
+        if name in ("float32", "float"):
+            # vLLM's --dtype auto does not serve float32 checkpoints in float32: it downcasts them to
+            # 16 bits (engine-args docs: "auto" uses FP16/BF16 for FP32 models); the cache follows.
+            name = "bfloat16"
     if name not in DTYPE_BITS:
         raise _fail("kv_dtype", f"{kv_dtype!r} is unknown; use one of auto, {', '.join(sorted(DTYPE_BITS))}")
     return DTYPE_BITS[name]

@@ -163,10 +163,12 @@ class Diagnosis:
 def _startup_numbers(text: str) -> dict:
     out: dict = {}
     patterns = {
-        "max_model_len": r"max seq len \((\d+)\)",
-        "needed_gib": r"\(([\d.]+) GiB KV\s+cache is needed",
-        "available_gib": r"available KV cache\s+memory \(([\d.]+) GiB\)",
-        "estimated_max_model_len": r"estimated maximum model length is (\d+)",
+        # whitespace-tolerant: logs and articles wrap these lines anywhere (seed 000 quotes one wrapped
+        # and without the "(" before the needed GiB)
+        "max_model_len": r"max\s+seq\s+len\s*\((\d+)\)",
+        "needed_gib": r"\(?([\d.]+)\s*GiB\s+KV\s+cache\s+is\s+needed",
+        "available_gib": r"available\s+KV\s+cache\s+memory\s*\(([\d.]+)\s*GiB\)",
+        "estimated_max_model_len": r"estimated\s+maximum\s+model\s+length\s+is\s+(\d+)",
         "kv_cache_tokens": r"stored in KV cache \((\d+)\)",
     }
     for key, pat in patterns.items():

@@ -68,7 +68,7 @@ def is_quantized_bits(bits) -> bool:
         return False
     bits = int(bits)
     if bits < 1:
-        raise ValueError(f"bits must be >= 1 (or 16/None for no quantization), got {bits}")
+        raise ValueError(f"bits={bits} is not a bit width; pass an integer >= 1, or 16/None for no quantization.")
     return bits < 16
 
 
@@ -89,7 +89,7 @@ def quantize_per_token_sym(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) 
         return x
     qmax = 2 ** (int(bits) - 1) - 1
     if qmax < 1:
-        raise ValueError("symmetric quantization needs bits >= 2")
+        raise ValueError("bits=1 leaves a symmetric quantizer no level but zero; pass bits >= 2.")
     xf = x.float()
     scale = (xf.abs().amax(dim=-1, keepdim=True) * clip_ratio / qmax).clamp_min(1e-12)
     q = torch.clamp(torch.round(xf / scale), -qmax - 1, qmax)
@@ -112,7 +112,7 @@ def quantize_groupwise_asym(x: torch.Tensor, bits: int, group_size: int = 64,
         return x
     d = x.shape[-1]
     if d % group_size:
-        raise ValueError(f"last dimension {d} is not a multiple of group_size {group_size}")
+        raise ValueError(f"The last dimension ({d}) is not a multiple of group_size={group_size}; pass a group_size that divides {d}.")
     maxq = 2 ** int(bits) - 1
     xf = x.float().reshape(*x.shape[:-1], d // group_size, group_size)
     lo = xf.amin(dim=-1, keepdim=True).clamp_max(0) * clip_ratio
@@ -251,7 +251,7 @@ def _layers(model) -> nn.ModuleList:
     inner = getattr(model, "model", model)
     layers = getattr(inner, "layers", None)
     if layers is None:
-        raise TypeError("expected a Llama-style model with model.model.layers")
+        raise TypeError(f"{type(model).__name__} has no model.model.layers; pass a Llama-style causal LM such as load_smollm2()'s model.")
     return layers
 
 
@@ -397,7 +397,7 @@ def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.T
     ``lm_head`` is never included. The model is not modified.
     """
     if not is_quantized_bits(bits):
-        raise ValueError("quantize_weights needs bits < 16")
+        raise ValueError("quantize_weights needs bits < 16 (16 means no weight quantization); pass e.g. bits=4.")
     method = method.lower()
     layers = _layers(model)
     if method == "rtn":
@@ -407,7 +407,7 @@ def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.T
                 out[name] = quantize_weight_sym(lin.weight.detach(), bits, group_size, mse=mse)
         return out
     if method != "gptq":
-        raise ValueError(f"weight method must be 'rtn' or 'gptq', got {method!r}")
+        raise ValueError(f"weight_method={method!r} is unknown; pass 'rtn' or 'gptq'.")
     if calibration is None:
         raise ValueError("GPTQ needs calibration windows (LongTensor [n, length]); e.g. "
                          "vramlab.quant.calibration_windows(tokenizer) - they must not overlap the "
