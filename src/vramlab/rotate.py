@@ -138,25 +138,6 @@ def untie_lm_head(model) -> None:
         text_config.tie_word_embeddings = False
 
 
-def fold_norms(model) -> None:
-    """Fold every RMSNorm scale into the following linears and set the norm weights to 1 (in place)."""
-    with torch.no_grad():
-        for layer in _layers(model):
-            attn, mlp = layer.self_attn, layer.mlp
-            for norm, linears in ((layer.input_layernorm, (attn.q_proj, attn.k_proj, attn.v_proj)),
-                                  (layer.post_attention_layernorm, (mlp.gate_proj, mlp.up_proj))):
-                for lin in linears:
-                    _set_weight(lin, fold_rmsnorm_into_linear(norm.weight, lin.weight).double())
-                norm.weight.fill_(1.0)
-        norm = model.model.norm
-        _set_weight(model.lm_head, fold_rmsnorm_into_linear(norm.weight, model.lm_head.weight).double())
-        norm.weight.fill_(1.0)
-
-
-def _headwise(H, heads: int):
-    return torch.block_diag(*([H] * heads))
-
-
 class _Rotation:
     """An orthogonal map R applied to weights in float64: ``right(W) = W @ R``, ``left_t(W) = Rᵀ W``.
 
@@ -166,14 +147,6 @@ class _Rotation:
 
     def __init__(self, dense=None, hadamard_n: int | None = None, signs=None, blocks: int = 1):
         self.dense, self.n, self.signs, self.blocks = dense, hadamard_n, signs, blocks
-
-    def matrix(self):
-        if self.dense is not None:
-            return self.dense
-        H = _had.hadamard_matrix(self.n) / math.sqrt(self.n)
-        if self.signs is not None:
-            H = self.signs[:, None] * H
-        return _headwise(H, self.blocks)
 
     def right(self, W):
         if self.dense is not None:
