@@ -42,7 +42,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
+
+from vramlab.rotate import down_linear
 
 SITES = ("qkv_in", "o_in", "mlp_in", "down_in", "k", "v")
 SITE_LABELS = {
@@ -141,11 +142,6 @@ def _kv_tokens(x):
     return x.transpose(1, 2).reshape(b * s, h * d)
 
 
-def _down_linear(mlp):
-    d = mlp.down_proj
-    return d[-1] if isinstance(d, nn.Sequential) else d
-
-
 def site_weights(layer) -> dict:
     """The weight matrices that read each site of one decoder layer (for the incoherence mu)."""
     attn, mlp = layer.self_attn, layer.mlp
@@ -153,7 +149,7 @@ def site_weights(layer) -> dict:
         "qkv_in": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], 0),
         "o_in": attn.o_proj.weight,
         "mlp_in": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0),
-        "down_in": _down_linear(mlp).weight,
+        "down_in": down_linear(mlp).weight,
     }
 
 
@@ -182,7 +178,7 @@ def activation_stats(model, windows, layers=None, sites=SITES) -> list[dict]:
         layer = all_layers[i]
         attn, mlp = layer.self_attn, layer.mlp
         targets = {"qkv_in": attn.q_proj, "o_in": attn.o_proj, "mlp_in": mlp.gate_proj,
-                   "down_in": _down_linear(mlp)}
+                   "down_in": down_linear(mlp)}
         for site, module in targets.items():
             if site in sites:
                 handles.append(module.register_forward_pre_hook(pre_hook((i, site))))
@@ -263,7 +259,7 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
         attention.enable(model)
     else:
         module = {"qkv_in": attn.q_proj, "o_in": attn.o_proj, "mlp_in": mlp.gate_proj,
-                  "down_in": _down_linear(mlp)}[site]
+                  "down_in": down_linear(mlp)}[site]
         handle = module.register_forward_pre_hook(lambda _m, args: keep(_tokens(args[0])))
     try:
         ids = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)

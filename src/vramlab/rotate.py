@@ -96,9 +96,13 @@ def fold_rmsnorm_into_linear(norm_weight, linear_weight):
     ``linear(rmsnorm(x) * γ) == linear'(rmsnorm(x))`` with ``linear'.weight = W * γ[None, :]``.
     Computed in float64, returned in ``linear_weight``'s dtype.
     """
+    return _fold_rmsnorm_f64(norm_weight, linear_weight).to(linear_weight.dtype)
+
+
+def _fold_rmsnorm_f64(norm_weight, linear_weight):
+    """``W diag(γ)`` in float64 (what :func:`rotate_model` fuses further before casting back)."""
     W = linear_weight.detach().double()
-    g = norm_weight.detach().double().to(W.device)
-    return (W * g[None, :]).to(linear_weight.dtype)
+    return W * norm_weight.detach().double().to(W.device)[None, :]
 
 
 def rotation_matrix(n: int, rotation: str = "hadamard", seed: int = 0):
@@ -121,9 +125,11 @@ def _layers(model):
     return model.model.layers
 
 
-def _down_linear(mlp) -> nn.Linear:
+def down_linear(mlp) -> nn.Linear:
+    """The ``nn.Linear`` of ``mlp.down_proj``: itself, or the last module of the
+    ``Sequential(OnlineHadamard | Identity, Linear)`` that :func:`rotate_model` builds."""
     d = mlp.down_proj
-    return d[1] if isinstance(d, nn.Sequential) else d
+    return d[-1] if isinstance(d, nn.Sequential) else d
 
 
 def untie_lm_head(model) -> None:
@@ -195,8 +201,7 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
     Ho = _Rotation(hadamard_n=head_dim, blocks=heads) if (rotated and vo_hadamard) else None
 
     def reader(lin, gamma):  # a linear reading the (normed) residual stream: W diag(γ) Q
-        W = lin.weight.detach().double()
-        W = W * gamma.detach().double().to(W.device)[None, :]
+        W = _fold_rmsnorm_f64(gamma, lin.weight)
         return Q.right(W) if Q is not None else W
 
     with torch.no_grad():
@@ -210,7 +215,7 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
 
         for layer in _layers(model):
             attn, mlp = layer.self_attn, layer.mlp
-            down = _down_linear(mlp)
+            down = down_linear(mlp)
             for norm, linears in ((layer.input_layernorm, (attn.q_proj, attn.k_proj, attn.v_proj)),
                                   (layer.post_attention_layernorm, (mlp.gate_proj, mlp.up_proj))):
                 for lin in linears:
