@@ -49,10 +49,6 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", **d
     return result
 
 
-class LearnerError(Exception):
-    """Wraps an exception raised by the learner's code so a check can report it."""
-
-
 def describe_error(exc: BaseException) -> str:
     if isinstance(exc, NotImplementedError):
         return "NotImplementedError (the exercise is not done yet)"
@@ -108,19 +104,3 @@ def check_close(name: str, got: Any, expected: float, rel: float = 1e-6, abs_tol
         return report(name, False, want, f"{fmt_number(got)} (not a number)", hint)
     ok = math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol)
     return report(name, ok, want, f"{fmt_number(value)}{unit_s}", hint)
-
-
-def check_tensor_close(name: str, got: Any, expected, atol: float = 1e-5, rtol: float = 1e-5,
-                       hint: str = "") -> CheckResult:
-    """Pass when ``got`` is a tensor of ``expected``'s shape and values (within atol/rtol)."""
-    import torch
-
-    shape = tuple(expected.shape)
-    if not isinstance(got, torch.Tensor):
-        return report(name, False, f"a tensor of shape {shape}", f"{type(got).__name__} {fmt_number(got)}", hint)
-    if tuple(got.shape) != shape:
-        return report(name, False, f"shape {shape}", f"shape {tuple(got.shape)}", hint)
-    diff = (got.detach().double().cpu() - expected.detach().double().cpu()).abs().max().item()
-    ok = torch.allclose(got.detach().double().cpu(), expected.detach().double().cpu(), atol=atol, rtol=rtol)
-    return report(name, ok, f"values within {atol:g} of the reference (shape {shape})",
-                  f"max abs difference {diff:.3g}" + (" - matches the reference" if ok else ""), hint)
