@@ -1,106 +1,187 @@
-"""diagnose() on every error text quoted in the seeds, and the fixes it proposes."""
+"""diagnose() on real-format logs (at least two per class), wrapped and prefixed lines, crashes after
+warnings, and the fixes it proposes."""
 
 from __future__ import annotations
 
 import pytest
 
-from vramlab.oom import FIXES, KINDS, diagnose
+from vramlab.kvcache import GiB
+from vramlab.oom import CRASH_KINDS, FIXES, KINDS, diagnose, normalize_log, oom_verdict
+from vramlab.paged import burst, simulate
+from vramlab.vllm_memory import check_kv_cache, free_memory_message
 
-# Verbatim from the seeds (000-004).
-SEED_TEXTS = {
+V0_WARNING = ("WARNING 05-14 09:12:44 scheduler.py:1057] Sequence group 0 is preempted by PreemptionMode.RECOMPUTE "
+              "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+              "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+              "total_num_cumulative_preemption=1")
+TORCH_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+             "23.99 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 22.88 GiB memory in "
+             "use. Of the allocated memory 21.20 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but "
+             "unallocated. If reserved but unallocated memory is large try setting "
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+LOGS = {
+    "startup_free_memory": [
+        "ValueError: " + free_memory_message(int(13.2 * GiB), int(79.19 * GiB), 0.9),
+        "(EngineCore pid=812) ERROR 09-02 11:04:51 [core.py:708] ValueError: Free memory on device (5.61/14.56 GiB)\n"
+        "(EngineCore pid=812) ERROR 09-02 11:04:51 [core.py:708] on startup is less than desired GPU memory "
+        "utilization (0.92, 13.4 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+    ],
     "startup_kv_capacity": [
-        # 002 / 000 (vLLM issue #38516)
+        # the troubleshooting article (vLLM issue #38516), a later release's "model's"
         "ValueError: To serve at least one request with the model's max seq len (40960), (5.62 GiB KV cache is "
         "needed, which is larger than the available KV cache memory (4.89 GiB). Based on the available memory, the "
         "estimated maximum model length is 35600. Try increasing `gpu_memory_utilization` or decreasing "
         "`max_model_len` when initializing the engine.",
-        # 000 (FlashInfer report), with its line breaks
+        # the pinned release, format_gib ("8.0"), with a log prefix
+        "(EngineCore_DP0 pid=77) ERROR 11-03 08:00:01 [core.py:843] ValueError: "
+        + check_kv_cache("llama-3.1-8b", 65536, 6 * GiB).message,
+        # an older release, "{:.2f}" ("8.00")
+        "ValueError: " + check_kv_cache("llama-3.1-8b", 65536, 6 * GiB, wording="old").message,
+        # the FlashInfer report, wrapped and without "(" before the needed GiB
         "ValueError: To serve at least one request with the model's max seq len (100352),\n3.21 GiB KV cache is "
         "needed, which is larger than the available KV cache memory\n(3.06 GiB). Try increasing "
         "`gpu_memory_utilization` ... or decreasing `max_model_len` ...",
-        # 000 (V0-era wording)
-        "ValueError: The model's max seq len (<X>) is larger than the maximum number of tokens that can be stored "
-        "in KV cache (<Y>). Try increasing gpu_memory_utilization or decreasing max_model_len when initializing "
+        # V0 wording
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored "
+        "in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
         "the engine.",
-        # 002 TL;DR fragment
-        "ValueError: To serve at least one request with the model's max seq len ...",
     ],
-    "no_cache_blocks": ["ValueError: No available memory for the cache blocks"],
-    "allocator_oom": [
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-        "23.99 GiB of which 1.10 GiB is free. ... If reserved but unallocated memory is large try setting "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...",
+    "no_cache_blocks": [
+        "ValueError: " + check_kv_cache("qwen3-8b", 40960, 0).message,
+        "[rank0]: ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+        "when initializing the engine.",
     ],
     "engine_dead": [
-        "EngineDeadError",
-        "AsyncEngineDeadError: Background loop has errored already",
-        "EngineCore ... died",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the "
+        "root cause.",
+        "AsyncEngineDeadError: Background loop has errored already.",
     ],
-    "block_manager_exhausted": [
-        "RuntimeError: OutOfMemoryError: Unable to allocate memory for KV cache block. Requested block size: 16, "
-        "free blocks: 0",
+    "allocator_oom": [
+        TORCH_OOM,
+        "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB already "
+        "allocated; 3.06 MiB free; 14.70 GiB reserved in total by PyTorch)",
+    ],
+    "cuda_error_oom": [
+        "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other "
+        "API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclUnhandledCudaError: "
+        "Call to CUDA function failed.\nLast error:\nCuda failure 'out of memory'",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    ],
+    "kv_preemption": [
+        V0_WARNING,
+        "WARNING 02-11 17:30:02 [scheduler.py:1560] Sequence group chatcmpl-9f2 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end "
+        "performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+        "total_num_cumulative_preemption=3501",
     ],
 }
 
 
-@pytest.mark.parametrize("kind,text", [(k, t) for k, ts in SEED_TEXTS.items() for t in ts])
-def test_every_seed_text_is_classified(kind, text):
+def test_every_class_has_at_least_two_real_format_logs():
+    assert set(LOGS) == set(KINDS) - {"unknown"}
+    assert all(len(v) >= 2 for v in LOGS.values())
+
+
+@pytest.mark.parametrize("kind,text", [(k, t) for k, ts in LOGS.items() for t in ts])
+def test_every_log_is_classified(kind, text):
     assert diagnose(text).kind == kind
 
 
-def test_startup_numbers_are_read():
-    d = diagnose(SEED_TEXTS["startup_kv_capacity"][0])
+def test_the_seed_block_manager_line_is_labelled_not_vllm():
+    d = diagnose("RuntimeError: OutOfMemoryError: Unable to allocate memory for KV cache block. Requested block "
+                 "size: 16, free blocks: 0")
+    assert d.kind == "kv_preemption" and d.notes and "not printed by any vLLM release" in d.notes[0]
+
+
+def test_startup_numbers_are_read_in_both_gib_formats():
+    d = diagnose(LOGS["startup_kv_capacity"][0])
     assert d.details == {"max_model_len": 40960, "needed_gib": 5.62, "available_gib": 4.89,
                          "estimated_max_model_len": 35600}
-    assert d.fixes[0].action.startswith("lower --max-model-len")
-    assert all(f.needs_restart for f in d.fixes)
+    assert d.fixes[0].action.startswith("lower --max-model-len") and all(f.needs_restart for f in d.fixes)
+    new, old = diagnose(LOGS["startup_kv_capacity"][1]), diagnose(LOGS["startup_kv_capacity"][2])
+    assert "(8.0 GiB" in LOGS["startup_kv_capacity"][1] and "(8.00 GiB" in LOGS["startup_kv_capacity"][2]
+    assert new.details["needed_gib"] == old.details["needed_gib"] == 8.0
+    assert new.details["available_gib"] == old.details["available_gib"] == 6.0
+    wrapped = diagnose(LOGS["startup_kv_capacity"][3])
+    assert wrapped.details == {"max_model_len": 100352, "needed_gib": 3.21, "available_gib": 3.06}
+    assert diagnose(LOGS["startup_kv_capacity"][4]).details == {"max_model_len": 32768, "kv_cache_tokens": 7344}
 
 
-def test_allocator_oom_has_live_fixes_first_unless_fragmented():
-    d = diagnose(SEED_TEXTS["allocator_oom"][0])
-    assert d.details["tried_bytes"] == 2 << 30 and d.fixes[0].live and d.live_fixes
-    assert any("expandable_segments" in f.action and f.when == "one restart, then durable" for f in d.fixes)
-    frag = diagnose("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
-                    "capacity of 8.00 GiB of which 0 bytes is free. Of the allocated memory 5.51 GiB is allocated "
-                    "by PyTorch, and 2.40 GiB is reserved by PyTorch but unallocated.")
-    assert frag.details["verdict"] == "fragmentation" and "expandable_segments" in frag.fixes[0].action
+def test_free_memory_numbers():
+    d = diagnose(LOGS["startup_free_memory"][1])
+    assert d.details == {"free_gib": 5.61, "total_gib": 14.56, "gpu_memory_utilization": 0.92, "requested_gib": 13.4}
+    assert "nvidia-smi" in d.fixes[0].action
+
+
+def test_wrapped_allocator_message_is_read():
+    wrapped = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+               "of 8.00 GiB of which 0 bytes is free. Of the allocated memory 5.51 GiB is allocated by PyTorch, and "
+               "2.40 GiB is reserved by\nPyTorch but unallocated. If reserved but unallocated memory is large try "
+               "setting\nPYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+    d = diagnose(wrapped)
+    assert d.details["verdict"] == "fragmentation" and "expandable_segments" in d.fixes[0].action
+
+
+def test_a_crash_after_preemption_warnings_is_the_crash():
+    log = "\n".join([V0_WARNING] * 3 + [TORCH_OOM])
+    d = diagnose(log)
+    assert d.kind == "allocator_oom" and d.details["verdict"] == "shortage"
+    assert diagnose("\n".join([V0_WARNING, LOGS["cuda_error_oom"][1]])).kind == "cuda_error_oom"
+    assert set(CRASH_KINDS) == set(KINDS) - {"kv_preemption", "unknown"}
+
+
+def test_verdict_accounts_for_free_memory():
+    assert oom_verdict(2 * GiB, 30 * GiB, 0) == "cap"
+    assert oom_verdict(2 * GiB, GiB, 3 * GiB) == "fragmentation"
+    assert oom_verdict(2 * GiB, GiB, GiB) == "shortage"
+    assert oom_verdict(None, GiB, GiB) is None and oom_verdict(GiB, None, None) is None
+    capped = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+              "of 79.15 GiB of which 30.12 GiB is free. Including non-PyTorch memory, this process has 48.00 GiB "
+              "memory in use. Of the allocated memory 47.50 GiB is allocated by PyTorch, and 10.00 MiB is reserved "
+              "by PyTorch but unallocated.")
+    d = diagnose(capped)
+    assert d.details["verdict"] == "cap" and "per-process cap" in d.fixes[0].action and d.fixes[0].live
+
+
+def test_cuda_error_oom_does_not_offer_expandable_segments():
+    d = diagnose(LOGS["cuda_error_oom"][0])
+    assert not any("expandable_segments" in f.action for f in d.fixes)
+    assert d.fixes[0].action.startswith("lower --gpu-memory-utilization")
 
 
 def test_engine_dead_wins_over_the_oom_that_killed_it():
     log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.\n"
            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.")
     d = diagnose(log)
-    assert d.kind == "engine_dead" and d.fixes[0].action.startswith("restart") and d.fixes[0].needs_restart
-    assert not d.live_fixes
+    assert d.kind == "engine_dead" and d.fixes[0].action.startswith("restart") and not d.live_fixes
 
 
-def test_block_pressure_has_a_live_fix_and_startup_errors_win():
-    d = diagnose(SEED_TEXTS["block_manager_exhausted"][0])
-    assert d.live_fixes and d.live_fixes[0].action.startswith("send less")
-    startup = SEED_TEXTS["startup_kv_capacity"][0] + "\nRuntimeError: Engine core initialization failed."
+def test_preemption_has_a_live_fix_and_startup_errors_win():
+    d = diagnose(LOGS["kv_preemption"][1])
+    assert d.details == {"total_num_cumulative_preemption": 3501}
+    assert d.live_fixes and d.live_fixes[0].action.startswith("send less") and "--swap-space" in d.cause
+    startup = LOGS["startup_kv_capacity"][0] + "\nRuntimeError: Engine core initialization failed."
     assert diagnose(startup).kind == "startup_kv_capacity"
+
+
+def test_simulator_v0_warnings_are_read_as_preemption():
+    warnings = simulate(150, burst(32, seed=0)).v0_warnings()
+    assert diagnose("\n".join(warnings)).kind == "kv_preemption"
+
+
+def test_normalize_log_joins_wraps_and_strips_prefixes():
+    text = "(EngineCore pid=1) ERROR 07-01 04:24:37 [core.py:1195] a\n(EngineCore pid=1) ERROR 07-01 04:24:37 " \
+           "[core.py:1195]   b\n\n c"
+    assert normalize_log(text) == "a b c"
 
 
 def test_unknown_and_bad_input():
     d = diagnose("ImportError: No module named vllm")
     assert d.kind == "unknown" and d.fixes
-    with pytest.raises(ValueError, match="text"):
+    with pytest.raises(ValueError, match="`text`"):
         diagnose(None)
     assert set(FIXES) == set(KINDS)
-    assert "startup_kv_capacity" in str(diagnose(SEED_TEXTS["startup_kv_capacity"][0]))
-
-
-def test_startup_numbers_from_a_line_wrapped_message_without_parenthesis():
-    """Seed 000 quotes the FlashInfer case wrapped over lines and without '(' before the needed GiB."""
-    from pathlib import Path
-
-    seed = (Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_a8cc9e9fef2fa39c.txt")
-    text = ("ValueError: To serve at least one request with the model's max seq len (100352),\n"
-            "3.21 GiB KV cache is needed, which is larger than the available KV cache memory\n"
-            "(3.06 GiB). Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len` ...")
-    if seed.is_file():
-        assert text.split("\n")[1] in seed.read_text()
-    d = diagnose(text)
-    assert d.kind == "startup_kv_capacity"
-    assert d.details == {"max_model_len": 100352, "needed_gib": 3.21, "available_gib": 3.06}
+    assert "startup_kv_capacity" in str(diagnose(LOGS["startup_kv_capacity"][0]))

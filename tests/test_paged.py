@@ -18,12 +18,14 @@ def test_a_big_pool_never_preempts_and_a_small_one_does():
     reqs = burst(32, seed=0)
     big = simulate(2000, reqs)
     small = simulate(150, reqs)
-    assert big.preemptions == 0 and big.recomputed_tokens == 0 and big.first_free_zero_step is None
+    assert big.preemptions == 0 and big.recomputed_tokens == 0 and big.first_pool_empty_step is None
     assert small.preemptions > 0 and small.recomputed_tokens > 0
-    assert small.first_free_zero_step is not None
-    assert small.first_free_zero_step <= min(s.step for s in small.steps if s.preempted)
-    assert any("free blocks: 0" in e for e in small.events)
-    assert any("PreemptionMode.RECOMPUTE" in e for e in small.events)
+    assert small.first_pool_empty_step is not None
+    assert small.first_pool_empty_step <= min(s.step for s in small.steps if s.preempted)
+    # the simulator's own trace is labelled as such and never imitates a vLLM message
+    assert small.events and all(e.startswith("[simulator]") for e in small.events)
+    assert not any("free blocks: 0" in e or "Unable to allocate" in e for e in small.events)
+    assert big.v0_warnings() == [] and small.v0_warnings()[0].endswith("total_num_cumulative_preemption=1")
     # every request finishes with all its tokens either way; preemption costs steps
     for res in (big, small):
         assert res.metrics()["finished"] == 32
@@ -77,10 +79,33 @@ def test_throughput_and_metrics_are_consistent():
 def test_figure_has_the_pool_and_preemptions():
     fig = simulate(150, burst(32, seed=0)).figure()
     names = [t.name for t in fig.data]
-    assert "used blocks" in names and "preemption (RECOMPUTE)" in names
+    assert "used blocks" in names and "preemption (recompute)" in names
+
+
+def test_running_axis_has_integer_ticks_and_every_axis_a_unit():
+    fig = simulate(150, burst(32, seed=0)).figure()
+    assert fig.layout.yaxis2.tickformat == "d" and float(fig.layout.yaxis2.dtick).is_integer()
+    assert "count" in fig.layout.yaxis2.title.text and "tokens each" in fig.layout.yaxis.title.text
+    assert fig.layout.xaxis.title.text == "scheduler step" and fig.layout.title.text
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(n=2, prompt=(512, 64)), "prompt"),          # was "empty range for randrange"
+    (dict(n=2, output=(0, 5)), "output"),
+    (dict(n=2, prompt=(1.5, 8)), "prompt"),
+    (dict(n=2, prompt=64), "prompt"),
+    (dict(n=2, arrival_window=-1), "arrival_window"),
+    (dict(n=0), "n"),
+])
+def test_burst_bad_input_is_one_sentence(kwargs, field):
+    with pytest.raises(ValueError, match=f"`{field}`") as info:
+        burst(**kwargs)
+    assert str(info.value).count(". ") == 0
 
 
 def test_bad_inputs():
+    with pytest.raises(ValueError, match="requests"):
+        simulate(100, [1, 2, 3])
     with pytest.raises(ValueError, match="num_blocks"):
         BlockPool(0)
     with pytest.raises(ValueError, match="prompt_len"):
@@ -96,6 +121,6 @@ def test_long_runs_are_thinned_in_the_figure_but_keep_every_preemption():
     assert res.num_steps > 600
     fig = res.figure(max_points=300)
     used = next(t for t in fig.data if t.name == "used blocks")
-    marks = next(t for t in fig.data if t.name == "preemption (RECOMPUTE)")
+    marks = next(t for t in fig.data if t.name == "preemption (recompute)")
     assert len(used.x) <= 300
     assert len(marks.x) == sum(1 for s in res.steps if s.preempted)

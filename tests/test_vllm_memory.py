@@ -8,7 +8,8 @@ import pytest
 
 from vramlab.kvcache import GiB, MiB, attention_shape, load_config
 from vramlab.vllm_memory import (
-    GPUS, check_kv_cache, estimate_max_model_len, fixes, format_gib, get_gpu, needed_bytes, page_size_bytes, plan,
+    GPUS, MODELLED_KV_CACHE_DTYPES, VLLM_KV_CACHE_DTYPES, batch_defaults, check_kv_cache, estimate_max_model_len,
+    fixes, format_gib, free_memory_message, get_gpu, needed_bytes, page_size_bytes, plan, vllm_error_message,
 )
 
 # Seed 002 (vLLM issue #38516), verbatim.
@@ -24,9 +25,18 @@ def test_seed_case_qwen3_8b_at_40960():
     assert format_gib(chk.needed_bytes) == "5.62" and "(5.62 GiB KV cache is needed" in chk.message
     assert chk.estimated_max_model_len == 35600
     assert "the estimated maximum model length is 35600." in chk.message
-    # identical to the seed's text up to where vLLM later added the CPU-backend remark
+    # the article quotes a later release ("model's"); the pinned one spells "models's", numbers identical
     prefix = SEED_MESSAGE[len("ValueError: "):SEED_MESSAGE.index("Try increasing")]
-    assert chk.message.startswith(prefix)
+    assert chk.message.startswith(prefix.replace("model's", "models's"))
+
+
+def test_gib_strings_and_bytes_are_accepted_and_gib_numbers_refused():
+    by_str = check_kv_cache("qwen3-8b", 40960, "4.89 GiB")
+    assert by_str.available_bytes == round(4.89 * GiB) and by_str.estimated_max_model_len == 35600
+    with pytest.raises(ValueError, match=r"`available_bytes` 4\.89 is less than one KV block .* '4\.89 GiB'"):
+        check_kv_cache("qwen3-8b", 40960, 4.89)
+    with pytest.raises(ValueError, match="available_bytes"):
+        check_kv_cache("qwen3-8b", 40960, "lots")
 
 
 def test_the_seed_pins_the_budget_to_one_block_window():
@@ -47,12 +57,16 @@ def test_qwen3_06b_log_from_a_public_vllm_run():
     assert chk.estimated_max_model_len == 12288
 
 
-def test_current_and_old_wording():
-    cur = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
+def test_pinned_and_old_wording():
+    pinned = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
     old = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="old").message
-    assert "the model's max seq len" in cur and "(which also controls CPU memory on the CPU backend)" in cur
-    assert "the models's max seq len" in old and "CPU backend" not in old
-    assert cur.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    assert "the models's max seq len" in pinned and "(5.62 GiB KV" in pinned
+    assert pinned.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    assert "(5.62 GiB KV" in old and "docs.vllm.ai" not in old
+    # format_gib drops trailing zeros, {:.2f} keeps them
+    six = check_kv_cache("llama-3.1-8b", 65536, 6 * GiB)
+    assert "(8.0 GiB KV cache" in six.message and "memory (6.0 GiB)" in six.message
+    assert "(8.00 GiB KV cache" in check_kv_cache("llama-3.1-8b", 65536, 6 * GiB, wording="old").message
     with pytest.raises(ValueError, match="wording"):
         check_kv_cache("qwen3-8b", 40960, GiB, wording="new")
 
@@ -62,9 +76,12 @@ def test_no_available_memory_message_and_zero_estimate():
     assert not chk.ok and chk.estimated_max_model_len == 0
     assert chk.message.startswith("No available memory for the cache blocks. Try increasing "
                                   "`gpu_memory_utilization` when initializing the engine.")
-    tiny = check_kv_cache("llama-3.1-8b", 8192, 1000)   # less than one block
-    assert not tiny.ok and tiny.estimated_max_model_len == 0
-    assert "estimated maximum model length" not in tiny.message
+    requested = int(GPUS["L4"].total_bytes * 0.92)
+    tiny = plan("llama-3.1-8b", "L4", max_model_len=8192, weights_bytes=requested - 1_000_000,
+                non_torch_bytes=0, activation_bytes=0)   # 1 MB left: less than one block of all layers (2 MiB)
+    assert 0 < tiny.available_kv_bytes < 32 * page_size_bytes("llama-3.1-8b")
+    assert not tiny.ok and tiny.check.estimated_max_model_len == 0
+    assert "estimated maximum model length" not in tiny.check.message
 
 
 def test_format_gib_is_vllms_round_repr():
@@ -100,14 +117,14 @@ def test_estimate_is_the_largest_block_multiple_that_fits_property():
 
 
 def test_plan_log_lines_follow_vllm():
-    p = plan("llama-3.1-8b", "H100 80GB", 0.92, 32768, non_torch_bytes=GiB // 2, activation_bytes=GiB,
-             cudagraph_bytes=0)
-    requested = -(-GPUS["H100 80GB"].total_bytes * 92 // 100)
-    assert p.requested_bytes == requested
-    assert p.available_kv_bytes == requested - p.weights_bytes - GiB // 2 - GiB
+    p = plan("llama-3.1-8b", "H100 80GB", 0.92, 32768, non_torch_bytes=GiB // 2, activation_bytes=GiB)
+    requested = GPUS["H100 80GB"].total_bytes * 0.92          # gpu_worker.py: total_memory * utilization
+    assert p.requested_bytes == int(requested)
+    assert p.available_kv_bytes == int(requested - p.weights_bytes - GiB // 2 - GiB)
     assert p.weights_bytes == 8_030_261_248 * 2
     assert p.num_blocks == p.available_kv_bytes // p.page_bytes // 32
     lines = p.log_lines()
+    assert lines[0] == f"Available KV cache memory: {p.available_kv_bytes / GiB:.2f} GiB"
     assert lines[1] == f"GPU KV cache size: {p.num_blocks * 16:,} tokens"
     assert lines[2] == f"Maximum concurrency for 32,768 tokens per request: {p.num_blocks / 2048:.2f}x"
     assert sum(n for _, n, _ in p.ledger()) == p.gpu.total_bytes
@@ -115,10 +132,81 @@ def test_plan_log_lines_follow_vllm():
 
 def test_plan_labels_estimates_and_accepts_overrides():
     p = plan("qwen3-8b", "L4")
-    assert {"non_torch", "activation", "cudagraph"} <= set(p.estimates)
-    q = plan("qwen3-8b", "L4", non_torch_bytes=0, activation_bytes=0, cudagraph_bytes=0, weights_bytes=0)
+    assert {"non_torch", "activation"} <= set(p.estimates)
+    q = plan("qwen3-8b", "L4", non_torch_bytes=0, activation_bytes=0, weights_bytes=0)
     assert q.estimates == () and q.available_kv_bytes == q.requested_bytes
-    assert plan("qwen3-8b", "L4", enforce_eager=True).cudagraph_bytes == 0
+
+
+def test_cuda_graphs_are_outside_the_budget_in_the_pinned_release():
+    base = plan("llama-3.1-8b", "L4", max_model_len=16384)
+    assert plan("llama-3.1-8b", "L4", max_model_len=16384, enforce_eager=True).available_kv_bytes == \
+        base.available_kv_bytes                                     # --enforce-eager does not enlarge the pool
+    measured = plan("llama-3.1-8b", "L4", max_model_len=16384, cudagraph_bytes=GiB // 2)
+    assert measured.available_kv_bytes == base.available_kv_bytes
+    later = plan("llama-3.1-8b", "L4", max_model_len=16384, cudagraph_bytes=GiB // 2, estimate_cudagraphs=True)
+    assert later.available_kv_bytes == base.available_kv_bytes - GiB // 2
+    assert any(label == "CUDA graphs (profiled)" for label, _, _ in later.ledger())
+    with pytest.raises(ValueError, match="cudagraph_bytes"):
+        plan("llama-3.1-8b", "L4", estimate_cudagraphs=True)
+
+
+def test_batch_defaults_by_usage_context_and_gpu_tier():
+    # vllm/engine/arg_utils.py get_batch_defaults: >= 70 GiB and not an A100 -> the large table
+    assert batch_defaults("H100 80GB") == (8192, 1024) and batch_defaults("H100 80GB", "llm_class") == (16384, 1024)
+    assert batch_defaults("A100 80GB") == (2048, 256) and batch_defaults("A100 80GB", "llm_class") == (8192, 256)
+    assert batch_defaults("L4") == (2048, 256) and batch_defaults("H200") == (8192, 1024)
+    p = plan("qwen3-8b", "L4")
+    assert (p.max_num_batched_tokens, p.max_num_seqs) == (2048, 256)
+    with pytest.raises(ValueError, match="usage_context"):
+        batch_defaults("L4", "serve")
+
+
+def test_mla_backends_force_their_block_size():
+    assert plan("deepseek-v2", "H200", max_model_len=4096, tensor_parallel_size=8).block_size == 64   # FLASHMLA
+    assert plan("deepseek-v2", "H200", max_model_len=4096, tensor_parallel_size=8,
+                attention_backend="CUTLASS_MLA").block_size == 128
+    assert plan("deepseek-v2", "H200", max_model_len=4096, tensor_parallel_size=8,
+                attention_backend="TRITON_MLA").block_size == 16
+    assert plan("deepseek-v2", "H200", max_model_len=4096, tensor_parallel_size=8, block_size=32,
+                attention_backend="FLASHINFER_MLA").block_size == 32
+    assert plan("llama-3.1-8b", "H200", max_model_len=4096).attention_backend == "FLASH_ATTN"
+    with pytest.raises(ValueError, match="attention_backend"):
+        plan("llama-3.1-8b", "H200", attention_backend="FLASHMLA")
+    with pytest.raises(ValueError, match="attention_backend"):
+        plan("llama-3.1-8b", "H200", attention_backend="XFORMERS")
+
+
+def test_flashinfer_workspace_is_a_budget_term_and_named_when_it_tips_the_check():
+    fa = plan("llama-3.1-8b", "L4", max_model_len=38912)
+    fi = plan("llama-3.1-8b", "L4", max_model_len=38912, attention_backend="FLASHINFER")
+    assert fa.ok and not fi.ok
+    assert fa.available_kv_bytes - fi.available_kv_bytes == 394 * MiB       # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE
+    assert "FLASHINFER" not in fi.check.message                             # vLLM's text does not name it
+    assert fi.tipped_by and "FLASHINFER" in fi.log_lines()[-1] and fi.log_lines()[-1].startswith("vramlab:")
+    assert [f.knob for f in fixes("llama-3.1-8b", "L4", max_model_len=38912,
+                                  attention_backend="FLASHINFER")][:4] == \
+        ["max_model_len", "kv_cache_dtype", "gpu_memory_utilization", "attention_backend"]
+    # the article's numbers (vLLM dev build, hybrid model on TP=2): 3.21 GiB needed, 3.06 GiB available
+    msg = vllm_error_message(100352, round(3.21 * GiB), round(3.06 * GiB), 0)
+    assert "(3.21 GiB KV cache is needed" in msg and "memory (3.06 GiB)" in msg
+
+
+def test_another_process_on_the_gpu_gives_the_free_memory_error():
+    g = GPUS["T4"]
+    p = plan("qwen3-0.6b", "T4", max_model_len=4096, free_bytes=10 * GiB)
+    assert not p.ok and p.message == free_memory_message(10 * GiB, g.total_bytes, 0.92)
+    assert p.message.startswith("Free memory on device (10.0/14.56 GiB) on startup is less than desired GPU "
+                                "memory utilization (0.92, 13.4 GiB).")
+    assert plan("qwen3-0.6b", "T4", 0.6, 4096, free_bytes=10 * GiB).ok
+
+
+def test_kv_cache_dtype_accepts_only_what_vllm_accepts():
+    for bad in ("int4", "fp4", "float32", "bf16"):
+        with pytest.raises(ValueError, match="is not a value vLLM accepts; valid: auto, float16, bfloat16, fp8"):
+            plan("qwen3-8b", "L4", kv_cache_dtype=bad)
+    with pytest.raises(ValueError, match="valid in vLLM but this lab does not model"):
+        plan("qwen3-8b", "L4", kv_cache_dtype="nvfp4")
+    assert set(MODELLED_KV_CACHE_DTYPES) <= set(VLLM_KV_CACHE_DTYPES)
 
 
 def test_tp_fp8_and_mla_replication():
@@ -139,29 +227,31 @@ def test_seventy_b_on_one_h100_has_no_room_for_blocks():
 
 
 def test_fixes_pass_and_are_the_smallest_change():
-    kw = dict(max_model_len=32768)
+    kw = dict(max_model_len=65536)
     base = plan("llama-3.1-8b", "L4", **kw)
     assert not base.ok
     found = {f.knob: f for f in fixes("llama-3.1-8b", "L4", **kw)}
-    assert list(found) == ["max_model_len", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
-                           "weight_bits"]
+    assert list(found) == ["max_model_len", "kv_cache_dtype", "tensor_parallel_size", "weight_bits"]
     for f in found.values():
         assert f.plan.ok
     est = found["max_model_len"].value
     assert est == base.check.estimated_max_model_len and est % 16 == 0
     assert not plan("llama-3.1-8b", "L4", max_model_len=est + 16).ok
-    u = found["gpu_memory_utilization"].value
-    assert u > 0.92 and not plan("llama-3.1-8b", "L4", round(u - 0.01, 2), 32768).ok
+    assert not plan("llama-3.1-8b", "L4", 0.95, 65536).ok               # utilization cannot close 3 GiB
     assert found["tensor_parallel_size"].value == 2 and found["weight_bits"].value == 8
     assert fixes("smollm2-135m", "H200") == []
 
 
-def test_gpu_presets_are_nvidia_smi_totals():
-    assert GPUS["T4"].total_bytes == 15360 * MiB
-    assert round(GPUS["RTX 4090"].total_bytes / GiB, 2) == 23.99     # the seed's "total capacity of 23.99 GiB"
-    assert GPUS["H200"].total_bytes == 143771 * MiB
+def test_gpu_totals_are_what_pytorch_reports_with_nvidia_smi_beside_them():
+    t4 = GPUS["T4"]
+    assert round(t4.total_bytes / GiB, 2) == 14.56 and t4.nvidia_smi_mib == 15360 and t4.torch_total_known
+    assert "PyTorch sees 14.56 GiB (nvidia-smi 15,360 MiB = 15.00 GiB" in t4.describe()
+    assert round(GPUS["RTX 4090"].total_bytes / GiB, 2) == 23.99     # the article's "total capacity of 23.99 GiB"
+    assert GPUS["H200"].total_bytes == 143771 * MiB and not GPUS["H200"].torch_total_known
     assert set(GPUS) == {"T4", "L4", "A10G", "RTX 4090", "A100 40GB", "A100 80GB", "H100 80GB", "H200"}
     assert get_gpu("rtx4090") is GPUS["RTX 4090"] and get_gpu(24 * GiB).total_bytes == 24 * GiB
+    with pytest.raises(ValueError, match="less than 1 GiB"):
+        get_gpu(24)
 
 
 @pytest.mark.parametrize("call,field", [
@@ -171,6 +261,15 @@ def test_gpu_presets_are_nvidia_smi_totals():
     (lambda: plan("qwen3-8b", "L4", gpu_memory_utilization=0), "gpu_memory_utilization"),
     (lambda: plan("qwen3-8b", "L4", gpu_memory_utilization=1.2), "gpu_memory_utilization"),
     (lambda: plan("qwen3-8b", -5), "gpu"),
+    (lambda: plan("qwen3-8b", "L4", kv_cache_dtype="int4"), "kv_cache_dtype"),
+    (lambda: plan("qwen3-8b", "L4", max_num_seqs=0), "max_num_seqs"),
+    (lambda: plan("qwen3-8b", "L4", max_num_batched_tokens=1.5), "max_num_batched_tokens"),
+    (lambda: plan("qwen3-8b", "L4", enforce_eager="yes"), "enforce_eager"),
+    (lambda: plan("qwen3-8b", "L4", free_bytes=-1), "free_bytes"),
+    (lambda: plan("qwen3-8b", "L4", usage_context="cli"), "usage_context"),
+    (lambda: check_kv_cache("qwen3-8b", 40960, 4.89), "available_bytes"),
+    (lambda: estimate_max_model_len("qwen3-8b", -1, 4096), "available_bytes"),
+    (lambda: get_gpu("B300"), "gpu"),
     (lambda: plan("qwen3-8b", "L4", tensor_parallel_size=0), "tensor_parallel_size"),
     (lambda: plan("qwen3-8b", "L4", tensor_parallel_size=3), "tensor_parallel_size"),
     (lambda: plan("qwen3-8b", "L4", activation_bytes=-1), "activation_bytes"),

@@ -73,7 +73,7 @@ def load_config(source: Any) -> dict:
     elif isinstance(source, (str, Path)):
         path = Path(source)
         if path.suffix == ".json" and path.is_file():
-            cfg = json.loads(path.read_text())
+            cfg = _read_json(path)
         else:
             cfg = _load_bundled(str(source))
     else:
@@ -83,10 +83,24 @@ def load_config(source: Any) -> dict:
     return cfg
 
 
+def _read_json(path: Path) -> dict:
+    """A JSON object from ``path``; a broken file gives one sentence naming it."""
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"`config` file {path} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                         f"{exc.colno}); fix the file or download the model's config.json again.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"`config` file {path} cannot be read ({exc}).") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"`config` file {path} holds a JSON {type(cfg).__name__}, not an object of config keys.")
+    return cfg
+
+
 def _load_bundled(name: str) -> dict:
     want = _normalise_name(name)
     for path in CONFIG_DIR.glob("*.json"):
-        cfg = json.loads(path.read_text())
+        cfg = _read_json(path)
         names = {path.stem, _normalise_name(cfg.get("_name", "")), _normalise_name(cfg.get("_hf_repo", ""))}
         if want in names:
             return cfg

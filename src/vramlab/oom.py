@@ -1,24 +1,34 @@
-"""Triage for vLLM out-of-memory logs: which of the five failures is it, and what to change.
+"""Triage for vLLM out-of-memory logs: which failure is it, and what to change.
 
-Kinds (checked in this order, the most specific first):
+Real logs are messy: lines wrap anywhere ("reserved by\\nPyTorch but unallocated"), each line of a
+traceback carries a ``(EngineCore pid=...) ERROR 07-01 04:24:37 [core.py:1195]`` prefix, and a crash
+is often preceded by harmless warnings. :func:`diagnose` first collapses whitespace and strips those
+prefixes, then looks for **crashes** before **warnings**, the most specific first:
 
-* ``startup_kv_capacity`` - start-up ValueError: one request at ``max_model_len`` does not fit
-  ("To serve at least one request with the model's max seq len ...", older "models's", and the
-  V0-era "The model's max seq len (X) is larger than the maximum number of tokens that can be
-  stored in KV cache (Y)").
-* ``no_cache_blocks`` - start-up ValueError "No available memory for the cache blocks": weights
-  and overheads leave nothing for the KV cache.
+Crashes
+* ``startup_free_memory`` - vLLM's "Free memory on device (F/T GiB) on startup is less than desired
+  GPU memory utilization (u, R GiB)": another process already holds the GPU.
+* ``startup_kv_capacity`` - one request at ``max_model_len`` does not fit ("To serve at least one
+  request with the models's max seq len ..."; "model's" in later releases; V0: "The model's max seq
+  len (X) is larger than the maximum number of tokens that can be stored in KV cache (Y)").
+* ``no_cache_blocks`` - "No available memory for the cache blocks": nothing left for KV blocks.
 * ``engine_dead`` - ``EngineDeadError`` (V1) or ``AsyncEngineDeadError: Background loop has errored
-  already`` (V0): the engine is gone; only a restart helps. Checked before the allocator OOM
-  that usually killed it, because the dead engine is what must be handled first.
-* ``block_manager_exhausted`` - the KV block pool ran dry under load ("free blocks: 0", a
-  RECOMPUTE preemption warning).
-* ``allocator_oom`` - ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``
-  outside the KV pool (prefill spike, activations, CUDA graphs, another process).
-* ``unknown`` - none of these.
+  already`` (V0): only a restart helps. Checked before the OOM that usually killed it.
+* ``allocator_oom`` - ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``: PyTorch's
+  caching allocator could not get memory (the message's numbers tell shortage, fragmentation or a
+  per-process cap apart: :func:`oom_verdict`).
+* ``cuda_error_oom`` - ``CUDA error: out of memory`` / NCCL "Cuda failure 'out of memory'" /
+  ``CUBLAS_STATUS_ALLOC_FAILED``: a library allocating outside PyTorch's cache (NCCL buffers, cuBLAS
+  workspaces, CUDA-graph capture). ``expandable_segments`` cannot help here.
 
-The fixes and their order come from the seeds (001-004); each says whether it needs a restart
-(every engine argument does) or works on the live server.
+Warnings (only when no crash is in the log)
+* ``kv_preemption`` - the V0 scheduler's warning "Sequence group N is preempted by
+  PreemptionMode.RECOMPUTE mode because there is not enough KV cache space ..." (every 50th
+  preemption). V1 preempts silently (count it with the ``vllm:num_preemptions`` metric) and always
+  recomputes, so ``--swap-space`` advice does not apply to V1. Latency, not a crash.
+
+``unknown`` - none of these. Each fix says whether it needs a restart (every engine argument does)
+or works on the live server.
 """
 
 from __future__ import annotations
@@ -28,8 +38,13 @@ from dataclasses import dataclass, field
 
 from vramlab.vram import OOMReport, parse_oom_message
 
-KINDS = ("startup_kv_capacity", "no_cache_blocks", "engine_dead", "block_manager_exhausted",
-         "allocator_oom", "unknown")
+KINDS = ("startup_free_memory", "startup_kv_capacity", "no_cache_blocks", "engine_dead", "allocator_oom",
+         "cuda_error_oom", "kv_preemption", "unknown")
+CRASH_KINDS = KINDS[:6]
+VERDICTS = ("cap", "fragmentation", "shortage")
+
+# A line some generated error catalogues attribute to vLLM; no vLLM release prints it.
+NOT_VLLM_BLOCK_LINE = "Unable to allocate memory for KV cache block"
 
 
 @dataclass(frozen=True)
@@ -54,53 +69,53 @@ class Remedy:
 R, L, D = "restart", "live", "one restart, then durable"
 
 CAUSES = {
+    "startup_free_memory": "Start-up: less memory is free on the GPU than gpu_memory_utilization asks for; another "
+                           "process (a second vLLM, a notebook kernel, a leftover worker) holds part of it.",
     "startup_kv_capacity": "Start-up sizing: after the weights and profiled overheads, the KV memory left cannot "
                            "hold one request of max_model_len tokens.",
-    "no_cache_blocks": "Start-up sizing: weights, activations and CUDA graphs use up the whole "
+    "no_cache_blocks": "Start-up sizing: weights, activations and backend workspaces use up the whole "
                        "gpu_memory_utilization budget; nothing is left for KV cache blocks.",
     "engine_dead": "The engine loop died (usually after an OOM escaped into it); every later request fails "
                    "until the process is restarted.",
-    "block_manager_exhausted": "KV block pressure under load: running sequences need more blocks than the pool has; "
-                               "V1 preempts the newest and recomputes it later (latency, not a crash; --swap-space "
-                               "does not help on V1, which recomputes instead of swapping).",
-    "allocator_oom": "A PyTorch allocation outside the KV pool failed (prefill spike, activations, CUDA-graph "
-                     "capture, or another process on the GPU).",
+    "allocator_oom": "A PyTorch allocation outside the KV pool failed (prefill spike, activations, sampler, or "
+                     "another process on the GPU).",
+    "cuda_error_oom": "A CUDA library (NCCL, cuBLAS, graph capture) failed to allocate outside PyTorch's caching "
+                      "allocator: the headroom outside gpu_memory_utilization is too small.",
+    "kv_preemption": "KV block pressure under load: running requests needed more blocks than the pool had, so the "
+                     "scheduler preempted one and will recompute it (latency, not a crash). V1 does this silently "
+                     "(metric vllm:num_preemptions) and never swaps, so --swap-space does not help on V1.",
     "unknown": "Not one of the vLLM memory failures vramlab knows.",
 }
 
 FIXES: dict[str, list[Remedy]] = {
-    # seed 002 "Fixing the startup KV-cache OOM", in its order of preference
+    "startup_free_memory": [
+        Remedy("find what holds the GPU (nvidia-smi: another vLLM, a notebook kernel, a leftover worker) and stop it", R),
+        Remedy("or lower --gpu-memory-utilization below free/total (two instances on one GPU: a share each)", R),
+    ],
+    # troubleshooting article "Fixing the startup KV-cache OOM", in its order of preference
     "startup_kv_capacity": [
         Remedy("lower --max-model-len to what the workload needs (at most vLLM's estimated maximum model length)", R),
         Remedy("raise --gpu-memory-utilization (0.92-0.95 on a dedicated GPU; never 1.0)", R),
         Remedy("--kv-cache-dtype fp8 (halves KV bytes per token versus 16-bit)", R),
-        Remedy("cap --max-num-seqs / --max-num-batched-tokens", R),
+        Remedy("a backend without a large workspace (--attention-backend FLASH_ATTN instead of FLASHINFER)", R),
+        Remedy("cap --max-num-seqs / --max-num-batched-tokens (smaller profile-run peak)", R),
         Remedy("shard: --tensor-parallel-size N (or --pipeline-parallel-size N)", R),
         Remedy("quantize the weights (FP8, AWQ, GPTQ)", R),
     ],
-    # seed 001 "No available memory for the cache blocks": four levers, then the utilization knob
+    # troubleshooting article "No available memory for the cache blocks": four levers, then utilization
     "no_cache_blocks": [
         Remedy("quantize the weights (FP8, AWQ, GPTQ) to shrink the static footprint", R),
         Remedy("shard the weights: --tensor-parallel-size N", R),
-        Remedy("--enforce-eager (no CUDA-graph memory)", R),
+        Remedy("cap --max-num-batched-tokens (the profile run's activation peak)", R),
         Remedy("clamp --max-model-len to the workload's real ceiling", R),
         Remedy("raise --gpu-memory-utilization if the GPU is dedicated (up to ~0.95)", R),
     ],
-    # seed 002 "When every request fails after one bad one"
     "engine_dead": [
         Remedy("restart the server (behind a load balancer / rolling deploy so it costs no downtime)", R),
+        Remedy("find the first error above it (usually an OOM) and fix that cause", R),
         Remedy("if it still OOMs after the restart: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", D),
-        Remedy("make sure the V0 engine is not pinned (unset VLLM_USE_V1=0; upgrade)", R),
         Remedy("if it recurs, size the server down: lower max_model_len, fp8 KV cache, lower max_num_seqs", R),
     ],
-    # seeds 001/002/004: runtime admission pressure
-    "block_manager_exhausted": [
-        Remedy("send less: fewer concurrent requests, smaller max_tokens, shorter prompts", L),
-        Remedy("cap --max-num-seqs / --max-num-batched-tokens", R),
-        Remedy("more KV memory: raise --gpu-memory-utilization or --tensor-parallel-size", R),
-        Remedy("--kv-cache-dtype fp8 (more tokens per block pool)", R),
-    ],
-    # seed 002 "Fixing runtime OOM under load"
     "allocator_oom": [
         Remedy("send less right now: lower client concurrency, cap max_tokens, shorten prompts", L),
         Remedy("check for other processes on the GPU (nvidia-smi)", L),
@@ -109,28 +124,72 @@ FIXES: dict[str, list[Remedy]] = {
         Remedy("cap --max-num-seqs / --max-num-batched-tokens", R),
         Remedy("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", D),
     ],
+    "cuda_error_oom": [
+        Remedy("lower --gpu-memory-utilization (NCCL/cuBLAS/graph memory comes from the slice outside it)", R),
+        Remedy("--enforce-eager (no CUDA-graph capture) or fewer cudagraph_capture_sizes", R),
+        Remedy("check for other processes on the GPU (nvidia-smi)", L),
+        Remedy("rerun with CUDA_LAUNCH_BLOCKING=1 and NCCL_DEBUG=INFO to see which library failed", R),
+    ],
+    "kv_preemption": [
+        Remedy("send less: fewer concurrent requests, smaller max_tokens, shorter prompts", L),
+        Remedy("cap --max-num-seqs / --max-num-batched-tokens", R),
+        Remedy("more KV memory: raise --gpu-memory-utilization or --tensor-parallel-size", R),
+        Remedy("--kv-cache-dtype fp8 (more tokens per block pool)", R),
+    ],
     "unknown": [
         Remedy("read the first error in the log (the root cause is printed above 'Engine core initialization "
                "failed'), then run diagnose() on that part", L),
     ],
 }
+_CAP_FIX = Remedy("memory is free on the device yet PyTorch refused: look for a per-process cap "
+                  "(torch.cuda.set_per_process_memory_fraction, a workshop memory guard, a MIG slice) and raise it", L)
 
 _PATTERNS: list[tuple[str, str]] = [
+    ("startup_free_memory", r"Free memory on device \(.{0,40}?\) on startup is less than desired GPU memory utilization"),
     ("startup_kv_capacity", r"To serve at least one request with the models?'s max seq len"),
     ("startup_kv_capacity", r"is larger than the maximum number of tokens that can be stored in KV cache"),
     ("startup_kv_capacity", r"Cannot auto-fit max_model_len"),
     ("no_cache_blocks", r"No available memory for the cache blocks"),
     ("engine_dead", r"\b(?:Async)?EngineDeadError\b"),
     ("engine_dead", r"Background loop has errored already"),
-    ("engine_dead", r"Engine ?Core[^\n]{0,200}\bdied"),
-    ("block_manager_exhausted", r"free blocks:\s*0\b"),
-    ("block_manager_exhausted", r"Unable to allocate memory for KV cache block"),
-    ("block_manager_exhausted", r"preempted by PreemptionMode\.RECOMPUTE"),
-    ("block_manager_exhausted", r"not enough KV cache space"),
+    ("engine_dead", r"Engine ?Core.{0,200}?\bdied"),
     ("allocator_oom", r"CUDA out of memory"),
-    ("allocator_oom", r"\bOutOfMemoryError\b"),
+    ("allocator_oom", r"\bOutOfMemoryError\b(?!: Unable to allocate memory for KV cache block)"),
     ("allocator_oom", r"Tried to allocate"),
+    ("cuda_error_oom", r"CUDA error: out of memory"),
+    ("cuda_error_oom", r"Cuda failure '?out of memory"),
+    ("cuda_error_oom", r"CUBLAS_STATUS_ALLOC_FAILED"),
+    ("cuda_error_oom", r"cudaErrorMemoryAllocation"),
+    ("kv_preemption", r"is preempted by (?:PreemptionMode\.)?(?:RECOMPUTE|SWAP) mode because there is not enough "
+                      r"KV cache space"),
+    ("kv_preemption", NOT_VLLM_BLOCK_LINE),
 ]
+
+# "(EngineCore pid=129) ERROR 07-01 04:24:37 [core.py:1195] ", "INFO 08-14 14:07:22 [gpu_worker.py:578] "
+# and the older "WARNING 05-14 09:12:44 scheduler.py:1057] "
+_LOG_PREFIX = re.compile(r"(?:\([A-Za-z_0-9]+(?: [A-Za-z_0-9]+)? pid=\d+\)\s*)?"
+                         r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+"
+                         r"(?:\[[^\]\s]+\]|[\w./-]+:\d+\])\s*")
+
+
+def normalize_log(text: str) -> str:
+    """One line: log prefixes removed, every run of whitespace (line wraps included) made one space."""
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a string (got {type(text).__name__}).")
+    return re.sub(r"\s+", " ", _LOG_PREFIX.sub(" ", text)).strip()
+
+
+def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallocated_bytes: int | None) -> str | None:
+    """Why did a PyTorch allocation of ``tried_bytes`` fail? ``"cap"`` when the device had at least that much
+    free (so a per-process limit refused it), ``"fragmentation"`` when PyTorch's cache already held at least
+    that much unused (not in one piece), else ``"shortage"``. None when the message lacks the numbers."""
+    if tried_bytes is None or (free_bytes is None and reserved_unallocated_bytes is None):
+        return None
+    if free_bytes is not None and free_bytes >= tried_bytes:
+        return "cap"
+    if reserved_unallocated_bytes is not None and reserved_unallocated_bytes >= tried_bytes:
+        return "fragmentation"
+    return "shortage"
 
 
 @dataclass
@@ -143,6 +202,7 @@ class Diagnosis:
     fixes: list[Remedy]
     details: dict = field(default_factory=dict)
     oom: OOMReport | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def live_fixes(self) -> list[Remedy]:
@@ -156,51 +216,82 @@ class Diagnosis:
         lines = [f"{self.kind}: {self.cause}"]
         if self.details:
             lines.append("  numbers: " + ", ".join(f"{k}={v}" for k, v in self.details.items()))
+        lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  {i}. {f}" for i, f in enumerate(self.fixes, 1)]
         return "\n".join(lines)
 
 
+def _num(s: str) -> float | int:
+    return float(s) if "." in s else int(s)
+
+
 def _startup_numbers(text: str) -> dict:
+    """Numbers of the start-up messages; GiB in either "{:.2f}" ("62.00") or format_gib ("62.0") form."""
     out: dict = {}
     patterns = {
-        # whitespace-tolerant: logs and articles wrap these lines anywhere (seed 000 quotes one wrapped
-        # and without the "(" before the needed GiB)
-        "max_model_len": r"max\s+seq\s+len\s*\((\d+)\)",
-        "needed_gib": r"\(?([\d.]+)\s*GiB\s+KV\s+cache\s+is\s+needed",
-        "available_gib": r"available\s+KV\s+cache\s+memory\s*\(([\d.]+)\s*GiB\)",
-        "estimated_max_model_len": r"estimated\s+maximum\s+model\s+length\s+is\s+(\d+)",
+        "max_model_len": r"max seq len \((\d+)\)",
+        "needed_gib": r"\(?(\d+(?:\.\d+)?) GiB KV cache is needed",
+        "available_gib": r"available KV cache memory \((\d+(?:\.\d+)?) GiB\)",
+        "estimated_max_model_len": r"estimated maximum model length is (\d+)",
         "kv_cache_tokens": r"stored in KV cache \((\d+)\)",
     }
     for key, pat in patterns.items():
-        m = re.search(pat, text, flags=re.DOTALL)
+        m = re.search(pat, text)
         if m:
             out[key] = float(m.group(1)) if "gib" in key else int(m.group(1))
     return out
 
 
+def _free_memory_numbers(text: str) -> dict:
+    m = re.search(r"Free memory on device \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than desired "
+                  r"GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", text)
+    if not m:
+        return {}
+    return {"free_gib": float(m.group(1)), "total_gib": float(m.group(2)), "gpu_memory_utilization": float(m.group(3)),
+            "requested_gib": float(m.group(4))}
+
+
 def diagnose(text: str) -> Diagnosis:
-    """Classify a vLLM / PyTorch log or traceback and return the cause and the ordered fixes."""
-    if not isinstance(text, str):
-        raise ValueError(f"`text` must be a string (got {type(text).__name__}).")
+    """Classify a vLLM / PyTorch log or traceback (any length, wrapped or not) and return the cause and
+    the ordered fixes. A crash anywhere in the log wins over preemption warnings before it."""
+    flat = normalize_log(text)
+    found = None
     for kind, pattern in _PATTERNS:
-        m = re.search(pattern, text, flags=re.IGNORECASE | re.DOTALL)
+        m = re.search(pattern, flat, flags=re.IGNORECASE)
         if m:
+            found = (kind, m)
             break
-    else:
+    if found is None:
         return Diagnosis("unknown", CAUSES["unknown"], "", list(FIXES["unknown"]))
+    kind, m = found
     fixes = list(FIXES[kind])
     details: dict = {}
+    notes: list[str] = []
     oom = None
     if kind == "startup_kv_capacity":
-        details = _startup_numbers(text)
+        details = _startup_numbers(flat)
+    elif kind == "startup_free_memory":
+        details = _free_memory_numbers(flat)
     elif kind == "allocator_oom":
-        oom = parse_oom_message(text)
+        oom = parse_oom_message(flat)
+        verdict = oom_verdict(oom.tried_bytes, oom.free_bytes, oom.reserved_unallocated_bytes)
         details = {k: v for k, v in (("tried_bytes", oom.tried_bytes), ("free_bytes", oom.free_bytes),
-                                      ("verdict", oom.verdict)) if v is not None}
-        if oom.verdict == "fragmentation":  # the cache holds enough, just not in one piece
+                                      ("verdict", verdict)) if v is not None}
+        if verdict == "fragmentation":  # the cache holds enough, just not in one piece
             frag = [f for f in fixes if "expandable_segments" in f.action]
             fixes = frag + [f for f in fixes if f not in frag]
-    return Diagnosis(kind, CAUSES[kind], m.group(0), fixes, details, oom)
+        elif verdict == "cap":
+            fixes = [_CAP_FIX] + fixes
+    elif kind == "kv_preemption":
+        counts = re.findall(r"total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d+)", flat)
+        if counts:
+            details = {"total_num_cumulative_preemption": max(int(c) for c in counts)}
+        if NOT_VLLM_BLOCK_LINE.lower() in flat.lower():
+            notes.append("'Unable to allocate memory for KV cache block ... free blocks: 0' is not printed by any "
+                         "vLLM release (it comes from a generated error catalogue); the real signal is the V0 "
+                         "preemption warning or V1's vllm:num_preemptions metric.")
+    return Diagnosis(kind, CAUSES[kind], m.group(0), fixes, details, oom, notes)
 
 
-__all__ = ["KINDS", "Remedy", "Diagnosis", "diagnose", "FIXES", "CAUSES"]
+__all__ = ["KINDS", "CRASH_KINDS", "VERDICTS", "Remedy", "Diagnosis", "diagnose", "normalize_log", "oom_verdict",
+           "FIXES", "CAUSES", "NOT_VLLM_BLOCK_LINE"]

@@ -9,9 +9,17 @@ the tokens it already generated are prefilled again later. Waiting requests are 
 first served while the pool, ``max_num_seqs`` and the token budget allow, and never in a step that
 preempted.
 
-The simulator records the moments an allocation met an empty pool ("free blocks: 0", the phrase in
-the seeds' block-manager error) and the preemptions, and measures throughput in generated tokens per
-step. Everything is deterministic given the workload (and the workload given its seed).
+The simulator records the steps where a running request met an empty pool and the preemptions, and
+measures throughput in generated tokens per step. Its ``events`` are the simulator's own trace, not
+vLLM log lines: vLLM's V1 engine preempts **silently** (no warning; it counts preemptions in the
+Prometheus counter ``vllm:num_preemptions``) and always recomputes (no swapping, so ``--swap-space``
+does not apply). :meth:`SimResult.v0_warnings` gives what the older V0 scheduler logged instead
+(``vllm/core/scheduler.py``: one warning on the 1st, 51st, 101st ... preemption).
+
+Simplification: **no prefix caching**. vLLM V1 enables it by default, so blocks a preempted request
+freed may still be cached when it is rescheduled and part of its prompt is not recomputed;
+``recomputed_tokens`` here is an upper bound. Everything is deterministic given the workload (and the
+workload given its seed).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from vramlab.kvcache import cdiv
+from vramlab.vllm_memory import V0_PREEMPTION_FORMAT, V1_PREEMPTION_METRIC
 
 
 @dataclass
@@ -103,7 +112,7 @@ class SimResult:
     steps: list[StepRecord]
     requests: list[Request]
     events: list[str]
-    free_zero_steps: list[int]
+    pool_empty_steps: list[int]
     preemptions: int
     recomputed_tokens: int
 
@@ -121,9 +130,20 @@ class SimResult:
         return self.generated_tokens / max(self.num_steps, 1)
 
     @property
-    def first_free_zero_step(self) -> int | None:
-        """The first step where an allocation found ``free blocks: 0``."""
-        return self.free_zero_steps[0] if self.free_zero_steps else None
+    def first_pool_empty_step(self) -> int | None:
+        """The first step where a running request needed a block and the pool had none free."""
+        return self.pool_empty_steps[0] if self.pool_empty_steps else None
+
+    def v0_warnings(self) -> list[str]:
+        """The warnings vLLM's V0 scheduler would have logged for these preemptions (every 50th, from the
+        1st; ``vllm/core/scheduler.py`` ``_preempt``). V1 logs none: read ``vllm:num_preemptions``."""
+        lines, count = [], 0
+        for s in self.steps:
+            for rid in s.preempted:
+                if count % 50 == 0:
+                    lines.append("WARNING scheduler.py: " + V0_PREEMPTION_FORMAT.format(request_id=rid, count=count + 1))
+                count += 1
+        return lines
 
     @property
     def peak_used_blocks(self) -> int:
@@ -135,9 +155,9 @@ class SimResult:
             "steps": self.num_steps,
             "generated_tokens": self.generated_tokens,
             "throughput_tokens_per_step": round(self.throughput, 3),
-            "preemptions": self.preemptions,
-            "recomputed_tokens": self.recomputed_tokens,
-            "first_free_blocks_0_step": self.first_free_zero_step,
+            "preemptions": self.preemptions,          # what V1 adds to vllm:num_preemptions
+            "recomputed_tokens": self.recomputed_tokens,  # upper bound: no prefix caching here
+            "first_pool_empty_step": self.first_pool_empty_step,
             "peak_used_blocks": self.peak_used_blocks,
             "finished": sum(r.finished is not None for r in self.requests),
         }
@@ -159,9 +179,13 @@ class SimResult:
                                  line=dict(color="#00cc96")))
         pre = [s for s in self.steps if s.preempted]
         fig.add_trace(go.Scatter(x=[s.step for s in pre], y=[s.used_blocks for s in pre], mode="markers",
-                                 name="preemption (RECOMPUTE)", marker=dict(color="#ef553b", symbol="x", size=9)))
-        fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step",
-                          yaxis=dict(title="blocks"), yaxis2=dict(title="running", overlaying="y", side="right", rangemode="tozero"),
+                                 name="preemption (recompute)", marker=dict(color="#ef553b", symbol="x", size=9)))
+        top = max((s.running for s in self.steps), default=1)
+        fig.update_layout(title=title, height=340, margin=dict(l=10, r=10, t=40, b=10),
+                          xaxis_title="scheduler step",
+                          yaxis=dict(title=f"KV blocks in use ({self.block_size} tokens each)", rangemode="tozero"),
+                          yaxis2=dict(title="running requests (count)", overlaying="y", side="right",
+                                      rangemode="tozero", tickformat="d", tick0=0, dtick=max(1, -(-top // 8))),
                           legend=dict(orientation="h", y=-0.3))
         return fig
 
@@ -181,7 +205,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.step_no = 0
         self.events: list[str] = []
-        self.free_zero_steps: list[int] = []
+        self.pool_empty_steps: list[int] = []
         self.preemptions = 0
         self.recomputed_tokens = 0
 
@@ -198,25 +222,24 @@ class Scheduler:
 
     def _grow(self, req: Request, num_new: int, running: bool = True) -> bool:
         """Give ``req`` blocks for ``num_new`` more tokens; False if the pool is short. A running
-        request meeting an empty pool is the block manager's exhaustion ("free blocks: 0");
-        a waiting request that does not fit simply waits."""
+        request meeting an empty pool forces a preemption; a waiting request that does not fit waits."""
         need = cdiv(req.computed + num_new, self.block_size) - len(req.blocks)
         if need <= 0:
             return True
         got = self.pool.allocate(need)
         if got is None:
             if running and self.pool.num_free == 0:
-                if not self.free_zero_steps or self.free_zero_steps[-1] != self.step_no:
-                    self.free_zero_steps.append(self.step_no)
-                self.events.append(f"step {self.step_no}: request {req.rid} needs {need} block(s) of "
-                                   f"{self.block_size} tokens: free blocks: 0")
+                if not self.pool_empty_steps or self.pool_empty_steps[-1] != self.step_no:
+                    self.pool_empty_steps.append(self.step_no)
+                self.events.append(f"[simulator] step {self.step_no}: request {req.rid} needs {need} block(s) "
+                                   f"of {self.block_size} tokens; the pool has none free")
             return False
         req.blocks.extend(got)
         return True
 
     def _preempt(self, req: Request) -> None:
         self.pool.free(req.blocks)
-        self.events.append(f"step {self.step_no}: preempted request {req.rid} (PreemptionMode.RECOMPUTE): "
+        self.events.append(f"[simulator] step {self.step_no}: preempted request {req.rid} (recompute): "
                            f"freed {len(req.blocks)} blocks, {req.computed} tokens to recompute")
         self.recomputed_tokens += req.computed
         self.preemptions += 1
@@ -284,7 +307,7 @@ class Scheduler:
         while (self.waiting or self.running) and self.step_no < max_steps:
             steps.append(self.step())
         return SimResult(self.pool.num_blocks, self.block_size, steps, list(requests), self.events,
-                         self.free_zero_steps, self.preemptions, self.recomputed_tokens)
+                         self.pool_empty_steps, self.preemptions, self.recomputed_tokens)
 
 
 def burst(n: int = 32, seed: int = 0, prompt: tuple[int, int] = (64, 512), output: tuple[int, int] = (32, 256),
@@ -293,6 +316,14 @@ def burst(n: int = 32, seed: int = 0, prompt: tuple[int, int] = (64, 512), outpu
     ``arrival_window`` steps; deterministic given ``seed``."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"`n` must be an integer >= 1 (got {n!r}).")
+    for name, rng_ in (("prompt", prompt), ("output", output)):
+        if (not isinstance(rng_, (tuple, list)) or len(rng_) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in rng_)
+                or not 1 <= rng_[0] <= rng_[1]):
+            raise ValueError(f"`{name}` must be a (low, high) pair of token counts with 1 <= low <= high "
+                             f"(got {rng_!r}), for example {name}=(64, 512).")
+    if isinstance(arrival_window, bool) or not isinstance(arrival_window, int) or arrival_window < 0:
+        raise ValueError(f"`arrival_window` must be an integer >= 0 steps (got {arrival_window!r}).")
     rng = random.Random(seed)
     return [Request(i, rng.randint(*prompt), rng.randint(*output), rng.randint(0, arrival_window))
             for i in range(n)]
@@ -301,8 +332,10 @@ def burst(n: int = 32, seed: int = 0, prompt: tuple[int, int] = (64, 512), outpu
 def simulate(num_blocks: int, requests: list[Request], block_size: int = 16, max_num_seqs: int = 256,
              max_num_batched_tokens: int = 2048) -> SimResult:
     """Run a fresh :class:`Scheduler` over copies of ``requests``."""
+    if not isinstance(requests, (list, tuple)) or not all(isinstance(r, Request) for r in requests):
+        raise ValueError("`requests` must be a list of Request objects (e.g. from burst()).")
     fresh = [Request(r.rid, r.prompt_len, r.max_new_tokens, r.arrival) for r in requests]
     return Scheduler(num_blocks, block_size, max_num_seqs, max_num_batched_tokens).run(fresh)
 
 
-__all__ = ["Request", "BlockPool", "Scheduler", "StepRecord", "SimResult", "burst", "simulate"]
+__all__ = ["Request", "BlockPool", "Scheduler", "StepRecord", "SimResult", "burst", "simulate", "V1_PREEMPTION_METRIC"]

@@ -1,25 +1,47 @@
-"""vLLM's start-up memory arithmetic, reproduced without a GPU.
+"""vLLM's start-up memory arithmetic, reproduced without a GPU, pinned to one vLLM source.
 
-What vLLM (V1 engine) does at start-up, and what this module mirrors (read from the vLLM source,
-``vllm/v1/worker/gpu_worker.py`` and ``vllm/v1/core/kv_cache_utils.py``):
+**Pinned source.** The code index this project reads holds vLLM's files one version each, at
+different commits; the lab pins the *start-up check* to the newest version of it that can be read:
 
-1. ``requested_memory = ceil(total * gpu_memory_utilization)`` per GPU.
+* ``vllm/v1/core/kv_cache_utils.py`` @ ``001cabc1be16a59a70d720ed61a13b678c060a18`` (the
+  ``format_gib`` release line, v0.11.1 and later; messages, estimate, blocks, concurrency);
+* ``vllm/v1/worker/gpu_worker.py`` @ ``35d5cda123ec28581759b6d34cde8052314fb1e6`` (same line:
+  ``MemorySnapshot``/``memory_profiling``, "Free memory on device" check, no CUDA-graph term);
+* ``vllm/utils/mem_utils.py`` @ ``a6d5c39009eb73797b276cc557ca9659c396ca14`` (``format_gib``,
+  ``memory_profiling``);
+* ``vllm/engine/arg_utils.py`` (``get_batch_defaults``: ``max_num_seqs`` / ``max_num_batched_tokens``
+  by usage context and GPU tier), ``vllm/platforms/cuda.py`` (forced MLA block sizes),
+  ``vllm/envs.py`` (``VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE``), ``vllm/config/cache.py``
+  @ ``002f10e0cfa1373a19a0d2756598a34b700d20e5`` (``CacheDType``, ``gpu_memory_utilization``).
+
+The older ``{:.2f}`` wording comes from ``kv_cache_utils.py`` @ ``bbf906a88ba1a39104884c88c9811a4f968e4659``.
+:data:`PINNED` names all of this; ``tests/test_vllm_memory.py`` holds every message against a copy of
+the format string with the file it came from.
+
+What vLLM (V1 engine) does at start-up, and what this module mirrors:
+
+1. ``requested_memory = total * gpu_memory_utilization`` where ``total`` is what
+   ``torch.cuda.mem_get_info`` reports (a T4 is 14.56 GiB to PyTorch; nvidia-smi says 15,360 MiB);
+   if less than that is free: "Free memory on device (...) on startup is less than desired GPU
+   memory utilization (...)".
 2. ``determine_available_memory``: load the weights, run one dummy forward pass of
-   ``max_num_batched_tokens`` tokens (the activation peak), measure non-torch memory (CUDA
-   context, NCCL, attention workspaces) and estimate CUDA-graph memory; then
-   ``available = requested - non_kv_cache_memory - cudagraph_estimate``. This module cannot
-   measure, so the activation, non-torch and CUDA-graph lines are *estimates*, labelled as such
-   and overridable.
+   ``max_num_batched_tokens`` tokens (``memory_profiling``: torch peak increase + non-torch increase +
+   weights); ``available = requested - non_kv_cache_memory``. Attention-backend buffers allocated in
+   the profile run (FlashInfer's workspace) are part of it. In the pinned release **CUDA graphs are
+   not counted**: they are captured after the KV cache is sized, out of the slice outside
+   ``gpu_memory_utilization``. (Releases from v0.21.0 profile them first when
+   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``, their default: ``plan(estimate_cudagraphs=True,
+   cudagraph_bytes=...)``.) This module cannot measure, so the activation and non-torch lines are
+   *estimates*, labelled as such and overridable.
 3. Page size per layer (``kv_cache_interface.py``): ``block_size * num_kv_heads * (head_size +
    head_size_v) * dtype_bytes``; MLA: ``block_size * 1 * (kv_lora_rank + qk_rope_head_dim) *
-   dtype_bytes``. One request at ``max_model_len`` needs ``cdiv(max_model_len, block_size) *
-   page`` per layer (``FullAttentionSpec.max_memory_usage_bytes``).
-4. ``_check_enough_kv_cache_memory``: raises "No available memory for the cache blocks" when
-   available <= 0, or "To serve at least one request ..." with a binary-searched estimate when one
-   request does not fit.
+   dtype_bytes``. One request at ``max_model_len`` needs ``cdiv(max_model_len, block_size) * page``
+   per layer. FlashMLA forces the block size to 64 (CUTLASS MLA: 128).
+4. ``_check_enough_kv_cache_memory``: "No available memory for the cache blocks" when available <= 0,
+   or "To serve at least one request ..." with a binary-searched estimate when one request does not fit.
 5. ``get_num_blocks = available // page_size // num_layers``; the log says ``GPU KV cache size:
-   {num_blocks * block_size:,} tokens`` and ``Maximum concurrency for {max_model_len:,} tokens
-   per request: {num_blocks / cdiv(max_model_len, block_size):.2f}x``.
+   {num_blocks * block_size:,} tokens`` and ``Maximum concurrency for {max_model_len:,} tokens per
+   request: {concurrency:.2f}x``.
 
 Units: bytes unless a name says GiB; lengths in tokens.
 """
@@ -32,49 +54,161 @@ from typing import Any
 
 from vramlab.kvcache import GiB, MiB, attention_shape, cdiv, dtype_bits, load_config, num_parameters
 
-DEFAULT_BLOCK_SIZE = 16          # vLLM CacheConfig.block_size default for CUDA attention backends
-DEFAULT_UTILIZATION = 0.92       # vLLM CacheConfig.gpu_memory_utilization (0.9 before; seeds 001/002)
-DEFAULT_MAX_NUM_SEQS = 256       # vLLM SchedulerConfig.max_num_seqs default (online serving, most GPUs)
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's usual default for online serving on datacenter GPUs
+
+@dataclass(frozen=True)
+class Pin:
+    """The vLLM source this module reproduces (see the module docstring)."""
+
+    release: str
+    files: dict
+
+
+PINNED = Pin(
+    release="vLLM V1 engine, format_gib release line (v0.11.1 and later, before the 'model's' / CPU-backend "
+            "rewording); the exact tag is not recorded in the code index",
+    files={
+        "vllm/v1/core/kv_cache_utils.py": "001cabc1be16a59a70d720ed61a13b678c060a18",
+        "vllm/v1/worker/gpu_worker.py": "35d5cda123ec28581759b6d34cde8052314fb1e6",
+        "vllm/utils/mem_utils.py": "a6d5c39009eb73797b276cc557ca9659c396ca14",
+        "vllm/config/cache.py": "002f10e0cfa1373a19a0d2756598a34b700d20e5",
+        "vllm/v1/core/kv_cache_utils.py (older {:.2f} wording)": "bbf906a88ba1a39104884c88c9811a4f968e4659",
+    },
+)
+
+# vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE = 16 (CUDA attention backends).
+DEFAULT_BLOCK_SIZE = 16
+# vllm/config/cache.py @002f10e0: gpu_memory_utilization Field(default=0.92) (0.9 in older releases).
+DEFAULT_UTILIZATION = 0.92
 CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
+# vllm/config/cache.py @002f10e0: CacheDType, every value --kv-cache-dtype accepts.
+VLLM_KV_CACHE_DTYPES = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "int4_per_token_head",
+    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+)
+# The values whose bytes per element this lab models exactly (one element per cached value, no scales).
+MODELLED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+
+# vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults: GPUs with >= 70 GiB whose name does not
+# contain "a100" (H100, H200, MI300x) get the larger defaults (PR #17885: large batches slow A100 down).
+BATCH_DEFAULTS = {
+    "large": {"llm_class": (16384, 1024), "openai_api_server": (8192, 1024)},   # (max_num_batched_tokens, max_num_seqs)
+    "other": {"llm_class": (8192, 256), "openai_api_server": (2048, 256)},
+}
+USAGE_CONTEXTS = ("openai_api_server", "llm_class")
+
 # Estimates (vramlab's, not vLLM's): vLLM measures these lines at start-up.
-EST_NON_TORCH_BYTES = 512 * MiB          # CUDA context + cuBLAS/attention workspaces, one GPU
-EST_NCCL_BYTES_PER_TP = 256 * MiB        # extra non-torch memory per GPU when tensor_parallel_size > 1
-EST_CUDAGRAPH_BYTES = 512 * MiB          # vLLM logs "Estimated CUDA graph memory" of 0.3-1.6 GiB
+EST_NON_TORCH_BYTES = 512 * MiB          # CUDA context + cuBLAS workspaces, one GPU (vramlab estimate)
+EST_NCCL_BYTES_PER_TP = 256 * MiB        # extra non-torch memory per GPU when tensor_parallel_size > 1 (estimate)
+
+
+@dataclass(frozen=True)
+class AttentionBackend:
+    """What an attention backend adds to the budget and forces on the block size."""
+
+    name: str
+    mla: bool                 # True: only for MLA models; False: only for standard attention
+    workspace_bytes: int      # buffer allocated during the profile run (counted before KV sizing)
+    source: str
+
+    def block_size(self, requested: int) -> int:
+        """The block size vLLM uses with this backend (``vllm/platforms/cuda.py``
+        ``check_and_update_config``: "Forcing kv cache block size to 64 for FlashMLA backend.")."""
+        if self.name in ("FLASHMLA", "FLASHMLA_SPARSE") and requested % 64:
+            return 64
+        if self.name == "CUTLASS_MLA" and requested % 128:
+            return 128
+        if self.name == "FLASHINFER_MLA" and requested != 32 and requested % 64:
+            return 64
+        return requested
+
+
+# vllm/envs.py: VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE default 394 * 1024 * 1024 (older
+# vllm/v1/attention/backends/flashinfer.py @5314c90d hard-coded FLASHINFER_WORKSPACE_BUFFER_SIZE = 256 MiB);
+# the buffer is a torch.empty(..., uint8) made by the metadata builder, so the profile run counts it.
+FLASHINFER_WORKSPACE_BYTES = 394 * MiB
+ATTENTION_BACKENDS: dict[str, AttentionBackend] = {
+    "FLASH_ATTN": AttentionBackend("FLASH_ATTN", False, 0, "default on NVIDIA for standard attention"),
+    "FLASHINFER": AttentionBackend("FLASHINFER", False, FLASHINFER_WORKSPACE_BYTES,
+                                   "vllm/envs.py VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE (394 MiB)"),
+    "TRITON_ATTN": AttentionBackend("TRITON_ATTN", False, 0, "vllm/v1/attention/backends/triton_attn.py"),
+    "FLASHMLA": AttentionBackend("FLASHMLA", True, 0, "vllm/platforms/cuda.py: block size forced to 64"),
+    "CUTLASS_MLA": AttentionBackend("CUTLASS_MLA", True, 0, "vllm/platforms/cuda.py: block size forced to 128"),
+    "FLASHINFER_MLA": AttentionBackend("FLASHINFER_MLA", True, FLASHINFER_WORKSPACE_BYTES,
+                                       "vllm/platforms/cuda.py: block size 32 or a multiple of 64"),
+    "TRITON_MLA": AttentionBackend("TRITON_MLA", True, 0, "vllm/v1/attention/backends/mla/triton_mla.py"),
+}
+
+
+def get_attention_backend(name: str | None, mla: bool) -> AttentionBackend:
+    """The backend by vLLM's name (``--attention-backend``); None picks vLLM's default on Hopper-class
+    GPUs: FLASHMLA for MLA models, FLASH_ATTN otherwise."""
+    if name is None:
+        return ATTENTION_BACKENDS["FLASHMLA" if mla else "FLASH_ATTN"]
+    key = str(name).upper().replace("-", "_")
+    if key not in ATTENTION_BACKENDS:
+        raise ValueError(f"`attention_backend` {name!r} is not one this lab models; use one of "
+                         f"{', '.join(ATTENTION_BACKENDS)} (or None for vLLM's default).")
+    backend = ATTENTION_BACKENDS[key]
+    if backend.mla != mla:
+        kind = "an MLA model" if mla else "a model without MLA"
+        choices = [b for b, v in ATTENTION_BACKENDS.items() if v.mla == mla]
+        raise ValueError(f"`attention_backend` {key} does not serve {kind}; use one of {', '.join(choices)}.")
+    return backend
 
 
 @dataclass(frozen=True)
 class GPU:
-    """A GPU as vLLM sees it: ``total_bytes`` is what ``torch.cuda.mem_get_info`` reports
-    (nvidia-smi's ``memory.total`` in MiB, times 2**20), not the marketing number."""
+    """A GPU as vLLM sees it. ``total_bytes`` is what ``torch.cuda.mem_get_info`` reports (vLLM's
+    ``MemorySnapshot.total_memory``) when that figure is known (``torch_total_known``); otherwise
+    nvidia-smi's ``memory.total`` (which counts memory the driver keeps, so PyTorch sees less)."""
 
     name: str
-    total_bytes: int
+    nvidia_smi_mib: int
+    torch_total: int | None       # bytes, from a PyTorch message/measurement; None if not known here
     marketing: str
     source: str
+
+    @property
+    def total_bytes(self) -> int:
+        return self.torch_total if self.torch_total is not None else self.nvidia_smi_mib * MiB
+
+    @property
+    def torch_total_known(self) -> bool:
+        return self.torch_total is not None
 
     @property
     def total_gib(self) -> float:
         return self.total_bytes / GiB
 
+    @property
+    def nvidia_smi_gib(self) -> float:
+        return self.nvidia_smi_mib * MiB / GiB
 
-# Totals as nvidia-smi's "memory.total" prints them (MiB); marketing sizes are decimal GB and
-# include memory the driver reserves (ECC, firmware). Sources: nvidia-smi tables in public logs
-# and docs (found with the code search): e.g. "Tesla T4 ... 0MiB / 15360MiB", "NVIDIA L4 ...
-# 23034MiB", "NVIDIA A10G ... 23028MiB", "RTX 4090 ... 24564MiB", "A100-SXM4-40GB ... 40960",
-# "A100-SXM4-80GB ... 81920MiB", "H100 80GB HBM3 ... 81559MiB", "NVIDIA H200 ... 143771MiB".
-# Cross-check: the seed's torch OOM on a 24 GB card says "total capacity of 23.99 GiB"
-# (= 24564 MiB). The CUDA context takes a few hundred MiB more, counted as non-torch memory.
+    def describe(self) -> str:
+        smi = f"nvidia-smi {self.nvidia_smi_mib:,} MiB = {self.nvidia_smi_gib:.2f} GiB"
+        if self.torch_total_known:
+            return f"{self.name}: PyTorch sees {self.total_gib:.2f} GiB ({smi}; sold as {self.marketing})"
+        return f"{self.name}: {smi} (PyTorch's figure not recorded here: it is a little less; sold as {self.marketing})"
+
+
+# nvidia-smi "memory.total" (MiB) from public nvidia-smi tables ("Tesla T4 ... 15360MiB", "NVIDIA L4 ...
+# 23034MiB", "A10G ... 23028MiB", "RTX 4090 ... 24564MiB", "A100-SXM4-40GB ... 40960MiB", "A100-SXM4-80GB ...
+# 81920MiB", "H100 80GB HBM3 ... 81559MiB", "NVIDIA H200 ... 143771MiB"). PyTorch's total where a real
+# torch OOM message shows it ("GPU 0 has a total capacity of T"): T4 on Colab "14.56 GiB" (public Colab
+# logs); RTX 4090 "23.99 GiB" (the troubleshooting article's torch OOM; = 24,564 MiB).
 GPUS: dict[str, GPU] = {
-    "T4": GPU("T4", 15360 * MiB, "16 GB GDDR6", "nvidia-smi memory.total 15360 MiB (Tesla T4)"),
-    "L4": GPU("L4", 23034 * MiB, "24 GB GDDR6", "nvidia-smi memory.total 23034 MiB (NVIDIA L4)"),
-    "A10G": GPU("A10G", 23028 * MiB, "24 GB GDDR6", "nvidia-smi memory.total 23028 MiB (AWS g5 A10G)"),
-    "RTX 4090": GPU("RTX 4090", 24564 * MiB, "24 GB GDDR6X", "nvidia-smi memory.total 24564 MiB"),
-    "A100 40GB": GPU("A100 40GB", 40960 * MiB, "40 GB HBM2", "nvidia-smi memory.total 40960 MiB (A100-SXM4-40GB)"),
-    "A100 80GB": GPU("A100 80GB", 81920 * MiB, "80 GB HBM2e", "nvidia-smi memory.total 81920 MiB (A100-SXM4-80GB, A100 80GB PCIe)"),
-    "H100 80GB": GPU("H100 80GB", 81559 * MiB, "80 GB HBM3", "nvidia-smi memory.total 81559 MiB (H100 80GB HBM3)"),
-    "H200": GPU("H200", 143771 * MiB, "141 GB HBM3e", "nvidia-smi memory.total 143771 MiB (NVIDIA H200)"),
+    "T4": GPU("T4", 15360, round(14.56 * GiB), "16 GB GDDR6",
+              "torch OOM on Colab T4: 'total capacity of 14.56 GiB'; nvidia-smi 15360 MiB"),
+    "L4": GPU("L4", 23034, None, "24 GB GDDR6", "nvidia-smi memory.total 23034 MiB (NVIDIA L4)"),
+    "A10G": GPU("A10G", 23028, None, "24 GB GDDR6", "nvidia-smi memory.total 23028 MiB (AWS g5 A10G)"),
+    "RTX 4090": GPU("RTX 4090", 24564, 24564 * MiB, "24 GB GDDR6X",
+                    "torch OOM 'total capacity of 23.99 GiB'; nvidia-smi 24564 MiB"),
+    "A100 40GB": GPU("A100 40GB", 40960, None, "40 GB HBM2", "nvidia-smi memory.total 40960 MiB (A100-SXM4-40GB)"),
+    "A100 80GB": GPU("A100 80GB", 81920, None, "80 GB HBM2e", "nvidia-smi memory.total 81920 MiB (A100-SXM4-80GB)"),
+    "H100 80GB": GPU("H100 80GB", 81559, None, "80 GB HBM3", "nvidia-smi memory.total 81559 MiB (H100 80GB HBM3)"),
+    "H200": GPU("H200", 143771, None, "141 GB HBM3e", "nvidia-smi memory.total 143771 MiB (NVIDIA H200)"),
 }
 
 
@@ -85,9 +219,12 @@ def get_gpu(gpu: str | GPU | int | float) -> GPU:
             raise ValueError(f"`gpu.total_bytes` must be positive (got {gpu.total_bytes}).")
         return gpu
     if isinstance(gpu, (int, float)) and not isinstance(gpu, bool):
-        if not gpu > 0:
+        if not gpu > 0 or math.isinf(gpu):
             raise ValueError(f"`gpu` memory must be a positive number of bytes (got {gpu!r}).")
-        return GPU(f"{gpu / GiB:.2f} GiB GPU", int(gpu), "custom", "given by the caller")
+        if gpu < GiB:
+            raise ValueError(f"`gpu` {gpu!r} is less than 1 GiB: pass the total in bytes "
+                             f"(e.g. {gpu} GiB is {int(gpu * GiB):,} bytes) or a preset name.")
+        return GPU(f"{gpu / GiB:.2f} GiB GPU", math.ceil(gpu / MiB), int(gpu), "custom", "given by the caller")
     key = str(gpu).replace(" ", "").lower()
     for name, preset in GPUS.items():
         if name.replace(" ", "").lower() == key:
@@ -96,8 +233,20 @@ def get_gpu(gpu: str | GPU | int | float) -> GPU:
 
 
 def format_gib(n_bytes: int) -> str:
-    """vLLM's ``format_gib``: ``f"{round(b / GiB, 2)}"`` (so 6 GiB prints as ``6.0``)."""
+    """vLLM's ``format_gib`` (``vllm/utils/mem_utils.py``: ``round(b / GiB_bytes, 2)``), as an f-string
+    prints it: 6 GiB is ``"6.0"``, 62 GiB ``"62.0"``, 5.625 GiB ``"5.62"``."""
     return f"{round(n_bytes / GiB, 2)}"
+
+
+def batch_defaults(gpu: str | GPU | int = "H100 80GB", usage_context: str = "openai_api_server") -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` vLLM picks when you set neither
+    (``vllm/engine/arg_utils.py`` ``get_batch_defaults``): by usage context (``vllm serve`` is
+    ``"openai_api_server"``, ``LLM(...)`` is ``"llm_class"``) and GPU tier (>= 70 GiB and not an A100)."""
+    g = get_gpu(gpu)
+    if usage_context not in USAGE_CONTEXTS:
+        raise ValueError(f"`usage_context` must be one of {', '.join(USAGE_CONTEXTS)} (got {usage_context!r}).")
+    tier = "large" if g.total_bytes >= 70 * GiB and "a100" not in g.name.lower() else "other"
+    return BATCH_DEFAULTS[tier][usage_context]
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,13 +271,32 @@ def _check_len(max_model_len: int) -> int:
     return max_model_len
 
 
+def check_kv_cache_dtype(kv_cache_dtype: str) -> str:
+    """Refuse a ``--kv-cache-dtype`` vLLM does not accept (``CacheDType``), naming the valid ones;
+    refuse, saying so, a valid one whose layout this lab does not model (scales, packed 4-bit)."""
+    if kv_cache_dtype not in VLLM_KV_CACHE_DTYPES:
+        raise ValueError(f"`kv_cache_dtype` {kv_cache_dtype!r} is not a value vLLM accepts; valid: "
+                         f"{', '.join(VLLM_KV_CACHE_DTYPES)} (this lab models {', '.join(MODELLED_KV_CACHE_DTYPES)}).")
+    if kv_cache_dtype not in MODELLED_KV_CACHE_DTYPES:
+        raise ValueError(f"`kv_cache_dtype` {kv_cache_dtype!r} is valid in vLLM but this lab does not model its "
+                         f"layout (scales, packing); use one of {', '.join(MODELLED_KV_CACHE_DTYPES)}.")
+    return kv_cache_dtype
+
+
+def _bits(kv_cache_dtype: str, cfg: Any) -> int:
+    if kv_cache_dtype == "fp8_inc":
+        return 8
+    return dtype_bits(kv_cache_dtype, cfg)
+
+
 def page_size_bytes(config: Any, block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
                     tensor_parallel_size: int = 1) -> int:
-    """Bytes of one block of one layer on one GPU (vLLM ``AttentionSpec.page_size_bytes``)."""
+    """Bytes of one block of one layer on one GPU (vLLM ``AttentionSpec.page_size_bytes``). Any dtype name
+    of :func:`vramlab.kvcache.dtype_bits` is accepted here; :func:`plan` accepts only vLLM's values."""
     shape = attention_shape(config)
     _check_block_size(block_size)
     _check_tp(tensor_parallel_size)
-    bits = dtype_bits(kv_cache_dtype, config)
+    bits = _bits(kv_cache_dtype, config)
     per_token_layer = shape.kv_heads_per_rank(tensor_parallel_size) * (shape.head_dim + shape.v_head_dim)
     return block_size * per_token_layer * bits // 8
 
@@ -147,6 +315,8 @@ def estimate_max_model_len(config: Any, available_bytes: int, upper: int, block_
     """vLLM's binary search (``estimate_max_model_len``): the largest length in [1, upper] whose
     request fits in ``available_bytes``; 0 if not even one token fits. Because memory grows in
     whole blocks the answer is a multiple of ``block_size`` whenever it is below ``upper``."""
+    _check_len(upper)
+    available_bytes = _bytes_arg("available_bytes", available_bytes)
     layers = attention_shape(config).layers
     page = page_size_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
 
@@ -188,45 +358,95 @@ class KVCheck:
         return self.available_bytes / GiB
 
 
+# The format strings, copied from the pinned source (tests hold the printed text against them).
+# vllm/v1/core/kv_cache_utils.py @001cabc1, _check_enough_kv_cache_memory:
+NO_CACHE_BLOCKS_MESSAGE = ("No available memory for the cache blocks. "
+                           "Try increasing `gpu_memory_utilization` when initializing the engine. "
+                           f"See {CONSERVING_MEMORY_URL} for more details.")
+ONE_REQUEST_FORMAT = ("To serve at least one request with the models's max seq len "
+                      "({max_model_len}), ({needed} GiB KV "
+                      "cache is needed, which is larger than the available KV cache "
+                      "memory ({available} GiB). {estimated_msg}"
+                      "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                      "when initializing the engine. "
+                      f"See {CONSERVING_MEMORY_URL} "
+                      "for more details.")
+ESTIMATED_FORMAT = "Based on the available memory, the estimated maximum model length is {estimated}. "
+# vllm/v1/core/kv_cache_utils.py @bbf906a8 (older releases, "{:.2f}" GiB, no docs link):
+OLD_NO_CACHE_BLOCKS_MESSAGE = ("No available memory for the cache blocks. "
+                               "Try increasing `gpu_memory_utilization` when initializing the engine.")
+OLD_ONE_REQUEST_FORMAT = ("To serve at least one request with the models's max seq len "
+                          "({max_model_len}), ({needed:.2f} GiB KV "
+                          "cache is needed, which is larger than the available KV cache "
+                          "memory ({available:.2f} GiB). "
+                          "{estimated_msg} "
+                          "Try increasing `gpu_memory_utilization` or decreasing "
+                          "`max_model_len` when initializing the engine.")
+OLD_ESTIMATED_FORMAT = "Based on the available memory, the estimated maximum model length is {estimated}."
+# vllm/v1/worker/gpu_worker.py @35d5cda, Worker.init_device (GiB = round(b / GiB_bytes, 2)):
+FREE_MEMORY_FORMAT = ("Free memory on device ({free}/{total} GiB) on startup is less than desired GPU memory "
+                      "utilization ({utilization}, {requested} GiB). Decrease GPU memory utilization or reduce "
+                      "GPU memory used by other processes.")
+# gpu_worker.py (logger.info_once) and kv_cache_utils.py (logger.info) start-up lines:
+AVAILABLE_FORMAT = "Available KV cache memory: {gib:.2f} GiB"
+CACHE_SIZE_FORMAT = "GPU KV cache size: {tokens:,} tokens"
+CONCURRENCY_FORMAT = "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
+# V0 scheduler (vllm/core/scheduler.py, _preempt; logged on the 1st, 51st, 101st ... preemption):
+V0_PREEMPTION_FORMAT = ("Sequence group {request_id} is preempted by PreemptionMode.RECOMPUTE mode because there "
+                        "is not enough KV cache space. This can affect the end-to-end performance. Increase "
+                        "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+                        "total_num_cumulative_preemption={count}")
+# V1 counts preemptions silently: Prometheus counter vllm:num_preemptions (vllm/v1/metrics/loggers.py),
+# scraped as vllm:num_preemptions_total.
+V1_PREEMPTION_METRIC = "vllm:num_preemptions"
+
+WORDINGS = ("pinned", "old")
+
+
 def vllm_error_message(max_model_len: int, needed: int, available: int, estimated: int,
-                       wording: str = "current") -> str:
-    """The text of vLLM's ValueError, in the current wording or the older one (``wording="old"``:
-    "models's" and no remark about the CPU backend), from ``_check_enough_kv_cache_memory``."""
-    if wording not in ("current", "old"):
-        raise ValueError(f"`wording` must be 'current' or 'old' (got {wording!r}).")
+                       wording: str = "pinned") -> str:
+    """The text of vLLM's ValueError from ``_check_enough_kv_cache_memory``: the pinned release's
+    (``format_gib``, docs link) or, with ``wording="old"``, the older ``{:.2f}`` one."""
+    if wording not in WORDINGS:
+        raise ValueError(f"`wording` must be one of {', '.join(WORDINGS)} (got {wording!r}).")
+    if wording == "old":
+        if available <= 0:
+            return OLD_NO_CACHE_BLOCKS_MESSAGE
+        est = OLD_ESTIMATED_FORMAT.format(estimated=estimated) if estimated > 0 else ""
+        return OLD_ONE_REQUEST_FORMAT.format(max_model_len=max_model_len, needed=needed / GiB,
+                                             available=available / GiB, estimated_msg=est)
     if available <= 0:
-        return ("No available memory for the cache blocks. "
-                "Try increasing `gpu_memory_utilization` when initializing the engine. "
-                f"See {CONSERVING_MEMORY_URL} for more details.")
-    estimated_msg = ""
-    if estimated > 0:
-        estimated_msg = ("Based on the available memory, "
-                         f"the estimated maximum model length is {estimated}. ")
-    model_s = "model's" if wording == "current" else "models's"
-    util = ("`gpu_memory_utilization` (which also controls CPU memory on the CPU backend)"
-            if wording == "current" else "`gpu_memory_utilization`")
-    return (f"To serve at least one request with the {model_s} max seq len "
-            f"({max_model_len}), ({format_gib(needed)} GiB KV "
-            f"cache is needed, which is larger than the available KV cache "
-            f"memory ({format_gib(available)} GiB). {estimated_msg}"
-            f"Try increasing {util} or decreasing `max_model_len` "
-            f"when initializing the engine. "
-            f"See {CONSERVING_MEMORY_URL} for more details.")
+        return NO_CACHE_BLOCKS_MESSAGE
+    est = ESTIMATED_FORMAT.format(estimated=estimated) if estimated > 0 else ""
+    return ONE_REQUEST_FORMAT.format(max_model_len=max_model_len, needed=format_gib(needed),
+                                     available=format_gib(available), estimated_msg=est)
 
 
-def check_kv_cache(config: Any, max_model_len: int, available_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE,
-                   kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
-                   wording: str = "current") -> KVCheck:
-    """vLLM's start-up check for one GPU: can one request of ``max_model_len`` tokens fit in
-    ``available_bytes`` of KV memory? ``available_bytes`` 0 gives vLLM's "No available memory"
-    message; negative values are rejected (ValueError)."""
-    _check_len(max_model_len)
-    if isinstance(available_bytes, bool) or not isinstance(available_bytes, (int, float)) or math.isnan(available_bytes):
-        raise ValueError(f"`available_bytes` must be a number of bytes (got {available_bytes!r}).")
-    if available_bytes < 0:
-        raise ValueError(f"`available_bytes` must be >= 0 bytes (got {available_bytes}); "
+def free_memory_message(free_bytes: int, total_bytes: int, gpu_memory_utilization: float) -> str:
+    """vLLM's start-up ValueError when another process already holds the GPU (``gpu_worker.py``)."""
+    requested = total_bytes * gpu_memory_utilization
+    return FREE_MEMORY_FORMAT.format(free=round(free_bytes / GiB, 2), total=round(total_bytes / GiB, 2),
+                                     utilization=gpu_memory_utilization, requested=round(requested / GiB, 2))
+
+
+def _bytes_arg(name: str, value: Any) -> int:
+    """Bytes from an int/float or a size string such as ``"4.89 GiB"``."""
+    if isinstance(value, str):
+        from vramlab.vram import parse_size
+        try:
+            return parse_size(value)
+        except ValueError:
+            raise ValueError(f"`{name}` {value!r} is not a size; pass bytes or a string like '4.89 GiB'.") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
+        raise ValueError(f"`{name}` must be a number of bytes or a string like '4.89 GiB' (got {value!r}).")
+    if value < 0:
+        raise ValueError(f"`{name}` must be >= 0 bytes (got {value}); "
                          "a plan whose overheads exceed the budget reports 0 available.")
-    available = int(available_bytes)
+    return int(value)
+
+
+def _kv_check(config: Any, max_model_len: int, available: int, block_size: int, kv_cache_dtype: str,
+              tensor_parallel_size: int, wording: str) -> KVCheck:
     need = needed_bytes(config, max_model_len, block_size, kv_cache_dtype, tensor_parallel_size)
     if available <= 0:
         return KVCheck(False, need, available, max_model_len, 0, vllm_error_message(max_model_len, need, 0, 0, wording))
@@ -235,6 +455,22 @@ def check_kv_cache(config: Any, max_model_len: int, available_bytes: int, block_
     est = estimate_max_model_len(config, available, max_model_len, block_size, kv_cache_dtype, tensor_parallel_size)
     return KVCheck(False, need, available, max_model_len, est,
                    vllm_error_message(max_model_len, need, available, est, wording))
+
+
+def check_kv_cache(config: Any, max_model_len: int, available_bytes: int | float | str,
+                   block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
+                   wording: str = "pinned") -> KVCheck:
+    """vLLM's start-up check for one GPU: can one request of ``max_model_len`` tokens fit in
+    ``available_bytes`` of KV memory? ``available_bytes`` is bytes (or a string such as ``"4.89 GiB"``);
+    0 gives vLLM's "No available memory" message. A positive value smaller than one KV block of all
+    layers is refused: it is almost always GiB passed where bytes are expected."""
+    _check_len(max_model_len)
+    available = _bytes_arg("available_bytes", available_bytes)
+    block = attention_shape(config).layers * page_size_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    if 0 < available < block:
+        raise ValueError(f"`available_bytes` {available_bytes!r} is less than one KV block ({block:,} bytes): "
+                         f"pass bytes (for example int({available_bytes} * 2**30)) or a string like '{available_bytes} GiB'.")
+    return _kv_check(config, max_model_len, available, block_size, kv_cache_dtype, tensor_parallel_size, wording)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,21 +490,33 @@ class Plan:
     block_size: int
     weight_bits: float
     max_num_seqs: int
+    max_num_batched_tokens: int
+    attention_backend: str
     requested_bytes: int
     weights_bytes: int
     non_torch_bytes: int
     activation_bytes: int
-    cudagraph_bytes: int
+    workspace_bytes: int             # attention-backend workspace (FlashInfer), counted by the profile run
+    cudagraph_bytes: int             # counted before KV sizing only when estimate_cudagraphs
+    estimate_cudagraphs: bool
     available_kv_bytes: int          # may be negative: the overheads exceed the budget
     page_bytes: int                  # one block of one layer
     num_layers: int
     num_blocks: int
     check: KVCheck
+    free_bytes: int
+    startup_message: str = ""        # vLLM's "Free memory on device ..." error, or ""
+    tipped_by: str = ""              # vramlab's note when the backend workspace alone made it fail
     estimates: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def ok(self) -> bool:
-        return self.check.ok
+        return not self.startup_message and self.check.ok
+
+    @property
+    def message(self) -> str:
+        """vLLM's error text ("" when it starts)."""
+        return self.startup_message or self.check.message
 
     @property
     def kv_cache_tokens(self) -> int:
@@ -285,33 +533,43 @@ class Plan:
         return self.num_blocks * self.page_bytes * self.num_layers
 
     def log_lines(self) -> list[str]:
-        """What vLLM would print at start-up (the lines vramlab can reproduce)."""
+        """What vLLM would print at start-up (the lines vramlab can reproduce); a ``vramlab:`` line is
+        this lab's own remark, not vLLM's."""
+        if self.startup_message:
+            return [f"ValueError: {self.startup_message}"]
+        lines = [AVAILABLE_FORMAT.format(gib=self.available_kv_bytes / GiB)]
         if not self.ok:
-            return [f"ValueError: {self.check.message}"]
-        return [
-            f"Available KV cache memory: {self.available_kv_bytes / GiB:.2f} GiB",
-            f"GPU KV cache size: {self.kv_cache_tokens:,} tokens",
-            f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x",
-        ]
+            lines.append(f"ValueError: {self.check.message}")
+            if self.tipped_by:
+                lines.append(f"vramlab: {self.tipped_by}")
+            return lines
+        return lines + [CACHE_SIZE_FORMAT.format(tokens=self.kv_cache_tokens),
+                        CONCURRENCY_FORMAT.format(max_model_len=self.max_model_len, concurrency=self.max_concurrency)]
 
     def ledger(self) -> list[tuple[str, int, bool]]:
-        """(label, bytes, is_estimate) rows that add up to the GPU's total."""
+        """(label, bytes, is_estimate) rows that add up to the GPU's total when the plan starts."""
         unreserved = self.gpu.total_bytes - self.requested_bytes
         kv = max(self.available_kv_bytes, 0)
-        return [
+        rows = [
             ("weights", self.weights_bytes, "weights" in self.estimates),
             ("non-torch (CUDA context, NCCL)", self.non_torch_bytes, "non_torch" in self.estimates),
             ("activation peak (profile run)", self.activation_bytes, "activation" in self.estimates),
-            ("CUDA graphs", self.cudagraph_bytes, "cudagraph" in self.estimates),
-            ("KV cache pool", kv, False),
-            ("outside gpu_memory_utilization", unreserved, False),
+            (f"{self.attention_backend} workspace", self.workspace_bytes, False),
         ]
+        if self.estimate_cudagraphs:
+            rows.append(("CUDA graphs (profiled)", self.cudagraph_bytes, False))
+        rows += [("KV cache pool", kv, False),
+                 ("outside gpu_memory_utilization" + ("" if self.estimate_cudagraphs
+                                                      else " (CUDA graphs are captured here)"), unreserved, False)]
+        return rows
 
     def summary(self) -> str:
         """A short text ledger in GiB, estimates marked with '~'."""
-        lines = [f"{self.model} on {self.gpu.name} ({self.gpu.total_gib:.2f} GiB), "
+        lines = [f"{self.model} on {self.gpu.name} ({self.gpu.total_gib:.2f} GiB to PyTorch"
+                 + ("" if self.gpu.torch_total_known else "; nvidia-smi figure") + "), "
                  f"TP={self.tensor_parallel_size}, utilization {self.gpu_memory_utilization:g}, "
-                 f"max_model_len {self.max_model_len:,}, kv_cache_dtype {self.kv_cache_dtype}"]
+                 f"max_model_len {self.max_model_len:,}, kv_cache_dtype {self.kv_cache_dtype}, "
+                 f"{self.attention_backend}, block {self.block_size}"]
         for label, n, est in self.ledger():
             lines.append(f"  {'~' if est else ' '}{n / GiB:8.2f} GiB  {label}")
         if self.available_kv_bytes < 0:
@@ -323,17 +581,25 @@ class Plan:
         """A plotly horizontal stacked bar of :meth:`ledger` (GiB)."""
         import plotly.graph_objects as go
 
-        colors = ["#636efa", "#ab63fa", "#ffa15a", "#ff6692", "#00cc96" if self.ok else "#ef553b", "#d3d3d3"]
+        palette = ["#636efa", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
         fig = go.Figure()
-        for (label, n, est), color in zip(self.ledger(), colors):
+        rows = self.ledger()
+        for i, (label, n, est) in enumerate(rows):
+            if label == "KV cache pool":
+                color = "#00cc96" if self.ok else "#ef553b"
+            elif label.startswith("outside"):
+                color = "#d3d3d3"
+            else:
+                color = palette[i % len(palette)]
             fig.add_trace(go.Bar(y=[self.gpu.name], x=[n / GiB], name=label + (" (estimate)" if est else ""),
                                  orientation="h", marker_color=color,
                                  hovertemplate=f"{label}: %{{x:.2f}} GiB<extra></extra>"))
         fig.add_vline(x=self.requested_bytes / GiB, line_dash="dash",
                       annotation_text=f"utilization {self.gpu_memory_utilization:g}")
-        fig.update_layout(barmode="stack", height=230, margin=dict(l=10, r=10, t=40, b=10),
-                          xaxis_title="GiB (per GPU)", title=("OK: " if self.ok else "FAILS: ") + self.model,
-                          legend=dict(orientation="h", y=-0.5))
+        fig.update_layout(barmode="stack", height=260, margin=dict(l=10, r=10, t=40, b=10),
+                          xaxis_title="GPU memory (GiB, one GPU)", yaxis_title="GPU",
+                          title=("Starts: " if self.ok else "Fails: ") + f"{self.model} memory ledger",
+                          legend=dict(orientation="h", y=-0.6))
         return fig
 
 
@@ -344,17 +610,26 @@ def _check_utilization(u: float) -> float:
 
 
 def _nonneg(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
         raise ValueError(f"`{name}` must be a non-negative number of bytes (got {value!r}).")
     return int(value)
 
 
-def estimate_activation_bytes(config: Any, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                              max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, tensor_parallel_size: int = 1) -> int:
-    """A rough activation peak for vLLM's profile run (an estimate, bytes): the dummy batch of
+def _pos_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1 (got {value!r}).")
+    return value
+
+
+def estimate_activation_bytes(config: Any, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                              tensor_parallel_size: int = 1) -> int:
+    """A rough activation peak for vLLM's profile run (a vramlab estimate, bytes): the dummy batch of
     ``max_num_batched_tokens`` tokens holds a few hidden-size and MLP-width tensors in 16-bit,
     plus float32 logits for ``max_num_seqs`` sampled rows."""
     cfg = load_config(config)
+    _pos_int("max_num_batched_tokens", max_num_batched_tokens)
+    _pos_int("max_num_seqs", max_num_seqs)
+    _check_tp(tensor_parallel_size)
     hidden = int(cfg.get("hidden_size") or 0)
     inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 4 * hidden)
     vocab = int(cfg.get("vocab_size") or 0)
@@ -364,16 +639,23 @@ def estimate_activation_bytes(config: Any, max_num_batched_tokens: int = DEFAULT
 
 def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization: float = DEFAULT_UTILIZATION,
          max_model_len: int | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
-         block_size: int = DEFAULT_BLOCK_SIZE, weight_bits: float = 16, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, enforce_eager: bool = False,
+         block_size: int = DEFAULT_BLOCK_SIZE, weight_bits: float = 16, max_num_seqs: int | None = None,
+         max_num_batched_tokens: int | None = None, enforce_eager: bool = False, attention_backend: str | None = None,
+         usage_context: str = "openai_api_server", estimate_cudagraphs: bool = False, free_bytes: int | None = None,
          weights_bytes: int | None = None, non_torch_bytes: int | None = None,
          activation_bytes: int | None = None, cudagraph_bytes: int | None = None,
-         wording: str = "current") -> Plan:
+         wording: str = "pinned") -> Plan:
     """The per-GPU ledger vLLM would compute, and its verdict.
 
-    ``max_model_len`` defaults to the config's ``max_position_embeddings`` (as vLLM does).
-    Weights are ``parameters * weight_bits / 8 / tensor_parallel_size``; the non-torch,
-    activation and CUDA-graph lines are vramlab estimates unless you pass measured bytes.
+    ``max_model_len`` defaults to the config's ``max_position_embeddings`` (as vLLM does);
+    ``max_num_seqs`` / ``max_num_batched_tokens`` to vLLM's defaults for ``usage_context`` and the GPU
+    (:func:`batch_defaults`). Weights are ``parameters * weight_bits / 8 / tensor_parallel_size``; the
+    non-torch and activation lines are vramlab estimates unless you pass measured bytes.
+    ``attention_backend`` adds its workspace (FLASHINFER: 394 MiB) and may force the block size
+    (FLASHMLA: 64). CUDA graphs (``cudagraph_bytes``, measured) are subtracted before KV sizing only
+    with ``estimate_cudagraphs=True`` (vLLM v0.21.0+ default); the pinned release captures them
+    afterwards, outside ``gpu_memory_utilization``. ``free_bytes`` is the memory free at start-up
+    (default: all of it); less than the requested share gives vLLM's "Free memory on device" error.
     """
     cfg = load_config(config)
     shape = attention_shape(cfg)
@@ -381,6 +663,12 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     u = _check_utilization(gpu_memory_utilization)
     _check_tp(tensor_parallel_size)
     _check_block_size(block_size)
+    check_kv_cache_dtype(kv_cache_dtype)
+    if usage_context not in USAGE_CONTEXTS:
+        raise ValueError(f"`usage_context` must be one of {', '.join(USAGE_CONTEXTS)} (got {usage_context!r}).")
+    for name, flag in (("enforce_eager", enforce_eager), ("estimate_cudagraphs", estimate_cudagraphs)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"`{name}` must be True or False (got {flag!r}).")
     if max_model_len is None:
         max_model_len = shape.max_position_embeddings
         if not max_model_len:
@@ -388,14 +676,19 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     _check_len(max_model_len)
     if isinstance(weight_bits, bool) or not isinstance(weight_bits, (int, float)) or not weight_bits > 0:
         raise ValueError(f"`weight_bits` must be a positive number of bits (got {weight_bits!r}).")
-    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
-        raise ValueError(f"`max_num_seqs` must be an integer >= 1 (got {max_num_seqs!r}).")
+    default_tokens, default_seqs = batch_defaults(g, usage_context)
+    max_num_seqs = default_seqs if max_num_seqs is None else _pos_int("max_num_seqs", max_num_seqs)
+    max_num_batched_tokens = (default_tokens if max_num_batched_tokens is None
+                              else _pos_int("max_num_batched_tokens", max_num_batched_tokens))
     if shape.kind != "MLA" and shape.num_kv_heads % tensor_parallel_size and tensor_parallel_size % shape.num_kv_heads:
         raise ValueError(f"`tensor_parallel_size` ({tensor_parallel_size}) must divide, or be a multiple of, "
                          f"the {shape.num_kv_heads} KV heads.")
+    backend = get_attention_backend(attention_backend, shape.kind == "MLA")
+    block_size = backend.block_size(block_size)
 
     estimates = []
-    requested = math.ceil(g.total_bytes * u)
+    requested_float = g.total_bytes * u          # gpu_worker.py: total_memory * gpu_memory_utilization
+    requested = int(requested_float)
     if weights_bytes is None:
         weights_bytes = int(num_parameters(cfg) * weight_bits / 8 / tensor_parallel_size)
         # an estimate when the count is derived, or when quantized (real checkpoints add scales and
@@ -409,22 +702,37 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     if activation_bytes is None:
         activation_bytes = estimate_activation_bytes(cfg, max_num_batched_tokens, max_num_seqs, tensor_parallel_size)
         estimates.append("activation")
-    if cudagraph_bytes is None:
-        cudagraph_bytes = 0 if enforce_eager else EST_CUDAGRAPH_BYTES
-        if not enforce_eager:
-            estimates.append("cudagraph")
     non_torch_bytes = _nonneg("non_torch_bytes", non_torch_bytes)
     activation_bytes = _nonneg("activation_bytes", activation_bytes)
-    cudagraph_bytes = _nonneg("cudagraph_bytes", cudagraph_bytes)
+    if cudagraph_bytes is not None:
+        cudagraph_bytes = _nonneg("cudagraph_bytes", cudagraph_bytes)
+    if enforce_eager:
+        cudagraph_bytes = 0
+    if estimate_cudagraphs and cudagraph_bytes is None:
+        raise ValueError("`cudagraph_bytes` is needed with estimate_cudagraphs=True: pass what vLLM logged as "
+                         "'Estimated CUDA graph memory: X GiB total' (in bytes), or enforce_eager=True.")
+    counted_graphs = cudagraph_bytes if estimate_cudagraphs else 0
+    free = g.total_bytes if free_bytes is None else _nonneg("free_bytes", free_bytes)
+    if free > g.total_bytes:
+        raise ValueError(f"`free_bytes` ({free:,}) cannot exceed the GPU's total ({g.total_bytes:,} bytes).")
 
-    available = requested - weights_bytes - non_torch_bytes - activation_bytes - cudagraph_bytes
+    non_kv = weights_bytes + non_torch_bytes + activation_bytes + backend.workspace_bytes + counted_graphs
+    available = int(requested_float - non_kv)
     page = page_size_bytes(cfg, block_size, kv_cache_dtype, tensor_parallel_size)
-    chk = check_kv_cache(cfg, max_model_len, max(available, 0), block_size, kv_cache_dtype,
-                         tensor_parallel_size, wording)
-    num_blocks = max(available, 0) // page // shape.layers if chk.ok else 0
+    chk = _kv_check(cfg, max_model_len, max(available, 0), block_size, kv_cache_dtype, tensor_parallel_size, wording)
+    startup = free_memory_message(free, g.total_bytes, u) if free < requested_float else ""
+    num_blocks = max(available, 0) // page // shape.layers if chk.ok and not startup else 0
+    tipped = ""
+    if not chk.ok and backend.workspace_bytes and not startup:
+        without = _kv_check(cfg, max_model_len, max(available + backend.workspace_bytes, 0), block_size,
+                            kv_cache_dtype, tensor_parallel_size, wording)
+        if without.ok:
+            tipped = (f"the {backend.name} attention backend's workspace ({backend.workspace_bytes / MiB:.0f} MiB) "
+                      "tipped the check: with FLASH_ATTN this would start. vLLM's message does not name the backend.")
     return Plan(shape.name, g, u, max_model_len, kv_cache_dtype, tensor_parallel_size, block_size, weight_bits,
-                max_num_seqs, requested, weights_bytes, non_torch_bytes, activation_bytes, cudagraph_bytes,
-                available, page, shape.layers, num_blocks, chk, tuple(estimates))
+                max_num_seqs, max_num_batched_tokens, backend.name, requested, weights_bytes, non_torch_bytes,
+                activation_bytes, backend.workspace_bytes, cudagraph_bytes or 0, estimate_cudagraphs, available,
+                page, shape.layers, num_blocks, chk, free, startup, tipped, tuple(estimates))
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,9 +756,10 @@ class Fix:
 
 def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: float = 0.95, **plan_kwargs) -> list[Fix]:
     """The smallest single change that passes, per knob, in the order: max_model_len,
-    kv_cache_dtype fp8, gpu_memory_utilization (up to ``max_utilization``; 0.95 is the seeds'
-    ceiling on a dedicated GPU), tensor_parallel_size (2, 4, 8), weight quantization (8 then 4
-    bits). A knob that cannot fix it alone is left out. Empty when the plan already passes."""
+    kv_cache_dtype fp8, gpu_memory_utilization (up to ``max_utilization``; about 0.95 on a dedicated
+    GPU), the attention backend (FLASHINFER -> FLASH_ATTN), tensor_parallel_size (2, 4, 8), weight
+    quantization (8 then 4 bits). A knob that cannot fix it alone is left out. Empty when the plan
+    already passes."""
     base = plan(config, gpu, **plan_kwargs)
     if base.ok:
         return []
@@ -459,21 +768,24 @@ def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: floa
     out: list[Fix] = []
 
     est = base.check.estimated_max_model_len
-    if est > 0:
+    if est > 0 and not base.startup_message:
         p = plan(config, gpu, **{**kw, "max_model_len": est})
         if p.ok:
             out.append(Fix("max_model_len", est, f"--max-model-len {est}", p))
-    if str(kw.get("kv_cache_dtype", "auto")) not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+    if str(kw.get("kv_cache_dtype", "auto")) not in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"):
         p = plan(config, gpu, **{**kw, "kv_cache_dtype": "fp8"})
         if p.ok:
             out.append(Fix("kv_cache_dtype", "fp8", "--kv-cache-dtype fp8", p))
     u0 = kw.get("gpu_memory_utilization", DEFAULT_UTILIZATION)
-    steps = range(int(round(u0 * 100)) + 1, int(round(max_utilization * 100)) + 1)
-    for pct in steps:
+    for pct in range(int(round(u0 * 100)) + 1, int(round(max_utilization * 100)) + 1):
         p = plan(config, gpu, **{**kw, "gpu_memory_utilization": pct / 100})
         if p.ok:
             out.append(Fix("gpu_memory_utilization", pct / 100, f"--gpu-memory-utilization {pct / 100:.2f}", p))
             break
+    if base.workspace_bytes and base.attention_backend == "FLASHINFER":
+        p = plan(config, gpu, **{**kw, "attention_backend": "FLASH_ATTN"})
+        if p.ok:
+            out.append(Fix("attention_backend", "FLASH_ATTN", "--attention-backend FLASH_ATTN", p))
     tp0 = kw.get("tensor_parallel_size", 1)
     for tp in (2, 4, 8):
         if tp <= tp0:
@@ -498,8 +810,9 @@ def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: floa
 
 
 __all__ = [
-    "GPU", "GPUS", "get_gpu", "format_gib", "page_size_bytes", "needed_bytes", "estimate_max_model_len",
-    "KVCheck", "vllm_error_message", "check_kv_cache", "Plan", "plan", "estimate_activation_bytes",
-    "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
+    "PINNED", "GPU", "GPUS", "get_gpu", "format_gib", "batch_defaults", "AttentionBackend", "ATTENTION_BACKENDS",
+    "get_attention_backend", "check_kv_cache_dtype", "page_size_bytes", "needed_bytes", "estimate_max_model_len",
+    "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
+    "estimate_activation_bytes", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
+    "VLLM_KV_CACHE_DTYPES", "MODELLED_KV_CACHE_DTYPES", "V0_PREEMPTION_FORMAT", "V1_PREEMPTION_METRIC",
 ]
-

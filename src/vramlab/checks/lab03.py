@@ -2,37 +2,55 @@
 
 Each check prints one PASS/FAIL line with what was expected and what it got, and returns a
 ``CheckResult``; the references are vramlab's own functions (``vramlab.kvcache``,
-``vramlab.vllm_memory``, ``vramlab.vram``), so a check and the lesson cannot disagree.
+``vramlab.vllm_memory``, ``vramlab.oom``), so a check and the lesson cannot disagree. An untouched
+stub (None, or a function raising NotImplementedError) is told "not done yet" without the answer;
+a recognisable wrong value (K or V forgotten, GB for GiB, bits for bytes ...) gets a hint aimed at it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, check_close, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
 from vramlab.kvcache import GiB, kv_bytes_per_token
-from vramlab.vllm_memory import estimate_max_model_len, needed_bytes, plan
+from vramlab.oom import VERDICTS, oom_verdict
+from vramlab.vllm_memory import check_kv_cache_dtype, estimate_max_model_len, needed_bytes, plan
 
-__all__ = ["check_kv_bytes_by_hand", "check_mla_bytes_by_hand", "check_needed_gib", "check_max_len_that_fits",
-           "check_fix_plan", "check_oom_verdict"]
+__all__ = ["check_kv_bytes_by_hand", "check_mla_bytes_by_hand", "check_prediction", "check_needed_gib",
+           "check_max_len_that_fits", "check_fix_plan", "check_oom_verdict"]
+
+NOT_DONE = "not done yet"
 
 # (layers, kv_heads, head_dim, dtype_bytes): Llama-3.1-8B bf16, Llama-3.1-70B fp8, SmolLM2 fp32, an MQA model.
 _GQA_CASES = [(32, 8, 128, 2), (80, 8, 128, 1), (30, 3, 64, 4), (24, 1, 128, 2)]
 # (layers, kv_lora_rank, qk_rope_head_dim, dtype_bytes): DeepSeek-V2 bf16, DeepSeek-V3 fp8.
-# A made-up small MLA (28 layers, rank 256, rope 32) so a hard-coded 576 does not pass.
-_MLA_CASES = [(60, 512, 64, 2), (61, 512, 64, 1), (28, 256, 32, 2)]
+# A made-up small MLA (28 layers, rank 256, rope 48) so a hard-coded 576 does not pass.
+_MLA_CASES = [(60, 512, 64, 2), (61, 512, 64, 1), (28, 256, 48, 2)]
 
 
-def _check_function_cases(name: str, fn, cases, reference, hint: str) -> CheckResult:
+def _ratio_hint(got: float, want: float, hints: dict[float, str], default: str) -> str:
+    for ratio, hint in hints.items():
+        if want and math.isclose(got / want, ratio, rel_tol=1e-3):
+            return hint
+    return default
+
+
+def _check_function_cases(name: str, fn, cases, reference, hints: dict[float, str], default_hint: str) -> CheckResult:
     for args in cases:
         want = reference(*args)
-        got, failed = call_learner(name, fn, *args, expected=fmt_number(want))
+        got, failed = call_learner(name, fn, *args, expected="a number of bytes per token")
         if failed is not None:
             return failed
         value = as_float(got)
-        if value is None or not abs(value - want) <= 0.5:  # NaN fails too
-            return report(name, False, f"{fmt_number(want)} bytes for {args}",
-                          f"{fmt_number(got)}" + ("" if value is not None else " (not a number)"), hint)
+        if got is None:
+            return report(name, False, "a number of bytes per token", f"None ({NOT_DONE})",
+                          "return the number, e.g. `return ...` at the end of the function")
+        if value is None:
+            return report(name, False, "a number of bytes per token", f"{fmt_number(got)} (not a number)")
+        if not abs(value - want) <= 0.5:  # NaN fails too
+            return report(name, False, f"{fmt_number(want)} bytes for {args}", fmt_number(got),
+                          _ratio_hint(value, want, hints, default_hint))
     return report(name, True, "", f"all {len(cases)} cases match (e.g. {cases[0]} -> "
                                   f"{fmt_number(reference(*cases[0]))} bytes per token)")
 
@@ -43,7 +61,10 @@ def check_kv_bytes_by_hand(fn) -> CheckResult:
         "KV bytes per token (GQA)", fn, _GQA_CASES,
         lambda l, h, d, b: kv_bytes_per_token({"num_hidden_layers": l, "num_attention_heads": h * 4,
                                                "num_key_value_heads": h, "head_dim": d}, kv_bits=8 * b),
-        "each layer stores a key AND a value per KV head: 2 x layers x kv_heads x head_dim x bytes")
+        {0.5: "exactly half: each layer caches a key AND a value for every KV head",
+         8.0: "8x too big: dtype_bytes is already in bytes, do not multiply by 8 bits",
+         4.0: "4x too big: use the KV heads, not the query heads (GQA shares each KV head)"},
+        "count what one token leaves behind in one layer, then multiply by the layers")
 
 
 def check_mla_bytes_by_hand(fn) -> CheckResult:
@@ -52,15 +73,49 @@ def check_mla_bytes_by_hand(fn) -> CheckResult:
         "KV bytes per token (MLA)", fn, _MLA_CASES,
         lambda l, r, p, b: kv_bytes_per_token({"num_hidden_layers": l, "num_attention_heads": 128,
                                                "kv_lora_rank": r, "qk_rope_head_dim": p}, kv_bits=8 * b),
-        "MLA caches one latent (kv_lora_rank) plus one shared RoPE key (qk_rope_head_dim) per layer - "
-        "no factor 2, no heads")
+        {2.0: "twice too big: MLA caches one latent and one RoPE key, there is no separate value to double"},
+        "MLA caches one latent vector plus one shared RoPE key per layer, however many heads there are")
+
+
+def check_prediction(predicted: Any, actual: float, what: str = "your prediction", unit: str = "") -> CheckResult:
+    """Compare an honest numeric prediction with the value the lesson then reveals. Any number passes:
+    the line says how far off it was (this teaches, it does not grade). None means no prediction yet."""
+    name = f"prediction: {what}"
+    unit_s = f" {unit}" if unit else ""
+    if predicted is None:
+        return report(name, False, "a number stored before running the next cell", f"None ({NOT_DONE})",
+                      "write down your guess first; any number is fine")
+    value = as_float(predicted)
+    if value is None or math.isnan(value):
+        return report(name, False, "a number", f"{fmt_number(predicted)} (not a number)")
+    if actual == 0:
+        off = "exact" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
+    else:
+        ratio = value / actual
+        off = ("within 10%" if abs(ratio - 1) <= 0.1 else
+               f"{ratio:.2f}x the real value" if ratio > 0 else "the wrong sign")
+    return report(name, True, "", f"{fmt_number(value)}{unit_s} vs the real {fmt_number(actual)}{unit_s}: {off}")
 
 
 def check_needed_gib(got: Any) -> CheckResult:
-    """GiB of KV cache vLLM needs for one Qwen3-8B request of 40,960 tokens in bf16 (the seed's case)."""
+    """GiB of KV cache vLLM needs for one Qwen3-8B request of 40,960 tokens in bf16 (the article's case)."""
+    name = "Qwen3-8B needed GiB at 40960"
+    if got is None:
+        return report(name, False, "a number of GiB", f"None ({NOT_DONE})")
     want = needed_bytes("qwen3-8b", 40960, kv_cache_dtype="bfloat16") / GiB
-    return check_close("Qwen3-8B needed GiB at 40960", got, want, rel=0, abs_tol=0.006, unit="GiB",
-                       hint="2 x 36 layers x 8 KV heads x 128 x 2 bytes per token, times 40960 tokens, / 2**30")
+    value = as_float(got)
+    if value is None:
+        return report(name, False, "a number of GiB", f"{fmt_number(got)} (not a number)",
+                      "a float such as 1.5, not a string with a unit")
+    if math.isclose(value, want, abs_tol=0.006):
+        return report(name, True, "", f"{value:.4g} GiB")
+    hints = {0.5: "half of it: every layer stores a key AND a value",
+             GiB / 1e9: "that is GB (10**9 bytes); vLLM's GiB is 2**30 bytes",
+             2.0: "twice too much: bf16 is 2 bytes per element",
+             GiB: "that is bytes; divide by 2**30 for GiB",
+             4.5: "too big: Qwen3-8B has 8 KV heads (GQA), not 36 query heads' worth"}
+    return report(name, False, f"{want:.4g} GiB", f"{fmt_number(value)} GiB",
+                  _ratio_hint(value, want, hints, "bytes per token times tokens, then / 2**30"))
 
 
 def check_max_len_that_fits(fn) -> CheckResult:
@@ -72,63 +127,114 @@ def check_max_len_that_fits(fn) -> CheckResult:
     cases = [(int(4.89 * GiB), 16), (int(2.5 * GiB), 16), (int(4.89 * GiB), 32), (per_token * 16 - 1, 16)]
     for avail, bs in cases:
         want = estimate_max_model_len(cfg, avail, 1 << 22, block_size=bs, kv_cache_dtype="bfloat16")
-        got, failed = call_learner(name, fn, per_token, avail, bs, expected=str(want))
+        got, failed = call_learner(name, fn, per_token, avail, bs, expected="a number of tokens")
         if failed is not None:
             return failed
-        if as_float(got) != want:
+        if got is None:
+            return report(name, False, "a number of tokens", f"None ({NOT_DONE})",
+                          "return the length, e.g. `return ...` at the end of the function")
+        value = as_float(got)
+        if value != want:
+            hint = "count whole blocks: a partial block still takes a whole block of memory"
+            if value is not None and value == avail // per_token:
+                hint = "that counts single tokens; vLLM allocates whole blocks of block_size tokens"
+            elif value is not None and not float(value).is_integer():
+                hint = "a length is a whole number of tokens (use //)"
             return report(name, False, f"{want:,} tokens (budget {avail:,} bytes, block_size {bs})",
-                          fmt_number(got), "count whole blocks: (available // (bytes_per_token * block_size)) "
-                                           "* block_size")
+                          fmt_number(got), hint)
     return report(name, True, "", f"all {len(cases)} budgets match vLLM's estimate (4.89 GiB, Qwen3-8B -> "
                                   f"{estimate_max_model_len(cfg, cases[0][0], 1 << 22):,} tokens)")
 
 
-# The engine arguments exercise 4 lets the learner change (vLLM flags), and the highest utilization
-# we accept: the seeds advise staying at or below ~0.95 (0.9-0.95) and never 1.0.
-FIX_KNOBS = ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype", "tensor_parallel_size", "weight_bits")
-MAX_SAFE_UTILIZATION = 0.95
+# Exercise "fix it without giving up the context": the lesson's deployment and constraints.
+FIX_MODEL, FIX_GPU, FIX_MAX_MODEL_LEN = "llama-3.1-8b", "L4", 65536
+# Real engine arguments (vLLM flags, with underscores) the learner may change; weight_bits stands for
+# serving a quantized checkpoint (FP8/INT8 = 8, AWQ/GPTQ = 4).
+FIX_KNOBS = ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype", "weight_bits", "enforce_eager",
+             "max_num_seqs", "max_num_batched_tokens", "block_size", "attention_backend", "tensor_parallel_size")
+MAX_SAFE_UTILIZATION = 0.95   # the troubleshooting articles: 0.9-0.95 on a dedicated GPU, never 1.0
 
 
-def check_fix_plan(kwargs: Any, model: str = "llama-3.1-8b", gpu: str = "L4", min_len: int = 16384) -> CheckResult:
-    """``kwargs`` for :func:`vramlab.vllm_memory.plan` that make ``model`` start on ``gpu`` while
-    still serving requests of at least ``min_len`` tokens."""
-    name = f"a start-up config for {model} on {gpu}"
+def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
+                   max_model_len: int = FIX_MAX_MODEL_LEN) -> CheckResult:
+    """``kwargs`` for :func:`vramlab.vllm_memory.plan` with which ``model`` starts on one ``gpu`` and still
+    serves requests of ``max_model_len`` tokens (the lesson's context)."""
+    name = f"a start-up config for {model} on one {gpu} at {max_model_len:,} tokens"
+    if kwargs is None:
+        return report(name, False, "a dict of engine arguments", f"None ({NOT_DONE})")
     if not isinstance(kwargs, dict):
-        return report(name, False, "a dict of plan() arguments, e.g. {'max_model_len': ...}",
-                      f"{kwargs!r}"[:80], "set my_fix to a dict")
-    unknown = sorted(set(kwargs) - set(FIX_KNOBS))
+        return report(name, False, "a dict of engine arguments, e.g. {'kv_cache_dtype': ...}",
+                      f"{type(kwargs).__name__}", "set my_fix to a dict")
+    dashed = [k for k in kwargs if isinstance(k, str) and "-" in k]
+    if dashed:
+        return report(name, False, "Python keyword names", ", ".join(map(str, dashed)),
+                      "write engine arguments with underscores: --kv-cache-dtype is kv_cache_dtype")
+    unknown = sorted(str(k) for k in set(kwargs) - set(FIX_KNOBS))
     if unknown:
-        return report(name, False, f"only the engine arguments {', '.join(FIX_KNOBS)}",
-                      f"also {', '.join(map(str, unknown))}",
-                      "the weights, overheads and GPU are facts of the deployment, not knobs you can set")
-    util = kwargs.get("gpu_memory_utilization", 0.92)
-    if isinstance(util, (int, float)) and util > MAX_SAFE_UTILIZATION:
+        return report(name, False, f"engine arguments only ({', '.join(FIX_KNOBS)})", f"also {', '.join(unknown)}",
+                      "weights, overheads and the GPU are facts of the deployment, not arguments you can set")
+    if kwargs.get("tensor_parallel_size", 1) != 1:
+        return report(name, False, "tensor_parallel_size 1 (the deployment has one GPU)",
+                      f"tensor_parallel_size {kwargs['tensor_parallel_size']!r}",
+                      "a second GPU is not on the table; fit it on one")
+    length = kwargs.get("max_model_len", max_model_len)
+    if isinstance(length, int) and not isinstance(length, bool) and length < max_model_len:
+        return report(name, False, f"max_model_len >= {max_model_len:,} (the context your users need)",
+                      f"{length:,}", "shrinking the context is the fix you were asked not to use")
+    util = kwargs.get("gpu_memory_utilization", None)
+    if isinstance(util, (int, float)) and not isinstance(util, bool) and util > MAX_SAFE_UTILIZATION:
         return report(name, False, f"gpu_memory_utilization <= {MAX_SAFE_UTILIZATION}", f"{util}",
-                      "above ~0.95 the CUDA context, NCCL and fragmentation have no room left: vLLM would OOM later")
+                      "above ~0.95 the CUDA context, CUDA graphs and fragmentation have no room left: "
+                      "vLLM would start and OOM later")
+    if "kv_cache_dtype" in kwargs:
+        try:
+            check_kv_cache_dtype(kwargs["kv_cache_dtype"])
+        except ValueError as exc:
+            return report(name, False, "a kv_cache_dtype vLLM accepts", repr(kwargs["kv_cache_dtype"]), str(exc))
     try:
-        p = plan(model, gpu, **kwargs)
+        p = plan(model, gpu, **{"max_model_len": max_model_len, **kwargs})
     except (TypeError, ValueError) as exc:
-        return report(name, False, "arguments plan() accepts", f"{type(exc).__name__}: {exc}")
-    if p.max_model_len < min_len:
-        return report(name, False, f"max_model_len >= {min_len:,}", f"{p.max_model_len:,}",
-                      "shrinking the context below what the workload needs is not a fix")
+        return report(name, False, "arguments vLLM accepts", f"{type(exc).__name__}: {exc}")
     if not p.ok:
-        return report(name, False, "vLLM starts", p.check.message[:120] + "...",
-                      "try kv_cache_dtype='fp8', a higher gpu_memory_utilization or weight_bits=8")
+        got = (f"it does not start: {p.check.needed_gib:.2f} GiB of KV cache needed, "
+               f"{max(p.available_kv_bytes, 0) / GiB:.2f} GiB available")
+        hint = "which argument shrinks the bytes per token without touching the context?"
+        if kwargs.get("enforce_eager"):
+            hint = ("enforce_eager alone does not help here: this vLLM sizes the KV cache before it captures "
+                    "CUDA graphs, so the graphs never counted against it")
+        return report(name, False, "vLLM starts", got, hint)
     return report(name, True, "", f"starts: {p.kv_cache_tokens:,} tokens of KV cache, "
                                   f"{p.max_concurrency:.2f}x concurrency at {p.max_model_len:,} tokens")
 
 
+_VERDICT_CASES = [  # (tried, free on the device, reserved-but-unallocated)
+    (2 << 30, int(1.1 * GiB), 3 << 30), (2 << 30, 512 << 20, 1 << 30), (20 << 20, 0, 20 << 20),
+    (256 << 20, 0, 0), (2 << 30, 30 << 30, 0), (1 << 30, 1 << 30, 2 << 30),
+]
+
+
 def check_oom_verdict(fn) -> CheckResult:
-    """``fn(tried_bytes, reserved_unallocated_bytes)`` -> ``"fragmentation"`` or ``"shortage"``."""
+    """``fn(tried_bytes, free_bytes, reserved_unallocated_bytes)`` -> ``"cap"``, ``"fragmentation"`` or
+    ``"shortage"`` (the reference is :func:`vramlab.oom.oom_verdict`)."""
     name = "OOM verdict"
-    cases = [(2 << 30, 3 << 30, "fragmentation"), (2 << 30, 1 << 30, "shortage"),
-             (20 << 20, 20 << 20, "fragmentation"), (256 << 20, 0, "shortage")]
-    for tried, unalloc, want in cases:
-        got, failed = call_learner(name, fn, tried, unalloc, expected=repr(want))
+    for tried, free, unalloc in _VERDICT_CASES:
+        want = oom_verdict(tried, free, unalloc)
+        got, failed = call_learner(name, fn, tried, free, unalloc, expected="one of " + ", ".join(map(repr, VERDICTS)))
         if failed is not None:
             return failed
+        if got is None:
+            return report(name, False, "one of " + ", ".join(map(repr, VERDICTS)), f"None ({NOT_DONE})",
+                          "return a string, e.g. `return ...` at the end of the function")
         if got != want:
-            return report(name, False, f"{want!r} for tried={tried:,}, reserved-unallocated={unalloc:,}",
-                          repr(got), "fragmentation when the cache already holds at least the request, unused")
-    return report(name, True, "", f"all {len(cases)} cases right")
+            if got not in VERDICTS:
+                hint = f"return one of {', '.join(map(repr, VERDICTS))}"
+            elif want == "cap":
+                hint = ("the device had that much free, yet the allocation failed: neither shortage nor "
+                        "fragmentation explains it. What limits one process when the GPU has room?")
+            elif want == "fragmentation":
+                hint = "PyTorch's cache already held at least the request, unused: it was just not in one piece"
+            else:
+                hint = "neither the device nor PyTorch's cache had that much to give"
+            return report(name, False, f"{want!r} for tried={tried:,}, free={free:,}, reserved-unallocated={unalloc:,}",
+                          repr(got), hint)
+    return report(name, True, "", f"all {len(_VERDICT_CASES)} cases right")

@@ -1,0 +1,128 @@
+"""Every vLLM message vramlab prints, held against a copy of the format string in the vLLM file it
+comes from (copied by hand from the pinned source; see vramlab.vllm_memory.PINNED). The copies here
+are independent of the module's constants, so a typo on either side fails."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from vramlab.kvcache import GiB
+from vramlab.paged import burst, simulate
+from vramlab.vllm_memory import PINNED, check_kv_cache, free_memory_message, plan
+
+# (file @ commit, the format string as written in that file: f-string pieces joined, or a %-format)
+SOURCE = {
+    "no_cache_blocks": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+                        "No available memory for the cache blocks. "
+                        "Try increasing `gpu_memory_utilization` when initializing the engine. "
+                        "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                        "for more details."),
+    "one_request": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+                    "To serve at least one request with the models's max seq len "
+                    "({max_model_len}), ({format_gib(needed_memory)} GiB KV "
+                    "cache is needed, which is larger than the available KV cache "
+                    "memory ({format_gib(available_memory)} GiB). {estimated_msg}"
+                    "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                    "when initializing the engine. "
+                    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                    "for more details."),
+    "estimated": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+                  "Based on the available memory, the estimated maximum model length is {estimated_max_len}. "),
+    "old_no_cache_blocks": ("vllm/v1/core/kv_cache_utils.py@bbf906a8",
+                            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                            "when initializing the engine."),
+    "old_one_request": ("vllm/v1/core/kv_cache_utils.py@bbf906a8",
+                        "To serve at least one request with the models's max seq len "
+                        "({max_model_len}), ({needed_memory/GiB_bytes:.2f} GiB KV "
+                        "cache is needed, which is larger than the available KV cache "
+                        "memory ({available_memory/GiB_bytes:.2f} GiB). "
+                        "{estimated_msg} "
+                        "Try increasing `gpu_memory_utilization` or decreasing "
+                        "`max_model_len` when initializing the engine."),
+    "free_memory": ("vllm/v1/worker/gpu_worker.py@35d5cda",
+                    "Free memory on device "
+                    "({GiB(self.init_snapshot.free_memory)}/"
+                    "{GiB(self.init_snapshot.total_memory)} GiB) on startup "
+                    "is less than desired GPU memory utilization "
+                    "({self.cache_config.gpu_memory_utilization}, "
+                    "{GiB(self.requested_memory)} GiB). Decrease GPU memory "
+                    "utilization or reduce GPU memory used by other processes."),
+    "available": ("vllm/v1/worker/gpu_worker.py@35d5cda", "Available KV cache memory: %.2f GiB"),
+    "cache_size": ("vllm/v1/core/kv_cache_utils.py", "GPU KV cache size: %s tokens"),
+    "concurrency": ("vllm/v1/core/kv_cache_utils.py", "Maximum concurrency for %s tokens per request: %.2fx"),
+    "v0_preemption": ("vllm/core/scheduler.py (V0, _preempt)",
+                      "Sequence group %s is preempted by %s mode because there is "
+                      "not enough KV cache space. This can affect the end-to-end "
+                      "performance. Increase gpu_memory_utilization or "
+                      "tensor_parallel_size to provide more KV cache memory. "
+                      "total_num_cumulative_preemption=%d"),
+}
+
+
+def _regex(fmt: str) -> re.Pattern:
+    """A regex for the format: literal text exact, each {field} / %-conversion any non-empty text."""
+    parts = re.split(r"(\{[^{}]*\}|%[-+ #0]*\d*(?:\.\d+)?[sdfx])", fmt)
+    body = "".join(".*?" if (p.startswith("{") or (p.startswith("%") and len(p) > 1)) else re.escape(p)
+                   for p in parts)
+    return re.compile(body, flags=re.DOTALL)
+
+
+def _matches(key: str, text: str) -> bool:
+    return _regex(SOURCE[key][1]).fullmatch(text) is not None
+
+
+def test_the_source_commits_are_the_pinned_ones():
+    for _, (where, _fmt) in SOURCE.items():
+        if "@" in where:
+            path, commit = where.split("@")
+            assert any(p == path and c.startswith(commit) for p, c in
+                       ((k.split(" ")[0], v) for k, v in PINNED.files.items())), where
+
+
+def test_start_up_errors_pinned_and_old():
+    assert _matches("no_cache_blocks", check_kv_cache("qwen3-8b", 40960, 0).message)
+    fail = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
+    assert _matches("one_request", fail) and _regex(SOURCE["estimated"][1]).search(fail)
+    none_fits = plan("llama-3.1-8b", "L4", max_model_len=8192, weights_bytes=int(GPUS_L4 * 0.92) - 1_000_000,
+                     non_torch_bytes=0, activation_bytes=0).check.message
+    assert _matches("one_request", none_fits) and "estimated" not in none_fits
+    assert _matches("old_no_cache_blocks", check_kv_cache("qwen3-8b", 40960, 0, wording="old").message)
+    assert _matches("old_one_request", check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="old").message)
+
+
+GPUS_L4 = plan("qwen3-0.6b", "L4", max_model_len=16).gpu.total_bytes
+
+
+def test_free_memory_error():
+    assert _matches("free_memory", free_memory_message(10 * GiB, 15 * GiB, 0.92))
+    assert _matches("free_memory", plan("qwen3-0.6b", "T4", max_model_len=4096, free_bytes=3 * GiB).message)
+
+
+def test_start_up_log_lines():
+    lines = plan("llama-3.1-8b", "H100 80GB", max_model_len=32768).log_lines()
+    assert _matches("available", lines[0]) and _matches("cache_size", lines[1]) and _matches("concurrency", lines[2])
+    failing = plan("llama-3.1-8b", "L4", max_model_len=65536).log_lines()
+    assert _matches("available", failing[0]) and _matches("one_request", failing[1][len("ValueError: "):])
+
+
+def test_v0_preemption_warnings():
+    res = simulate(150, burst(32, seed=0))
+    warnings = res.v0_warnings()
+    assert warnings and len(warnings) == -(-res.preemptions // 50)
+    for w in warnings:
+        assert _matches("v0_preemption", w[len("WARNING scheduler.py: "):])
+        assert "PreemptionMode.RECOMPUTE mode" in w
+
+
+@pytest.mark.parametrize("key", sorted(SOURCE))
+def test_each_format_is_used(key):
+    import inspect
+
+    import vramlab.paged
+    import vramlab.vllm_memory
+
+    src = inspect.getsource(vramlab.vllm_memory) + inspect.getsource(vramlab.paged)
+    first_words = re.split(r"[{%(]", SOURCE[key][1])[0][:30]
+    assert first_words in src
