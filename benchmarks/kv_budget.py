@@ -5,6 +5,8 @@ Run: python benchmarks/kv_budget.py [--utilization 0.92] [--max-model-len 8192]
 For every bundled model and GPU preset it prints the "GPU KV cache size" vLLM would log (tokens,
 from vramlab.vllm_memory.plan with its labelled overhead estimates), for a bf16 and an fp8 KV
 cache, and their ratio (2.00x when the pool is the same size; a model that does not start shows "-").
+The arithmetic follows the pinned vLLM source (vramlab.vllm_memory.PINNED); GPU totals are PyTorch's
+where known (T4, RTX 4090), nvidia-smi's otherwise (marked "*").
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import time
 
 from vramlab.kvcache import available_configs
-from vramlab.vllm_memory import GPUS, plan
+from vramlab.vllm_memory import GPUS, PINNED, plan
 
 
 def main() -> None:
@@ -24,7 +26,8 @@ def main() -> None:
     start = time.perf_counter()
     print(f"GPU KV cache size in tokens at utilization {args.utilization}, max_model_len {args.max_model_len:,} "
           "(bf16 / fp8 / ratio; '-' = does not start on one GPU)")
-    print(f"{'model':<18}" + "".join(f"{g:>26}" for g in GPUS))
+    print(f"vLLM source: {PINNED.release}")
+    print(f"{'model':<18}" + "".join(f"{g + ('' if GPUS[g].torch_total_known else '*'):>26}" for g in GPUS))
     for name in available_configs():
         cells = []
         for gpu in GPUS:

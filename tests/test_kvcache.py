@@ -143,3 +143,14 @@ def test_auto_dtype_of_a_float32_pretrained_config_is_16_bit():
                       head_dim=64, dtype="float32")
     assert kv_bytes_per_token(cfg, "auto") == 2 * 30 * 3 * 64 * 2
     assert kv_bytes_per_token(cfg, "float32") == 2 * 30 * 3 * 64 * 4
+
+
+def test_load_config_on_broken_json_names_the_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"num_hidden_layers": 32,,}')
+    with pytest.raises(ValueError, match=r"`config` file .*config\.json is not valid JSON \(.* line 1, column \d+\)"):
+        load_config(bad)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds a JSON list"):
+        load_config(str(listed))

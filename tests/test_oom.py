@@ -185,3 +185,10 @@ def test_unknown_and_bad_input():
         diagnose(None)
     assert set(FIXES) == set(KINDS)
     assert "startup_kv_capacity" in str(diagnose(LOGS["startup_kv_capacity"][0]))
+
+
+@pytest.mark.parametrize("args,field", [(("2 GiB", 1, 1), "tried_bytes"), ((1, -1, 1), "free_bytes"),
+                                        ((1, 1, True), "reserved_unallocated_bytes")])
+def test_oom_verdict_bad_input(args, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        oom_verdict(*args)

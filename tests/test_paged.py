@@ -124,3 +124,8 @@ def test_long_runs_are_thinned_in_the_figure_but_keep_every_preemption():
     marks = next(t for t in fig.data if t.name == "preemption (recompute)")
     assert len(used.x) <= 300
     assert len(marks.x) == sum(1 for s in res.steps if s.preempted)
+
+
+def test_figure_bad_max_points():
+    with pytest.raises(ValueError, match="`max_points`"):
+        simulate(100, burst(3)).figure(max_points=0)

@@ -183,6 +183,10 @@ def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallo
     """Why did a PyTorch allocation of ``tried_bytes`` fail? ``"cap"`` when the device had at least that much
     free (so a per-process limit refused it), ``"fragmentation"`` when PyTorch's cache already held at least
     that much unused (not in one piece), else ``"shortage"``. None when the message lacks the numbers."""
+    for name, v in (("tried_bytes", tried_bytes), ("free_bytes", free_bytes),
+                    ("reserved_unallocated_bytes", reserved_unallocated_bytes)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise ValueError(f"`{name}` must be a number of bytes >= 0 or None (got {v!r}).")
     if tried_bytes is None or (free_bytes is None and reserved_unallocated_bytes is None):
         return None
     if free_bytes is not None and free_bytes >= tried_bytes:

@@ -167,6 +167,8 @@ class SimResult:
         are thinned to about ``max_points`` steps (every preemption is still marked)."""
         import plotly.graph_objects as go
 
+        if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 2:
+            raise ValueError(f"`max_points` must be an integer >= 2 (got {max_points!r}).")
         stride = max(1, -(-len(self.steps) // max_points))
         shown = self.steps[::stride]
         x = [s.step for s in shown]

@@ -424,6 +424,8 @@ def vllm_error_message(max_model_len: int, needed: int, available: int, estimate
 
 def free_memory_message(free_bytes: int, total_bytes: int, gpu_memory_utilization: float) -> str:
     """vLLM's start-up ValueError when another process already holds the GPU (``gpu_worker.py``)."""
+    free_bytes, total_bytes = _nonneg("free_bytes", free_bytes), _nonneg("total_bytes", total_bytes)
+    _check_utilization(gpu_memory_utilization)
     requested = total_bytes * gpu_memory_utilization
     return FREE_MEMORY_FORMAT.format(free=round(free_bytes / GiB, 2), total=round(total_bytes / GiB, 2),
                                      utilization=gpu_memory_utilization, requested=round(requested / GiB, 2))
@@ -760,6 +762,8 @@ def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: floa
     GPU), the attention backend (FLASHINFER -> FLASH_ATTN), tensor_parallel_size (2, 4, 8), weight
     quantization (8 then 4 bits). A knob that cannot fix it alone is left out. Empty when the plan
     already passes."""
+    if isinstance(max_utilization, bool) or not isinstance(max_utilization, (int, float)) or not 0 < max_utilization <= 1:
+        raise ValueError(f"`max_utilization` must be in (0, 1] (got {max_utilization!r}).")
     base = plan(config, gpu, **plan_kwargs)
     if base.ok:
         return []
