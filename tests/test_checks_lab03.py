@@ -100,6 +100,8 @@ def test_prediction_reports_how_far_off_without_grading(capsys):
     assert _prediction(16) and "within 10%" in capsys.readouterr().out
     assert _prediction(4) and "0.25x the real value" in capsys.readouterr().out
     assert not _prediction(float("nan"))
+    assert lab03.check_prediction(12, unit="GiB") and "12 GiB stored" in capsys.readouterr().out
+    assert not lab03.check_prediction(None) and "not done yet" in capsys.readouterr().out
 
 
 def test_byte_checks_reject_nan_and_a_hard_coded_576():

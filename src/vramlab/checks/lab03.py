@@ -77,9 +77,11 @@ def check_mla_bytes_by_hand(fn) -> CheckResult:
         "MLA caches one latent vector plus one shared RoPE key per layer, however many heads there are")
 
 
-def check_prediction(predicted: Any, actual: float, what: str = "your prediction", unit: str = "") -> CheckResult:
+def check_prediction(predicted: Any, actual: float | None = None, what: str = "your prediction",
+                     unit: str = "") -> CheckResult:
     """Compare an honest numeric prediction with the value the lesson then reveals. Any number passes:
-    the line says how far off it was (this teaches, it does not grade). None means no prediction yet."""
+    the line says how far off it was (this teaches, it does not grade). None means no prediction yet.
+    Without ``actual`` it only records that a number was stored (nothing is revealed)."""
     name = f"prediction: {what}"
     unit_s = f" {unit}" if unit else ""
     if predicted is None:
@@ -88,6 +90,8 @@ def check_prediction(predicted: Any, actual: float, what: str = "your prediction
     value = as_float(predicted)
     if value is None or math.isnan(value):
         return report(name, False, "a number", f"{fmt_number(predicted)} (not a number)")
+    if actual is None:
+        return report(name, True, "", f"{fmt_number(value)}{unit_s} stored; the real value comes later")
     if actual == 0:
         off = "exact" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
     else:
