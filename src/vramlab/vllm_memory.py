@@ -567,8 +567,9 @@ class Plan:
 
     def summary(self) -> str:
         """A short text ledger in GiB, estimates marked with '~'."""
-        lines = [f"{self.model} on {self.gpu.name} ({self.gpu.total_gib:.2f} GiB to PyTorch"
-                 + ("" if self.gpu.torch_total_known else "; nvidia-smi figure") + "), "
+        total = (f"{self.gpu.total_gib:.2f} GiB to PyTorch" if self.gpu.torch_total_known else
+                 f"{self.gpu.total_gib:.2f} GiB by nvidia-smi; PyTorch sees a little less")
+        lines = [f"{self.model} on {self.gpu.name} ({total}), "
                  f"TP={self.tensor_parallel_size}, utilization {self.gpu_memory_utilization:g}, "
                  f"max_model_len {self.max_model_len:,}, kv_cache_dtype {self.kv_cache_dtype}, "
                  f"{self.attention_backend}, block {self.block_size}"]
