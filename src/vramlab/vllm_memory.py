@@ -77,7 +77,8 @@ PINNED = Pin(
 
 # vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE = 16 (CUDA attention backends).
 DEFAULT_BLOCK_SIZE = 16
-# vllm/config/cache.py @002f10e0: gpu_memory_utilization Field(default=0.92) (0.9 in older releases).
+# vllm/config/cache.py @002f10e0 (the only stored version, newer than the pinned check): gpu_memory_utilization
+# Field(default=0.92); older releases used 0.9, and the pinned line may too: pass it explicitly to compare.
 DEFAULT_UTILIZATION = 0.92
 CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
@@ -97,6 +98,12 @@ BATCH_DEFAULTS = {
     "other": {"llm_class": (8192, 256), "openai_api_server": (2048, 256)},
 }
 USAGE_CONTEXTS = ("openai_api_server", "llm_class")
+
+# CUDA graphs: gpu_worker.py @35d5cda subtracts none before KV sizing (they are captured afterwards, in
+# compile_or_warm_up_model). Later releases profile them first; vLLM's own start-up log (v0.27.1) reads
+# "CUDA graph memory profiling is enabled (default since v0.21.0). ... To disable, set
+# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0." -> plan(estimate_cudagraphs=True, cudagraph_bytes=measured).
+CUDAGRAPH_PROFILING_DEFAULT_SINCE = "v0.21.0"
 
 # Estimates (vramlab's, not vLLM's): vLLM measures these lines at start-up.
 EST_NON_TORCH_BYTES = 512 * MiB          # CUDA context + cuBLAS workspaces, one GPU (vramlab estimate)
