@@ -203,8 +203,10 @@ class GPU:
 # nvidia-smi "memory.total" (MiB) from public nvidia-smi tables ("Tesla T4 ... 15360MiB", "NVIDIA L4 ...
 # 23034MiB", "A10G ... 23028MiB", "RTX 4090 ... 24564MiB", "A100-SXM4-40GB ... 40960MiB", "A100-SXM4-80GB ...
 # 81920MiB", "H100 80GB HBM3 ... 81559MiB", "NVIDIA H200 ... 143771MiB"). PyTorch's total where a real
-# torch OOM message shows it ("GPU 0 has a total capacity of T"): T4 on Colab "14.56 GiB" (public Colab
-# logs); RTX 4090 "23.99 GiB" (the troubleshooting article's torch OOM; = 24,564 MiB).
+# torch OOM message shows it ("GPU 0 has a total capacity of T", two decimals): T4 on Colab "14.56 GiB" (public
+# Colab logs); RTX 4090 "23.99 GiB" (the troubleshooting article's torch OOM; = 24,564 MiB); H100 80GB HBM3
+# "79.19 GiB" (public benchmark logs naming the card, H100 PCIe alike); A100 80GB "79.25 GiB total capacity"
+# (levihsu/OOTDiffusion issue #235); A100 40GB "39.50 GiB" (TianheWu/CoSeR issue #10, "one A100").
 GPUS: dict[str, GPU] = {
     "T4": GPU("T4", 15360, round(14.56 * GiB), "16 GB GDDR6",
               "torch OOM on Colab T4: 'total capacity of 14.56 GiB'; nvidia-smi 15360 MiB"),
@@ -212,9 +214,12 @@ GPUS: dict[str, GPU] = {
     "A10G": GPU("A10G", 23028, None, "24 GB GDDR6", "nvidia-smi memory.total 23028 MiB (AWS g5 A10G)"),
     "RTX 4090": GPU("RTX 4090", 24564, 24564 * MiB, "24 GB GDDR6X",
                     "torch OOM 'total capacity of 23.99 GiB'; nvidia-smi 24564 MiB"),
-    "A100 40GB": GPU("A100 40GB", 40960, None, "40 GB HBM2", "nvidia-smi memory.total 40960 MiB (A100-SXM4-40GB)"),
-    "A100 80GB": GPU("A100 80GB", 81920, None, "80 GB HBM2e", "nvidia-smi memory.total 81920 MiB (A100-SXM4-80GB)"),
-    "H100 80GB": GPU("H100 80GB", 81559, None, "80 GB HBM3", "nvidia-smi memory.total 81559 MiB (H100 80GB HBM3)"),
+    "A100 40GB": GPU("A100 40GB", 40960, round(39.50 * GiB), "40 GB HBM2",
+                     "torch OOM 'total capacity of 39.50 GiB'; nvidia-smi 40960 MiB (A100-SXM4-40GB)"),
+    "A100 80GB": GPU("A100 80GB", 81920, round(79.25 * GiB), "80 GB HBM2e",
+                     "torch OOM '79.25 GiB total capacity'; nvidia-smi 81920 MiB (A100-SXM4-80GB)"),
+    "H100 80GB": GPU("H100 80GB", 81559, round(79.19 * GiB), "80 GB HBM3",
+                     "torch OOM 'total capacity of 79.19 GiB'; nvidia-smi 81559 MiB (H100 80GB HBM3)"),
     "H200": GPU("H200", 143771, None, "141 GB HBM3e", "nvidia-smi memory.total 143771 MiB (NVIDIA H200)"),
 }
 
