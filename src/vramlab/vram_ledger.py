@@ -120,7 +120,8 @@ def computed_rows(model, batch: int, tokens: int) -> list[LedgerRow]:
 def memory_ledger(model, input_ids) -> Ledger:
     """One prefill of ``input_ids`` (LongTensor ``[batch, tokens]``) through ``model``: the ledger.
 
-    On a CUDA GPU the model is moved to the GPU (it stays there) and every row is also measured; on
+    Pass the model on the CPU. On a CUDA GPU it is moved to the GPU (it stays there) and every row
+    is also measured; on
     CPU only the computed column is filled and the ledger says so.
     """
     import torch
@@ -137,6 +138,9 @@ def memory_ledger(model, input_ids) -> Ledger:
     if not has_cuda():
         return Ledger(rows, "CPU mode (computed, not measured)", batch, tokens)
 
+    if next(model.parameters()).is_cuda:
+        raise ValueError("`model` is already on the GPU; pass it on the CPU so the ledger can measure what "
+                         "moving its weights to the GPU costs.")
     torch.cuda.synchronize()
     a0 = torch.cuda.memory_allocated()
     model.to("cuda")

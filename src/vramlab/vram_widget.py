@@ -59,16 +59,18 @@ def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: 
     return fig
 
 
-def _display_output(obj) -> dict:
-    """A display_data output dict for ``obj``, formatted the way the kernel would display it."""
-    from IPython.core.formatters import format_display_data
+def _display_output(fig) -> dict:
+    """A display_data output dict for a plotly figure, in the notebook's default renderer's format.
 
-    data, metadata = format_display_data(obj)
-    if not data and hasattr(obj, "to_json"):  # no IPython shell (a script, a test): plotly's own mimetype
+    Not ``IPython``'s ``format_display_data``: that calls the figure's ``_ipython_display_``, which would
+    *show* the figure in whichever cell is running instead of returning it."""
+    data = fig._repr_mimebundle_()
+    if not data:  # a renderer without a mimebundle (e.g. "browser"): plotly's own mimetype
         import json
 
-        data, metadata = {"application/vnd.plotly.v1+json": json.loads(obj.to_json()), "text/plain": repr(obj)}, {}
-    return {"output_type": "display_data", "data": data, "metadata": metadata}
+        data = {"application/vnd.plotly.v1+json": json.loads(fig.to_json())}
+    data.setdefault("text/plain", f"<plotly figure: {fig.layout.title.text}>")
+    return {"output_type": "display_data", "data": data, "metadata": {}}
 
 
 class VramWidget:
