@@ -378,7 +378,7 @@ def timeline_figure(rows: list[dict], title: str):
                     fill="tozeroy", line_color="#08519c", text=[r["action"] for r in rows],
                     hovertemplate="%{text}<br>%{y:.0f} MiB<extra>allocated</extra>")
     fig.update_layout(title=title, xaxis_title="allocator event (number)", yaxis_title="memory (MiB)",
-                      height=320, width=720, margin=dict(l=60, r=20, t=50, b=50))
+                      height=340, width=720, margin=dict(l=60, r=20, t=70, b=50))
     return fig
 
 
@@ -400,7 +400,7 @@ def fragmentation_figure(default: dict, expandable: dict, title: str):
     fig.add_bar(x=labels, y=[default["allocated"] / MiB, expandable["allocated"] / MiB], name="allocated",
                 marker_color="#08519c")
     fig.update_layout(title=title, yaxis_title="memory after the pattern (MiB)", xaxis_title="allocator setting",
-                      barmode="group", height=320, width=620, margin=dict(l=60, r=20, t=50, b=50))
+                      barmode="group", height=340, width=620, margin=dict(l=60, r=20, t=70, b=50))
     return fig
 
 

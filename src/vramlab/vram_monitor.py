@@ -71,15 +71,25 @@ class _Nvml:
             self.ok = False
 
     def _handle_for(self, index: int):
-        # torch and NVML number devices differently under CUDA_VISIBLE_DEVICES: match by UUID.
+        # torch and NVML number devices differently under CUDA_VISIBLE_DEVICES. Without initialising CUDA
+        # (the monitor must not create a CUDA context of its own): read the variable; once this process has
+        # initialised CUDA, match the device's UUID.
         import torch
 
-        try:
-            uuid = str(torch.cuda.get_device_properties(index).uuid)
-            uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-            return self.nv.nvmlDeviceGetHandleByUUID(uuid)
-        except Exception:  # noqa: BLE001
-            return self.nv.nvmlDeviceGetHandleByIndex(index)
+        if torch.cuda.is_initialized():
+            try:
+                uuid = str(torch.cuda.get_device_properties(index).uuid)
+                return self.nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            except Exception:  # noqa: BLE001
+                pass
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        if index < len(visible):
+            entry = visible[index]
+            if entry.isdigit():
+                return self.nv.nvmlDeviceGetHandleByIndex(int(entry))
+            if entry.startswith(("GPU-", "MIG-")):
+                return self.nv.nvmlDeviceGetHandleByUUID(entry)
+        return self.nv.nvmlDeviceGetHandleByIndex(index)
 
     def read(self, pid: int) -> tuple[int | None, int | None, int | None]:
         """(device used, device total, this process's use) in bytes; None where NVML cannot say."""
@@ -240,7 +250,8 @@ class VramMonitor:
         if self.mode == "GPU" and device is None:
             import torch
 
-            device = torch.cuda.current_device()
+            # current_device() would initialise CUDA; before that, the current device is 0
+            device = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
         elif self.mode == "GPU":
             import torch
 

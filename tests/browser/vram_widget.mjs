@@ -13,7 +13,8 @@
 //     that did not run, or an exercise check printing FAIL (in labs/ a FAIL line is expected, but it must
 //     say what it expected and what it got);
 //   * keeps the two frames and a screenshot of the widget after the run in VRAM_OUT
-//     (default /tmp/vramlab-vram-widget): frame-1.png, frame-2.png, final.png.
+//     (default /tmp/vramlab-vram-widget): frame-1.png, frame-2.png, final.png, and the whole notebook
+//     after the run, notebook.png.
 // Then it shuts the kernel and the server down and removes the checkpoint and workspace it created.
 // Environment: VRAM_PORT, VRAM_OUT, VRAM_TIMEOUT_S (whole run, default 600), CHROMIUM (default
 // /usr/bin/chromium), JUPYTER (default: .venv/bin/jupyter if present, else /work/main/.venv/bin/jupyter,
@@ -224,7 +225,19 @@ try {
   await sleep(1500);
   await widget.screenshot({ path: path.join(OUT, 'final.png') });
   log(`${NB}: run finished in ${((Date.now() - t0) / 1000).toFixed(0)} s; widget after the run: ${end.widgetStatus}`);
-  log(`${NB}: screenshots ${OUT}/frame-1.png, frame-2.png, final.png`);
+  // the whole notebook as the learner sees it (JupyterLab scrolls inside the panel: grow the viewport)
+  await page.evaluate(() => {
+    const sc = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+    if (sc) sc.scrollTop = 0;
+  });
+  const extra = await page.evaluate(() => {
+    const sc = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+    return sc ? sc.scrollHeight - sc.clientHeight : 0;
+  });
+  await page.setViewportSize({ width: 1400, height: Math.min(1000 + Math.max(0, extra) + 40, 30000) });
+  await sleep(2500);
+  await page.screenshot({ path: path.join(OUT, 'notebook.png'), fullPage: true });
+  log(`${NB}: screenshots ${OUT}/frame-1.png, frame-2.png, final.png, notebook.png`);
   try {
     for (const s of (await api('GET', '/api/sessions')).filter((s) => s.path === NB)) await api('DELETE', `/api/sessions/${s.id}`);
   } catch (e) { log(`could not shut the kernel down: ${e.message}`); }
