@@ -9,8 +9,8 @@ from vramlab.device import has_cuda
 from vramlab.vram_ledger import memory_ledger
 
 
-@pytest.fixture(scope="module")
-def tiny():
+@pytest.fixture
+def tiny():  # a fresh CPU model per test: on a GPU the ledger moves it
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)

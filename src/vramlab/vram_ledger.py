@@ -21,6 +21,7 @@ Without CUDA the measured column is None and every row says "computed".
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 MiB = 1 << 20
@@ -156,22 +157,12 @@ def memory_ledger(model, input_ids) -> Ledger:
     after = torch.cuda.memory_allocated()
     kv = _cache_tensor_bytes(out.past_key_values)
     reserved = torch.cuda.memory_reserved()
-    non_torch = None
-    try:
-        import os
+    from vramlab.vram_monitor import _Nvml
 
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if p.pid == os.getpid() and p.usedGpuMemory is not None:
-                    non_torch = int(p.usedGpuMemory) - reserved
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML: the row stays unmeasured
-        non_torch = None
+    nvml = _Nvml(torch.cuda.current_device())  # None values when nvidia-ml-py or the driver is missing
+    process_used = nvml.read(os.getpid())[2] if nvml.ok else None
+    nvml.close()
+    non_torch = None if process_used is None else process_used - reserved
     measured = [weights, kv, peak - after, reserved - after, non_torch]
     del out, ids
     for row, value in zip(rows, measured):
