@@ -14,8 +14,10 @@ Two halves:
   always merges. Simplified: one stream, no small pool, no OOM retry, no ``max_split_size_mb``,
   no ``roundup_power2_divisions``.
 * :func:`run_experiment` - runs one experiment in a fresh Python process, because
-  ``PYTORCH_CUDA_ALLOC_CONF`` is read once, when CUDA initialises (``torch/cuda/memory.py`` says the
-  same of ``_set_allocator_settings``), and because an OOM must not wedge the notebook's kernel.
+  ``PYTORCH_CUDA_ALLOC_CONF`` (newer releases also read ``PYTORCH_ALLOC_CONF``) is parsed when the
+  allocator starts, so setting it later in a running kernel changes nothing (torch's private
+  ``torch.cuda.memory._set_allocator_settings`` can switch some options at run time, but segments
+  already cached stay as they are), and because an OOM must not wedge the notebook's kernel.
   Experiments: ``fragmentation`` (8 x 16 MiB, free, 4 x 32 MiB), ``oom`` (allocate under
   ``torch.cuda.set_per_process_memory_fraction`` until the allocator refuses), ``snapshot``
   (``torch.cuda.memory._record_memory_history`` + ``_snapshot``). Without CUDA the child prints a
@@ -222,6 +224,7 @@ def _child_env(alloc_conf: str | None) -> dict:
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         env.pop("PYTORCH_ALLOC_CONF", None)
     else:
+        env.pop("PYTORCH_ALLOC_CONF", None)  # the newer name would take part too: only ours counts
         env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
     return env
 
