@@ -194,3 +194,29 @@ def test_gpu_monitor_sees_one_gib_appear_and_disappear():
     assert max(held) - max(base) >= 1 << 30
     assert after[-1]["allocated"] <= max(base) and after[-1]["reserved"] < max(r["reserved"] for r in rows)
     assert mon.mode == "GPU" and all(r["num_ooms"] == 0 for r in rows)
+
+
+def test_widget_rerun_does_not_stack_redraw_threads():
+    import threading
+
+    from vramlab.vram_widget import VramWidget
+
+    def redraw_threads():
+        return [t for t in threading.enumerate() if t.name == "vramlab-vram-widget" and t.is_alive()]
+
+    first = VramWidget(VramMonitor(interval_s=0.02).start(), refresh_s=0.1)
+    second = VramWidget(VramMonitor(interval_s=0.02).start(), refresh_s=0.1)  # the cell run again
+    assert _wait_for(lambda: not first._thread.is_alive())
+    assert second._thread.is_alive() and len(redraw_threads()) == 1 and len(sampler_threads()) == 1
+    second.monitor.stop()
+    assert _wait_for(lambda: redraw_threads() == [])
+
+
+def test_unreferenced_widget_and_monitor_are_collected():
+    from vramlab.vram_widget import VramWidget
+
+    w = VramWidget(VramMonitor(interval_s=0.02, key="gc-widget").start(), refresh_s=0.1)
+    thread = w._thread
+    del w
+    gc.collect()
+    assert _wait_for(lambda: not thread.is_alive() and sampler_threads() == [])

@@ -11,7 +11,7 @@ and the monitor's marks as vertical lines. CPU mode: the process's resident memo
 from __future__ import annotations
 
 import threading
-import time
+import weakref
 
 MiB = 1 << 20
 
@@ -73,6 +73,10 @@ def _display_output(fig) -> dict:
     return {"output_type": "display_data", "data": data, "metadata": {}}
 
 
+def _toggle_icon(change) -> None:
+    change["owner"].icon = "pause" if change["new"] else "play"
+
+
 class VramWidget:
     """``VramWidget(monitor, refresh_s=0.5, window_s=60)``: display it (last expression of a cell or
     ``display(w)``) and it redraws every ``refresh_s`` seconds until :meth:`stop` (or the monitor stops).
@@ -94,7 +98,7 @@ class VramWidget:
         self.status = widgets.HTML()
         self.live = widgets.ToggleButton(value=True, description="live", tooltip="pause / resume the redraws",
                                          icon="pause")
-        self.live.observe(self._on_toggle, names="value")
+        self.live.observe(_toggle_icon, names="value")  # not a bound method: no reference back to self
         self.box = widgets.VBox([widgets.HBox([self.live, self.status]), self.out])
         self.box.add_class("vramlab-vram-widget")
         self._stop = threading.Event()
@@ -102,9 +106,6 @@ class VramWidget:
         self.redraw()
         if autostart:
             self.start()
-
-    def _on_toggle(self, change) -> None:
-        self.live.icon = "pause" if change["new"] else "play"
 
     def status_text(self) -> str:
         last = self.monitor.latest() if hasattr(self.monitor, "latest") else None
@@ -131,8 +132,14 @@ class VramWidget:
         self.out.outputs = (_display_output(self.figure()),)
         self.status.value = self.status_text()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.refresh_s):
+    @staticmethod
+    def _run(ref: "weakref.ref[VramWidget]", stop: threading.Event, refresh_s: float) -> None:
+        # Holds the widget only weakly between frames, so a widget (and its monitor) that nothing else
+        # references can be garbage-collected; the monitor's finalizer then stops its sampler.
+        while not stop.wait(refresh_s):
+            self = ref()
+            if self is None:
+                return
             if self.live.value:
                 try:
                     self.redraw()
@@ -142,11 +149,13 @@ class VramWidget:
             if not getattr(self.monitor, "running", True):
                 self.redraw()  # the final state
                 return
+            del self
 
     def start(self) -> "VramWidget":
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="vramlab-vram-widget", daemon=True)
+            self._thread = threading.Thread(target=VramWidget._run, args=(weakref.ref(self), self._stop, self.refresh_s),
+                                            name="vramlab-vram-widget", daemon=True)
             self._thread.start()
         return self
 
