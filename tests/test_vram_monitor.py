@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from vramlab.device import has_cuda
 from vramlab.vram import VramMonitor
 from vramlab.vram_monitor import CPU_COLUMNS, GPU_COLUMNS, sampler_threads, stop_all_monitors
 
@@ -42,7 +43,7 @@ def test_samples_marks_and_stop_leaves_no_thread():
     assert len(mon.samples) == n  # nothing is sampled after stop()
 
 
-@pytest.mark.skipif(__import__("vramlab.device", fromlist=["x"]).has_cuda(), reason="CPU-mode test")
+@pytest.mark.skipif(has_cuda(), reason="CPU-mode test")
 def test_cpu_mode_is_labelled_and_invents_no_gpu_number():
     import os
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from vramlab.vram import parse_oom_message, parse_size
@@ -92,9 +95,6 @@ def test_parse_size():
 
 
 # --- every OOM text in the source articles, read from the files when they are at hand -----------------
-import re
-from pathlib import Path
-
 SEEDS = Path("/work/shared/seeds")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

@@ -49,10 +49,11 @@ def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: 
                         fill="tozeroy")
         default_title = "CPU mode: this process's resident memory (RSS), no GPU"
     t0 = t[0] if t else 0.0
-    for e in events or []:
-        if e["t"] >= t0:
-            fig.add_vline(x=e["t"], line_dash="dot", line_color="#d62728", annotation_text=e["label"],
-                          annotation_textangle=-90, annotation_font_size=10)
+    for i, e in enumerate(ev for ev in events or [] if ev["t"] >= t0):
+        # alternate sides so that two marks close together stay readable
+        fig.add_vline(x=e["t"], line_dash="dot", line_color="#d62728", annotation_text=e["label"],
+                      annotation_textangle=-90, annotation_font_size=10,
+                      annotation_position="top right" if i % 2 == 0 else "top left")
     fig.update_layout(title=title or default_title, xaxis_title="time since the monitor started (s)",
                       yaxis_title="memory (MiB)", height=340, width=760, margin=dict(l=60, r=20, t=50, b=50),
                       legend=dict(orientation="h", y=-0.25), uirevision="keep")
