@@ -221,3 +221,34 @@ def test_unreferenced_widget_and_monitor_are_collected():
     del w
     gc.collect()
     assert _wait_for(lambda: not thread.is_alive() and sampler_threads() == [])
+
+
+def test_gpu_code_path_with_stubbed_counters(monkeypatch):
+    """The GPU branch end to end on a CPU machine: torch's counters replaced by a stub (synthetic numbers,
+    this only checks the plumbing); NVML without a driver leaves the device columns None."""
+    import torch
+
+    import vramlab.device
+    from vramlab.vram_widget import VramWidget
+
+    stats = {"allocated_bytes.all.current": 3 << 20, "reserved_bytes.all.current": 8 << 20,
+             "allocated_bytes.all.peak": 5 << 20, "reserved_bytes.all.peak": 8 << 20,
+             "num_alloc_retries": 1, "num_ooms": 0}
+    monkeypatch.setattr(vramlab.device, "has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: dict(stats))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    mon = VramMonitor(interval_s=0.02, key="stub-gpu").start()
+    assert mon.mode == "GPU" and mon.device == 0
+    assert _wait_for(lambda: len(mon.samples) >= 3)
+    mon.mark("x")
+    w = VramWidget(mon, refresh_s=0.1, autostart=False)
+    mon.stop()
+    row = mon.samples[-1]
+    assert set(row) == {"t", *GPU_COLUMNS} and row["reserved"] == 8 << 20 and row["num_alloc_retries"] == 1
+    if row["device_used"] is None:  # no NVML driver here: nothing invented
+        assert row["device_total"] is None and row["process_used"] is None
+    assert "allocated 3 MiB, reserved 8 MiB" in w.status_text()
+    assert [tr.name for tr in w.figure().data][:2] == ["allocated (PyTorch)", "reserved, unallocated"]
+    with pytest.raises(ValueError, match="device"):
+        VramMonitor(device=3)
