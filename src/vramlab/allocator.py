@@ -293,6 +293,10 @@ def _child_oom(opts: dict) -> None:
 
     chunk = int(opts.get("chunk_bytes", 256 * MiB))
     if not torch.cuda.is_available():
+        if not sys.platform.startswith("linux"):  # RLIMIT_AS is Linux's; macOS does not enforce it
+            _emit({"mode": "CPU mode", "skipped": f"no address-space cap on {sys.platform}: no CPU out-of-memory "
+                                                  "was triggered (the GPU version needs CUDA)"})
+            return
         import resource
 
         with open("/proc/self/status") as f:
