@@ -45,6 +45,9 @@ def _rss_reader():
         proc = psutil.Process()
         return lambda: int(proc.memory_info().rss)
     except Exception:  # noqa: BLE001 - psutil missing or unusable: fall back to /proc
+        if not os.path.exists("/proc/self/statm"):
+            raise RuntimeError("CPU mode reads this process's memory with psutil, which is not installed, and this "
+                               "system has no /proc: pip install psutil (Jupyter's ipykernel normally brings it).")
         page = os.sysconf("SC_PAGE_SIZE")
 
         def from_proc() -> int:
