@@ -21,8 +21,9 @@ The current message, as ``DeviceCachingAllocator::malloc`` builds it (pytorch/py
 ``c10/cuda/CUDACachingAllocator.cpp``, read at commit 001074d2, the 2.x series): ``"CUDA out of memory.
 Tried to allocate " format_size(alloc_size) ". GPU " n " has a total capacity of " format_size(total)
 " of which " format_size(free) " is free. " proc_info allowed_info "Of the allocated memory " ...``
-where ``proc_info`` lists ``Process <pid> has <X> memory in use.`` per process (or ``Including
-non-PyTorch memory, this process has <X> memory in use.``) and ``allowed_info`` is ``"<Y> allowed; "``
+where ``proc_info`` (from NVML, when the driver lists processes) holds ``Process <pid> has <X> memory in
+use.`` for each process and ``Including non-PyTorch memory, this process has <X> memory in use.`` for this
+one (real messages show either or both), and ``allowed_info`` is ``"<Y> allowed; "``
 only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too.
 
 The live monitor, widget, ledger and allocator experiments are re-exported from their own modules
