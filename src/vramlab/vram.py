@@ -16,6 +16,19 @@ Three message generations are understood:
 * oldest (1.0-1.3): ``... A already allocated; F free; C cached)``; "cached" was already the
   reserved-but-unallocated part (the allocator's comment above the message: '"cached": memory held
   by the allocator but not used by the program').
+
+The current message, as ``DeviceCachingAllocator::malloc`` builds it (pytorch/pytorch
+``c10/cuda/CUDACachingAllocator.cpp``, read at commit 001074d2, the 2.x series): ``"CUDA out of memory.
+Tried to allocate " format_size(alloc_size) ". GPU " n " has a total capacity of " format_size(total)
+" of which " format_size(free) " is free. " proc_info allowed_info "Of the allocated memory " ...``
+where ``proc_info`` (from NVML, when the driver lists processes) holds ``Process <pid> has <X> memory in
+use.`` for each process and ``Including non-PyTorch memory, this process has <X> memory in use.`` for this
+one (real messages show either or both), and ``allowed_info`` is ``"<Y> allowed; "``
+only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too.
+
+The live monitor, widget, ledger and allocator experiments are re-exported from their own modules
+(:mod:`vramlab.vram_monitor`, :mod:`vramlab.vram_widget`, :mod:`vramlab.vram_ledger`,
+:mod:`vramlab.allocator`), so ``from vramlab.vram import VramMonitor`` works.
 """
 
 from __future__ import annotations
@@ -55,6 +68,9 @@ class OOMReport:
     reserved_unallocated_bytes: int | None   # reserved by PyTorch's cache but not in use
     device: int | None
     format: str                              # "current", "older", "oldest" or "unknown"
+    allowed_bytes: int | None = None         # the per-process cap ("X allowed; "), if one was set
+    process_bytes: int | None = None         # "this process has X memory in use" (incl. non-PyTorch)
+    other_processes: dict[int, int] | None = None  # "Process <pid> has X memory in use" -> {pid: bytes}
 
     @property
     def reserved_bytes(self) -> int | None:
@@ -85,7 +101,13 @@ def parse_oom_message(text: str) -> OOMReport:
         free = _find(r"of which\s+" + _SIZE + r"\s+is free", text)
         allocated = _find(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", text)
         unalloc = _find(_SIZE + r"\s+is reserved by PyTorch but unallocated", text)
-        return OOMReport(tried, total, free, allocated, unalloc, device, "current")
+        allowed = _find(_SIZE + r"\s+allowed;", text)
+        process = _find(r"this process has\s+" + _SIZE + r"\s+memory in use", text)
+        others = {int(m.group(1)): int(round(float(m.group(2)) * _UNITS[m.group(3).lower()]))
+                  for m in re.finditer(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use", text,
+                                       flags=re.IGNORECASE)}
+        return OOMReport(tried, total, free, allocated, unalloc, device, "current", allowed, process,
+                         others or None)
     total = _find(_SIZE + r"\s+total capacity", text)
     allocated = _find(_SIZE + r"\s+already allocated", text)
     free = _find(_SIZE + r"\s+free", text)
@@ -99,4 +121,16 @@ def parse_oom_message(text: str) -> OOMReport:
     return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown")
 
 
-__all__ = ["OOMReport", "parse_oom_message", "parse_size"]
+def __getattr__(name: str):
+    # Lazy re-exports: importing vramlab.vram stays cheap (no torch, no plotly, no widgets).
+    lazy = {"VramMonitor": "vramlab.vram_monitor", "stop_all_monitors": "vramlab.vram_monitor",
+            "VramWidget": "vramlab.vram_widget", "memory_ledger": "vramlab.vram_ledger"}
+    if name in lazy:
+        import importlib
+
+        return getattr(importlib.import_module(lazy[name]), name)
+    raise AttributeError(f"module 'vramlab.vram' has no attribute {name!r}")
+
+
+__all__ = ["OOMReport", "parse_oom_message", "parse_size", "VramMonitor", "stop_all_monitors", "VramWidget",
+           "memory_ledger"]

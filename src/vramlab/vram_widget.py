@@ -1,0 +1,182 @@
+"""A live view of a :class:`~vramlab.vram_monitor.VramMonitor`: ipywidgets redrawing a plotly figure.
+
+The figure is a plain ``go.Figure`` rendered into a ``widgets.Output`` (plotly's ``FigureWidget`` is
+unreliable in Colab). A background thread replaces the Output's content every ``refresh_s`` seconds
+(``Output.outputs`` may be set from any thread, unlike ``with out:``), so the plot keeps moving while
+other cells run. GPU mode: stacked *allocated* and *reserved but unallocated* (this process, through
+PyTorch's allocator), the device's used memory and its total (NVML), this process's whole use (NVML),
+and the monitor's marks as vertical lines. CPU mode: the process's resident memory (RSS), labelled.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+MiB = 1 << 20
+
+
+def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: str = "GPU",
+                   window_s: float | None = 60.0, title: str | None = None):
+    """A plotly figure of monitor rows (``VramMonitor.samples``), last ``window_s`` seconds (None: all).
+
+    Sizes in MiB, time in seconds since the monitor was made.
+    """
+    import plotly.graph_objects as go
+
+    rows = list(samples)
+    if window_s is not None and rows:
+        t_end = rows[-1]["t"]
+        rows = [r for r in rows if r["t"] >= t_end - window_s]
+    t = [r["t"] for r in rows]
+    fig = go.Figure()
+    if mode == "GPU":
+        alloc = [r["allocated"] / MiB for r in rows]
+        unalloc = [(r["reserved"] - r["allocated"]) / MiB for r in rows]
+        fig.add_scatter(x=t, y=alloc, name="allocated (PyTorch)", stackgroup="torch", line_color="#08519c")
+        fig.add_scatter(x=t, y=unalloc, name="reserved, unallocated", stackgroup="torch", line_color="#9ecae1")
+        if any(r.get("process_used") is not None for r in rows):
+            fig.add_scatter(x=t, y=[None if r.get("process_used") is None else r["process_used"] / MiB for r in rows],
+                            name="this process (NVML)", line=dict(color="#e6550d"))
+        if any(r.get("device_used") is not None for r in rows):
+            fig.add_scatter(x=t, y=[None if r.get("device_used") is None else r["device_used"] / MiB for r in rows],
+                            name="device used (NVML)", line=dict(color="#636363"))
+            fig.add_scatter(x=t, y=[None if r.get("device_total") is None else r["device_total"] / MiB for r in rows],
+                            name="device total", line=dict(color="#000000", dash="dash"))
+        default_title = "GPU memory, live"
+    else:
+        fig.add_scatter(x=t, y=[r["rss"] / MiB for r in rows], name="process RSS", line_color="#31a354",
+                        fill="tozeroy")
+        default_title = "CPU mode: this process's resident memory (RSS), no GPU"
+    t0 = t[0] if t else 0.0
+    for i, e in enumerate(ev for ev in events or [] if ev["t"] >= t0):
+        # alternate sides so that two marks close together stay readable
+        fig.add_vline(x=e["t"], line_dash="dot", line_color="#d62728", annotation_text=e["label"],
+                      annotation_textangle=-90, annotation_font_size=10,
+                      annotation_position="top right" if i % 2 == 0 else "top left")
+    fig.update_layout(title=title or default_title, xaxis_title="time since the monitor started (s)",
+                      yaxis_title="memory (MiB)", height=340, width=760, margin=dict(l=60, r=20, t=50, b=50),
+                      legend=dict(orientation="h", y=-0.25), uirevision="keep")
+    return fig
+
+
+def _display_output(fig) -> dict:
+    """A display_data output dict for a plotly figure, in the notebook's default renderer's format.
+
+    Not ``IPython``'s ``format_display_data``: that calls the figure's ``_ipython_display_``, which would
+    *show* the figure in whichever cell is running instead of returning it."""
+    data = fig._repr_mimebundle_()
+    if not data:  # a renderer without a mimebundle (e.g. "browser"): plotly's own mimetype
+        import json
+
+        data = {"application/vnd.plotly.v1+json": json.loads(fig.to_json())}
+    data.setdefault("text/plain", f"<plotly figure: {fig.layout.title.text}>")
+    return {"output_type": "display_data", "data": data, "metadata": {}}
+
+
+def _toggle_icon(change) -> None:
+    change["owner"].icon = "pause" if change["new"] else "play"
+
+
+class VramWidget:
+    """``VramWidget(monitor, refresh_s=0.5, window_s=60)``: display it (last expression of a cell or
+    ``display(w)``) and it redraws every ``refresh_s`` seconds until :meth:`stop` (or the monitor stops).
+    The "live" toggle pauses and resumes the redraws; :meth:`redraw` draws one frame by hand.
+    """
+
+    def __init__(self, monitor, refresh_s: float = 0.5, window_s: float | None = 60.0, autostart: bool = True):
+        import ipywidgets as widgets
+
+        if not hasattr(monitor, "samples") or not hasattr(monitor, "mode"):
+            raise TypeError(f"`monitor` must be a vramlab VramMonitor (got {type(monitor).__name__}).")
+        if isinstance(refresh_s, bool) or not isinstance(refresh_s, (int, float)) or not refresh_s >= 0.1:
+            raise ValueError(f"`refresh_s` must be a number of seconds >= 0.1 (got {refresh_s!r}).")
+        self.monitor = monitor
+        self.refresh_s = float(refresh_s)
+        self.window_s = window_s
+        self.frames = 0
+        self.out = widgets.Output(layout=widgets.Layout(min_height="350px"))
+        self.status = widgets.HTML()
+        self.live = widgets.ToggleButton(value=True, description="live", tooltip="pause / resume the redraws",
+                                         icon="pause")
+        self.live.observe(_toggle_icon, names="value")  # not a bound method: no reference back to self
+        self.box = widgets.VBox([widgets.HBox([self.live, self.status]), self.out])
+        self.box.add_class("vramlab-vram-widget")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.redraw()
+        if autostart:
+            self.start()
+
+    def status_text(self) -> str:
+        last = self.monitor.latest() if hasattr(self.monitor, "latest") else None
+        n = len(self.monitor.samples)
+        if last is None:
+            return f"{self.monitor.mode}: no samples yet"
+        if self.monitor.mode == "GPU":
+            text = (f"GPU: allocated {last['allocated'] / MiB:,.0f} MiB, reserved {last['reserved'] / MiB:,.0f} MiB, "
+                    f"peak allocated {last['max_allocated'] / MiB:,.0f} MiB, OOMs {last['num_ooms']}, "
+                    f"alloc retries {last['num_alloc_retries']}")
+            if last.get("device_used") is not None:
+                text += f"; device {last['device_used'] / MiB:,.0f} / {last['device_total'] / MiB:,.0f} MiB"
+        else:
+            text = f"CPU mode (no GPU): process RSS {last['rss'] / MiB:,.0f} MiB"
+        state = "sampling" if getattr(self.monitor, "running", False) else "monitor stopped"
+        return f"<code>{text} &middot; {n} samples, frame {self.frames} &middot; {state}</code>"
+
+    def figure(self):
+        return monitor_figure(self.monitor.samples, self.monitor.events, self.monitor.mode, self.window_s)
+
+    def redraw(self) -> None:
+        """Draw one frame now (safe from any thread)."""
+        self.frames += 1
+        self.out.outputs = (_display_output(self.figure()),)
+        self.status.value = self.status_text()
+
+    @staticmethod
+    def _run(ref: "weakref.ref[VramWidget]", stop: threading.Event, refresh_s: float) -> None:
+        # Holds the widget only weakly between frames, so a widget (and its monitor) that nothing else
+        # references can be garbage-collected; the monitor's finalizer then stops its sampler.
+        while not stop.wait(refresh_s):
+            self = ref()
+            if self is None:
+                return
+            if self.live.value:
+                try:
+                    self.redraw()
+                except Exception as exc:  # noqa: BLE001 - keep the kernel alive, say why it stopped
+                    self.status.value = f"<code>redraw stopped: {type(exc).__name__}: {exc}</code>"
+                    return
+            if not getattr(self.monitor, "running", True):
+                self.redraw()  # the final state
+                return
+            del self
+
+    def start(self) -> "VramWidget":
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=VramWidget._run, args=(weakref.ref(self), self._stop, self.refresh_s),
+                                            name="vramlab-vram-widget", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> "VramWidget":
+        """Stop redrawing (draws the last frame). The monitor keeps its own life cycle."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+        self.redraw()
+        return self
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.box)
+
+
+def live_view(monitor, refresh_s: float = 0.5, window_s: float | None = 60.0) -> VramWidget:
+    """Shorthand: ``live_view(mon)`` as the last line of a cell shows the live widget."""
+    return VramWidget(monitor, refresh_s, window_s)
+
+
+__all__ = ["VramWidget", "monitor_figure", "live_view"]

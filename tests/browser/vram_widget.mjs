@@ -1,0 +1,263 @@
+#!/usr/bin/env node
+// Browser test for notebook 07's live VRAM widget (manual / optional, not run by pytest). One command:
+//
+//   NODE_PATH=/tmp/pw/node_modules node tests/browser/vram_widget.mjs [notebooks/07_watch_vram.ipynb]
+//
+// It starts its own headless JupyterLab (port VRAM_PORT, default 8807; autosave off through a throw-away
+// settings folder; the kernel imports vramlab from this checkout's src/), opens the notebook in headless
+// Chromium (playwright-core), clears the outputs and runs all cells, then:
+//   * waits until the live widget (.vramlab-vram-widget) shows a drawn plotly figure;
+//   * takes screenshots of the widget until two frames differ (image bytes AND the status line, whose
+//     sample count moves) - the widget is updating while other cells run;
+//   * waits for Run All to finish and fails on a Python traceback, "Error displaying widget", a code cell
+//     that did not run, or an exercise check printing FAIL (in labs/ a FAIL line is expected, but it must
+//     say what it expected and what it got);
+//   * keeps the two frames and a screenshot of the widget after the run in VRAM_OUT
+//     (default /tmp/vramlab-vram-widget): frame-1.png, frame-2.png, final.png, and the whole notebook
+//     after the run, notebook.png.
+// Then it shuts the kernel and the server down and removes the checkpoint and workspace it created.
+// Environment: VRAM_PORT, VRAM_OUT, VRAM_TIMEOUT_S (whole run, default 600), CHROMIUM (default
+// /usr/bin/chromium), JUPYTER (default: .venv/bin/jupyter if present, else /work/main/.venv/bin/jupyter,
+// else jupyter on PATH).
+// Exit status: 0 passed, 1 a check failed, 2 set-up error.
+
+import { createRequire } from 'node:module';
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+let chromium;
+try {
+  ({ chromium } = require('playwright-core'));
+} catch (err) {
+  console.error('playwright-core not found: `npm i playwright-core` in some folder and set NODE_PATH=<folder>/node_modules');
+  process.exit(2);
+}
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const NB = process.argv[2] || 'notebooks/07_watch_vram.ipynb';
+const PORT = Number(process.env.VRAM_PORT || 8807);
+const OUT = process.env.VRAM_OUT || '/tmp/vramlab-vram-widget';
+const TIMEOUT_S = Number(process.env.VRAM_TIMEOUT_S || 600);
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const JUPYTER = process.env.JUPYTER || [path.join(REPO, '.venv/bin/jupyter'), '/work/main/.venv/bin/jupyter']
+  .find((p) => fs.existsSync(p)) || 'jupyter';
+const TOKEN = crypto.randomBytes(12).toString('hex');
+const BASE = `http://127.0.0.1:${PORT}`;
+const log = (...a) => console.log(`[${new Date().toISOString().slice(11, 19)}]`, ...a);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+if (!fs.existsSync(path.join(REPO, NB))) {
+  console.error(`no notebook ${NB} under ${REPO}`);
+  process.exit(2);
+}
+fs.mkdirSync(OUT, { recursive: true });
+
+async function api(method, p) {
+  const res = await fetch(`${BASE}${p}`, { method, headers: { Authorization: `token ${TOKEN}` } });
+  if (!res.ok && res.status !== 204) throw new Error(`${method} ${p}: HTTP ${res.status}`);
+  return res.status === 204 ? null : res.json();
+}
+
+// ---------- the server ----------
+const settingsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vramlab-lab-settings-'));
+fs.mkdirSync(path.join(settingsDir, '@jupyterlab/docmanager-extension'), { recursive: true });
+fs.writeFileSync(path.join(settingsDir, '@jupyterlab/docmanager-extension/plugin.jupyterlab-settings'), '{"autosave": false}');
+const serverArgs = ['lab', '--no-browser', `--port=${PORT}`, '--ServerApp.port_retries=0', '--ServerApp.ip=127.0.0.1',
+  `--ServerApp.token=${TOKEN}`, `--ServerApp.root_dir=${REPO}`];
+if (process.getuid && process.getuid() === 0) serverArgs.push('--allow-root');
+const env = { ...process.env, JUPYTERLAB_SETTINGS_DIR: settingsDir, OMP_NUM_THREADS: process.env.OMP_NUM_THREADS || '1',
+  PYTHONPATH: [path.join(REPO, 'src'), process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
+const serverLog = path.join(OUT, 'jupyterlab.log');
+const server = spawn(JUPYTER, serverArgs, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+const logStream = fs.createWriteStream(serverLog);
+server.stdout.pipe(logStream);
+server.stderr.pipe(logStream);
+let serverExited = false;
+server.on('exit', () => { serverExited = true; });
+
+async function stopServer() {
+  if (serverExited) return;
+  server.kill('SIGTERM');
+  for (let i = 0; i < 50 && !serverExited; i++) await sleep(100);
+  if (!serverExited) server.kill('SIGKILL');
+  fs.rmSync(settingsDir, { recursive: true, force: true });
+}
+
+async function waitForServer() {
+  const t0 = Date.now();
+  while (Date.now() - t0 < 90000) {
+    if (serverExited) throw new Error(`JupyterLab exited at start (port ${PORT} in use?); see ${serverLog}`);
+    try {
+      await api('GET', '/api/status');
+      return;
+    } catch { await sleep(500); }
+  }
+  throw new Error(`JupyterLab did not answer on ${BASE} within 90 s; see ${serverLog}`);
+}
+
+// ---------- in-page helpers ----------
+function pageState() {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  if (!panel) return { panel: false };
+  const cells = [...panel.querySelectorAll('.jp-Notebook .jp-CodeCell')];
+  const widget = panel.querySelector('.vramlab-vram-widget');
+  return {
+    panel: true,
+    kernel: panel.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status') || null,
+    prompts: cells.map((c) => (c.querySelector('.jp-InputArea-prompt')?.textContent || '').trim()),
+    dialog: document.querySelector('.jp-Dialog')?.innerText || null,
+    widget: !!widget,
+    widgetPlot: !!widget?.querySelector('.js-plotly-plot .main-svg'),
+    widgetStatus: widget?.querySelector('.widget-html-content')?.textContent || '',
+  };
+}
+
+function collectProblems(isLab) {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  const problems = [];
+  const tracebackRe = /Traceback \(most recent call last\)|^\w+(Error|Exception):/m;
+  [...panel.querySelectorAll('.jp-Notebook .jp-CodeCell')].forEach((cell, i) => {
+    const prompt = (cell.querySelector('.jp-InputArea-prompt')?.textContent || '').trim();
+    if (!/^\[\d+\]:$/.test(prompt)) problems.push(`code cell #${i} did not run (${prompt || 'no prompt'})`);
+    for (const out of cell.querySelectorAll('.jp-OutputArea-output')) {
+      const text = out.textContent || '';
+      if (out.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr' && tracebackRe.test(text)) {
+        problems.push(`traceback in code cell #${i}: ${text.slice(-400)}`);
+      }
+      if (/Error displaying widget|No renderer could be found/.test(text)) problems.push(`cell #${i}: ${text.slice(0, 200)}`);
+      for (const line of text.split('\n')) {
+        // labs/: the exercises are unsolved on purpose; a FAIL line must still say what it expected and got
+        if (/^FAIL\b/.test(line.trim()) && (!isLab || !/expected/.test(line) || !/\bgot\b/.test(line))) {
+          problems.push(`cell #${i}: ${line.trim()}`);
+        }
+      }
+    }
+  });
+  return problems;
+}
+
+async function waitFor(page, pred, what, timeoutMs, intervalMs = 500) {
+  const t0 = Date.now();
+  let last;
+  while (Date.now() - t0 < timeoutMs) {
+    last = await page.evaluate(pageState);
+    if (pred(last)) return last;
+    await sleep(intervalMs);
+  }
+  throw new Error(`timed out after ${Math.round(timeoutMs / 1000)} s waiting for ${what}; last state: ${JSON.stringify(last).slice(0, 400)}`);
+}
+
+async function clickMenu(page, menuLabel, command) {
+  await page.locator('.lm-MenuBar-itemLabel', { hasText: new RegExp(`^${menuLabel}$`) }).first().click();
+  const item = page.locator(`.lm-Menu li[data-command="${command}"]`).first();
+  await item.waitFor({ state: 'visible', timeout: 10000 });
+  await item.click();
+}
+
+// ---------- the test ----------
+const failures = [];
+let browser;
+const apiPath = NB.split('/').map(encodeURIComponent).join('/');
+const workspace = `vram-widget-${Date.now()}`;
+let checkpointsBefore = new Set();
+try {
+  log(`starting JupyterLab on ${BASE} (${JUPYTER}); log: ${serverLog}`);
+  await waitForServer();
+  checkpointsBefore = new Set((await api('GET', `/api/contents/${apiPath}/checkpoints`).catch(() => [])).map((c) => c.id));
+  browser = await chromium.launch({
+    executablePath: CHROMIUM, headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await context.newPage();
+  const t0 = Date.now();
+  await page.goto(`${BASE}/lab/workspaces/${workspace}/tree/${apiPath}?reset&token=${TOKEN}`,
+    { waitUntil: 'domcontentloaded', timeout: 120000 });
+  await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: 120000 });
+  await waitFor(page, (s) => s.panel && s.kernel === 'idle', 'the kernel to start', 180000);
+  await clickMenu(page, 'Edit', 'editmenu:clear-all');
+  await sleep(500);
+  log(`${NB}: Run > Run All Cells`);
+  await clickMenu(page, 'Run', 'runmenu:run-all');
+
+  // 1. the widget appears with a drawn figure
+  await waitFor(page, (s) => s.widgetPlot || !!s.dialog, 'the live widget to draw its figure', 180000);
+  const widget = page.locator('.vramlab-vram-widget').first();
+  await widget.scrollIntoViewIfNeeded();
+  // 2. two different frames
+  const frames = [];
+  const frameT0 = Date.now();
+  while (Date.now() - frameT0 < 60000) {
+    const png = await widget.screenshot();
+    const status = (await page.evaluate(pageState)).widgetStatus;
+    frames.push({ png, status, t: (Date.now() - t0) / 1000 });
+    const first = frames[0];
+    const last = frames[frames.length - 1];
+    if (frames.length > 1 && !first.png.equals(last.png) && first.status !== last.status) break;
+    await sleep(1500);
+  }
+  const a = frames[0];
+  const b = frames[frames.length - 1];
+  fs.writeFileSync(path.join(OUT, 'frame-1.png'), a.png);
+  fs.writeFileSync(path.join(OUT, 'frame-2.png'), b.png);
+  const moved = frames.length > 1 && !a.png.equals(b.png) && a.status !== b.status;
+  log(`${NB}: frame 1 at ${a.t.toFixed(1)} s: ${a.status}`);
+  log(`${NB}: frame ${frames.length} at ${b.t.toFixed(1)} s: ${b.status}`);
+  if (!moved) failures.push(`the widget did not update: ${frames.length} frames over ${(b.t - a.t).toFixed(1)} s were identical`);
+
+  // 3. the run finishes cleanly
+  let stable = 0;
+  await waitFor(page, (s) => {
+    if (s.dialog) return true;
+    stable = s.kernel === 'idle' && !s.prompts.includes('[*]:') ? stable + 1 : 0;
+    return stable >= 3;
+  }, 'Run All to finish', TIMEOUT_S * 1000, 1000);
+  const end = await page.evaluate(pageState);
+  if (end.dialog) failures.push(`dialog open: ${end.dialog.slice(0, 300)}`);
+  failures.push(...(await page.evaluate(collectProblems, /(^|\/)labs\//.test(NB))));
+  await widget.scrollIntoViewIfNeeded();
+  await sleep(1500);
+  await widget.screenshot({ path: path.join(OUT, 'final.png') });
+  log(`${NB}: run finished in ${((Date.now() - t0) / 1000).toFixed(0)} s; widget after the run: ${end.widgetStatus}`);
+  // the whole notebook as the learner sees it (JupyterLab scrolls inside the panel: grow the viewport)
+  await page.evaluate(() => {
+    const sc = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+    if (sc) sc.scrollTop = 0;
+  });
+  const extra = await page.evaluate(() => {
+    const sc = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+    return sc ? sc.scrollHeight - sc.clientHeight : 0;
+  });
+  await page.setViewportSize({ width: 1400, height: Math.min(1000 + Math.max(0, extra) + 40, 30000) });
+  await sleep(2500);
+  await page.screenshot({ path: path.join(OUT, 'notebook.png'), fullPage: true });
+  log(`${NB}: screenshots ${OUT}/frame-1.png, frame-2.png, final.png, notebook.png`);
+  try {
+    for (const s of (await api('GET', '/api/sessions')).filter((s) => s.path === NB)) await api('DELETE', `/api/sessions/${s.id}`);
+  } catch (e) { log(`could not shut the kernel down: ${e.message}`); }
+  await context.close();
+} catch (e) {
+  failures.push(`could not complete: ${e.message}`);
+} finally {
+  if (browser) await browser.close();
+  await api('DELETE', `/lab/api/workspaces/${workspace}`).catch(() => {});
+  try {
+    for (const c of await api('GET', `/api/contents/${apiPath}/checkpoints`)) {
+      if (!checkpointsBefore.has(c.id)) await api('DELETE', `/api/contents/${apiPath}/checkpoints/${c.id}`);
+    }
+  } catch { /* server already gone */ }
+  await stopServer();
+}
+if (failures.length) {
+  console.log(`FAIL ${NB}`);
+  for (const f of failures) console.log(`  - ${f.replace(/\n/g, '\n    ')}`);
+  process.exit(1);
+}
+console.log(`PASS ${NB}: live widget rendered and updating; screenshots in ${OUT}`);
+process.exit(0);

@@ -1,0 +1,123 @@
+"""The allocator model (the devlog's numbers), the subprocess experiments and the offline timeline."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from vramlab.allocator import (FRAGMENTATION_PATTERN, MiB, allocation_size, fragmentation, round_size,
+                               run_experiment, simulate, timeline, timeline_figure, write_offline_html)
+from vramlab.device import has_cuda
+
+
+def test_fragmentation_pattern_reserves_what_pytorch_reports():
+    # PyTorch devlog 2026-06-01 (REFERENCE): 256 MiB with default segments, ~140 MiB expandable
+    d, e = simulate(expandable=False), simulate(expandable=True)
+    assert d.reserved == 256 * MiB and d.segments == 12 and d.allocated == 128 * MiB
+    assert e.reserved == 140 * MiB and e.segments == 1 and e.allocated == 128 * MiB
+    assert d.reserved_unallocated == 128 * MiB and e.reserved_unallocated == 12 * MiB
+
+
+def test_allocation_sizes_follow_the_source_constants():
+    assert round_size(1) == 512 and round_size(513) == 1024
+    assert allocation_size(5 * MiB) == 20 * MiB          # 1-10 MiB: a 20 MiB block, split
+    assert allocation_size(10 * MiB) == 10 * MiB          # from 10 MiB: rounded to 2 MiB
+    assert allocation_size(11 * MiB) == 12 * MiB
+
+
+def test_small_requests_share_a_20_mib_segment_and_split():
+    pattern = [("alloc", "x", 5 * MiB), ("alloc", "y", 5 * MiB), ("alloc", "z", 5 * MiB), ("alloc", "w", 6 * MiB)]
+    r = simulate(pattern)
+    assert r.reserved == 40 * MiB and r.allocated == 21 * MiB   # x, y, z share one 20 MiB segment
+    # a free merges with its free neighbour in the same segment, so a 10 MiB request fits again
+    r2 = simulate(pattern[:3] + [("free", "x"), ("free", "y"), ("alloc", "v", 10 * MiB)])
+    assert r2.reserved == 20 * MiB
+
+
+def test_best_fit_and_no_split_under_one_mib():
+    # a 16 MiB block serving a 15.5 MiB request is not split (0.5 MiB would remain): allocated = 16 MiB
+    r = simulate([("alloc", "a", 16 * MiB), ("free", "a"), ("alloc", "b", 15 * MiB + 512 * 1024)])
+    assert r.reserved == 16 * MiB and r.allocated == 16 * MiB
+
+
+def test_trace_is_consistent_with_the_timeline():
+    sim = simulate()
+    rows = timeline([{"action": r["action"], "size": r["size"]} for r in sim.trace])
+    assert rows[-1]["allocated"] == sim.allocated and rows[-1]["reserved"] == sim.reserved
+    assert max(r["reserved"] for r in rows) == sim.peak_reserved
+
+
+@pytest.mark.parametrize("pattern, match", [([], "pattern"), ([("alloc", "a", 100)], "above 1 MiB"),
+                                            ([("free", "a")], "not allocated"), ([("grab", "a", 1)], "pattern"),
+                                            ([("alloc", "a", 2 * MiB), ("alloc", "a", 2 * MiB)], "twice")])
+def test_bad_patterns_say_what_is_wrong(pattern, match):
+    with pytest.raises(ValueError, match=match):
+        simulate(pattern)
+
+
+def test_timeline_html_is_offline(tmp_path):
+    fig = timeline_figure(timeline([{"action": r["action"], "size": r["size"]} for r in simulate().trace]), "t")
+    path = write_offline_html(fig, tmp_path / "timeline.html")
+    html = path.read_text()
+    import re
+
+    assert re.findall(r"<script[^>]*\ssrc=", html) == []   # nothing loaded from a CDN (or anywhere)
+    assert len(html) > 1_000_000                              # plotly.js is inlined
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_bad_experiment_names():
+    with pytest.raises(ValueError, match="experiment"):
+        run_experiment("explode")
+    with pytest.raises(ValueError, match="alloc_conf"):
+        run_experiment("fragmentation", alloc_conf=True)
+
+
+@pytest.mark.skipif(has_cuda(), reason="CPU-mode test")
+def test_cpu_child_gets_the_allocator_setting_and_says_cpu_mode():
+    run = fragmentation(expandable=True)
+    assert run.returncode == 0, run.stderr_tail
+    assert run.result["alloc_conf"] == "expandable_segments:True" and run.result["expandable"]
+    assert run.result["mode"].startswith("CPU mode") and run.result["reserved"] == 140 * MiB
+
+
+@pytest.mark.skipif(has_cuda() or not sys.platform.startswith("linux"), reason="CPU-mode test (Linux RLIMIT_AS)")
+def test_cpu_oom_subprocess_fails_and_the_parent_survives():
+    import torch
+
+    run = run_experiment("oom", cap_bytes=128 * MiB, chunk_bytes=32 * MiB)
+    assert run.failed and "DefaultCPUAllocator" in run.oom_message
+    assert torch.ones(4).sum().item() == 4.0  # this process is fine
+
+
+@pytest.mark.gpu
+def test_gpu_expandable_segments_reserve_less():
+    d, e = fragmentation(False), fragmentation(True)
+    assert d.returncode == 0 and e.returncode == 0, d.stderr_tail + e.stderr_tail
+    assert d.result["mode"] == "GPU" and e.result["expandable"]
+    assert e.result["reserved"] < d.result["reserved"]
+    assert d.result["reserved"] == simulate(expandable=False).reserved  # the model matches the real allocator
+
+
+@pytest.mark.gpu
+def test_gpu_oom_subprocess_fails_parent_survives_and_message_is_explained():
+    import torch
+
+    from vramlab.oom import diagnose
+    from vramlab.vram import parse_oom_message
+
+    run = run_experiment("oom", cap_bytes=1 << 30, chunk_bytes=256 * MiB)
+    assert run.failed and run.oom_message and "CUDA out of memory" in run.oom_message
+    r = parse_oom_message(run.oom_message)
+    assert r.allowed_bytes is not None and r.free_bytes > r.allowed_bytes  # memory free, still OOM: the cap
+    assert diagnose(run.oom_message).kind == "allocator_oom"
+    assert torch.ones(4, device="cuda").sum().item() == 4.0
+
+
+@pytest.mark.gpu
+def test_gpu_snapshot_trace_reaches_the_reserved_bytes():
+    run = run_experiment("snapshot")
+    assert run.returncode == 0 and run.result["mode"] == "GPU", run.stderr_tail
+    rows = timeline(run.result["events"])
+    assert any(r["action"] == "segment_alloc" for r in rows) and rows[-1]["allocated"] >= 128 * MiB

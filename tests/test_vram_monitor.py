@@ -1,0 +1,254 @@
+"""VramMonitor: CPU mode labelled and honest, threads that stop, no stacking on re-run; the live widget."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import pytest
+
+from vramlab.device import has_cuda
+from vramlab.vram import VramMonitor
+from vramlab.vram_monitor import CPU_COLUMNS, GPU_COLUMNS, sampler_threads, stop_all_monitors
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_threads():
+    yield
+    stop_all_monitors()
+    deadline = time.time() + 3
+    while sampler_threads() and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def _wait_for(cond, timeout=3.0):
+    deadline = time.time() + timeout
+    while not cond() and time.time() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_samples_marks_and_stop_leaves_no_thread():
+    mon = VramMonitor(interval_s=0.02, key="t1").start()
+    assert mon.running and len(sampler_threads()) == 1
+    assert _wait_for(lambda: len(mon.samples) >= 5)
+    mon.mark("step one")
+    mon.stop()
+    assert not mon.running and sampler_threads() == []
+    rows = mon.samples
+    assert all(rows[i]["t"] <= rows[i + 1]["t"] for i in range(len(rows) - 1))
+    assert mon.events[0]["label"] == "step one" and mon.events[0]["t"] <= rows[-1]["t"]
+    n = len(rows)
+    time.sleep(0.1)
+    assert len(mon.samples) == n  # nothing is sampled after stop()
+
+
+@pytest.mark.skipif(has_cuda(), reason="CPU-mode test")
+def test_cpu_mode_is_labelled_and_invents_no_gpu_number():
+    import os
+
+    with VramMonitor(interval_s=0.02, key="t2") as mon:
+        _wait_for(lambda: len(mon.samples) >= 3)
+    assert mon.mode == "CPU mode" and mon.columns == ("t",) + CPU_COLUMNS
+    for row in mon.samples:
+        assert set(row) == {"t", "rss"} and not any(k in row for k in GPU_COLUMNS)
+    # RSS is this process's: same order as /proc's own figure
+    rss_proc = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert 0.5 < mon.samples[-1]["rss"] / rss_proc < 2.0
+
+
+def test_rss_follows_a_real_allocation():
+    import torch
+
+    with VramMonitor(interval_s=0.02, key="t3") as mon:
+        if mon.mode == "GPU":
+            pytest.skip("CPU-mode test")
+        before = mon.sample_once()["rss"]
+        x = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, touched
+        during = mon.sample_once()["rss"]
+        del x
+    assert during - before > 48 << 20
+
+
+def test_rerun_does_not_stack_threads():
+    first = VramMonitor(interval_s=0.02).start()
+    second = VramMonitor(interval_s=0.02).start()       # a notebook cell run again
+    assert _wait_for(lambda: not first.running)
+    assert second.running and len(sampler_threads()) == 1
+    other = VramMonitor(interval_s=0.02, key="other").start()
+    assert len(sampler_threads()) == 2 and other.running
+    assert stop_all_monitors() == 2 and _wait_for(lambda: sampler_threads() == [])
+
+
+def test_garbage_collection_stops_the_thread():
+    mon = VramMonitor(interval_s=0.02, key="gc").start()
+    assert len(sampler_threads()) == 1
+    del mon
+    gc.collect()
+    assert _wait_for(lambda: sampler_threads() == [])
+
+
+def test_interpreter_exit_stops_the_thread():
+    import subprocess
+    import sys
+
+    code = ("from vramlab.vram import VramMonitor; import time; m = VramMonitor(0.01).start(); time.sleep(0.1); "
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok" and "Traceback" not in proc.stderr
+
+
+def test_restart_after_stop_keeps_rows():
+    mon = VramMonitor(interval_s=0.02, key="t4").start()
+    _wait_for(lambda: len(mon.samples) >= 2)
+    mon.stop()
+    n = len(mon.samples)
+    mon.start()
+    assert _wait_for(lambda: len(mon.samples) > n + 1)
+    mon.stop()
+    assert sampler_threads() == []
+
+
+@pytest.mark.parametrize("kwargs, field", [({"interval_s": 0}, "interval_s"), ({"interval_s": "fast"}, "interval_s"),
+                                           ({"device": -1}, "device"), ({"max_samples": 0}, "max_samples")])
+def test_bad_arguments_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        VramMonitor(**kwargs)
+
+
+def test_mark_needs_a_label():
+    mon = VramMonitor(key="t5")
+    with pytest.raises(ValueError, match="label"):
+        mon.mark("")
+
+
+def test_max_samples_keeps_the_newest():
+    mon = VramMonitor(interval_s=0.01, key="t6", max_samples=5).start()
+    assert _wait_for(lambda: mon.n_samples >= 12)
+    mon.stop()
+    assert len(mon.samples) == 5 and mon.n_samples >= 12
+
+
+# --- the widget --------------------------------------------------------------------------------------
+
+def test_widget_redraws_and_stops_with_the_monitor():
+    from vramlab.vram_widget import VramWidget
+
+    mon = VramMonitor(interval_s=0.02, key="w").start()
+    w = VramWidget(mon, refresh_s=0.1)
+    assert _wait_for(lambda: w.frames >= 3)
+    first = w.out.outputs[0]["data"]
+    assert "application/vnd.plotly.v1+json" in first or "text/html" in first
+    mon.mark("event")
+    mon.stop()
+    assert _wait_for(lambda: not w._thread.is_alive())  # no redraw thread left behind
+    fig = w.figure()
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text and fig.layout.title.text
+    if mon.mode == "CPU mode":
+        assert "CPU mode" in fig.layout.title.text and "CPU mode" in w.status.value
+        assert [tr.name for tr in fig.data] == ["process RSS"]
+    assert any("event" in (a.text or "") for a in fig.layout.annotations)
+
+
+def test_widget_argument_errors():
+    from vramlab.vram_widget import VramWidget
+
+    with pytest.raises(TypeError, match="monitor"):
+        VramWidget(object())
+    with pytest.raises(ValueError, match="refresh_s"):
+        VramWidget(VramMonitor(key="w2"), refresh_s=0)
+
+
+def test_monitor_figure_gpu_rows_stack_allocated_and_unallocated():
+    from vramlab.vram_widget import monitor_figure
+
+    MiB = 1 << 20  # rows shaped like GPU samples (synthetic numbers: this only tests the drawing)
+    rows = [{"t": float(i), "allocated": i * MiB, "reserved": 2 * i * MiB, "max_allocated": i * MiB,
+             "max_reserved": 2 * i * MiB, "num_alloc_retries": 0, "num_ooms": 0, "device_used": None,
+             "device_total": None, "process_used": None} for i in range(5)]
+    fig = monitor_figure(rows, [{"t": 2.0, "label": "load"}], mode="GPU")
+    names = [tr.name for tr in fig.data]
+    assert names == ["allocated (PyTorch)", "reserved, unallocated"]  # no NVML columns: no NVML lines
+    assert list(fig.data[1].y) == [i for i in range(5)]
+
+
+# --- GPU ---------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_monitor_sees_one_gib_appear_and_disappear():
+    import torch
+
+    torch.cuda.init()
+    with VramMonitor(interval_s=0.02, key="gpu") as mon:
+        time.sleep(0.1)
+        mon.mark("alloc")
+        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        time.sleep(0.2)
+        mon.mark("free")
+        del x
+        torch.cuda.empty_cache()
+        time.sleep(0.2)
+    rows, ev = mon.samples, {e["label"]: e["t"] for e in mon.events}
+    base = [r["allocated"] for r in rows if r["t"] < ev["alloc"]]
+    held = [r["allocated"] for r in rows if ev["alloc"] < r["t"] < ev["free"]]
+    after = [r for r in rows if r["t"] > ev["free"] + 0.05]
+    assert max(held) - max(base) >= 1 << 30
+    assert after[-1]["allocated"] <= max(base) and after[-1]["reserved"] < max(r["reserved"] for r in rows)
+    assert mon.mode == "GPU" and all(r["num_ooms"] == 0 for r in rows)
+
+
+def test_widget_rerun_does_not_stack_redraw_threads():
+    import threading
+
+    from vramlab.vram_widget import VramWidget
+
+    def redraw_threads():
+        return [t for t in threading.enumerate() if t.name == "vramlab-vram-widget" and t.is_alive()]
+
+    first = VramWidget(VramMonitor(interval_s=0.02).start(), refresh_s=0.1)
+    second = VramWidget(VramMonitor(interval_s=0.02).start(), refresh_s=0.1)  # the cell run again
+    assert _wait_for(lambda: not first._thread.is_alive())
+    assert second._thread.is_alive() and len(redraw_threads()) == 1 and len(sampler_threads()) == 1
+    second.monitor.stop()
+    assert _wait_for(lambda: redraw_threads() == [])
+
+
+def test_unreferenced_widget_and_monitor_are_collected():
+    from vramlab.vram_widget import VramWidget
+
+    w = VramWidget(VramMonitor(interval_s=0.02, key="gc-widget").start(), refresh_s=0.1)
+    thread = w._thread
+    del w
+    gc.collect()
+    assert _wait_for(lambda: not thread.is_alive() and sampler_threads() == [])
+
+
+def test_gpu_code_path_with_stubbed_counters(monkeypatch):
+    """The GPU branch end to end on a CPU machine: torch's counters replaced by a stub (synthetic numbers,
+    this only checks the plumbing); NVML without a driver leaves the device columns None."""
+    import torch
+
+    import vramlab.device
+    from vramlab.vram_widget import VramWidget
+
+    stats = {"allocated_bytes.all.current": 3 << 20, "reserved_bytes.all.current": 8 << 20,
+             "allocated_bytes.all.peak": 5 << 20, "reserved_bytes.all.peak": 8 << 20,
+             "num_alloc_retries": 1, "num_ooms": 0}
+    monkeypatch.setattr(vramlab.device, "has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: dict(stats))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    mon = VramMonitor(interval_s=0.02, key="stub-gpu").start()
+    assert mon.mode == "GPU" and mon.device == 0
+    assert _wait_for(lambda: len(mon.samples) >= 3)
+    mon.mark("x")
+    w = VramWidget(mon, refresh_s=0.1, autostart=False)
+    mon.stop()
+    row = mon.samples[-1]
+    assert set(row) == {"t", *GPU_COLUMNS} and row["reserved"] == 8 << 20 and row["num_alloc_retries"] == 1
+    if row["device_used"] is None:  # no NVML driver here: nothing invented
+        assert row["device_total"] is None and row["process_used"] is None
+    assert "allocated 3 MiB, reserved 8 MiB" in w.status_text()
+    assert [tr.name for tr in w.figure().data][:2] == ["allocated (PyTorch)", "reserved, unallocated"]
+    with pytest.raises(ValueError, match="device"):
+        VramMonitor(device=3)
