@@ -141,7 +141,7 @@ def test_every_number_of_every_oom_text_in_the_articles():
     for line in catalogue:
         r = parse_oom_message(line)
         assert r.format == "unknown" and r.tried_bytes is None
-        assert diagnose(line).kind == "block_manager_exhausted"
+        assert diagnose(line).kind == "kv_preemption"  # its real counterpart: V0 preemption / V1 recompute
 
 
 def test_every_number_of_the_verbatim_messages():

@@ -81,11 +81,19 @@ class OOMReport:
 
     @property
     def verdict(self) -> str | None:
-        """``"fragmentation"`` when the cache already holds at least the requested size unused
-        (a contiguous block of that size was not among it), else ``"shortage"``; None if unknown."""
+        """``"cap"`` when a per-process limit refused the allocation (the message prints "X allowed",
+        or, in the current format, the device had at least the requested size free), ``"fragmentation"``
+        when the cache already holds at least the requested size unused (not in one piece), else
+        ``"shortage"``; None if unknown. The rule is :func:`vramlab.oom.oom_verdict`'s; the older
+        formats predate per-process caps (PyTorch 1.8), so their free figure is not read as a cap."""
+        from vramlab.oom import oom_verdict  # oom imports this module: import here
+
         if self.tried_bytes is None or self.reserved_unallocated_bytes is None:
             return None
-        return "fragmentation" if self.reserved_unallocated_bytes >= self.tried_bytes else "shortage"
+        if self.allowed_bytes is not None:
+            return "cap"
+        free = self.free_bytes if self.format == "current" else None
+        return oom_verdict(self.tried_bytes, free, self.reserved_unallocated_bytes)
 
 
 def parse_oom_message(text: str) -> OOMReport:
