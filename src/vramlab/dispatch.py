@@ -74,6 +74,8 @@ def parse_max_memory(max_memory: Mapping[Any, Any]) -> "OrderedDict[int | str, i
             value = int(value)
         if isinstance(value, str):
             text = value.strip().replace(" ", "")
+            if text.startswith("-"):
+                raise ValueError(f"`max_memory[{key!r}]` = {value!r} is negative; a budget is 0 or more bytes.")
             try:
                 size = convert_file_size_to_int(text)
             except (ValueError, TypeError):
