@@ -29,6 +29,9 @@ import re
 from collections import OrderedDict
 from typing import Any, Mapping
 
+import contextlib
+import logging
+
 GiB = 2**30
 MiB = 2**20
 
@@ -43,6 +46,20 @@ BNB_MAX_MEMORY_FACTOR = 0.90
 
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _DEVICE_NAMES = ("cpu", "disk", "mps")
+
+
+@contextlib.contextmanager
+def _quiet_device_check():
+    """Hide accelerate's "Device 0 is not available" log line while planning on the meta device:
+    ``accelerate.utils.modeling.get_max_memory`` logs it for every GPU index on a machine without
+    that GPU, and planning does not need the GPU."""
+    log = logging.getLogger("accelerate.utils.modeling")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,11 +275,12 @@ def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "au
     quantizer = getattr(model, "_vramlab_quantizer", None)
     if strategy not in ("auto", "balanced", "balanced_low_0", "sequential"):
         raise ValueError(f"`strategy` {strategy!r} is not one of 'auto', 'balanced', 'balanced_low_0', 'sequential'.")
-    if strategy == "sequential":
-        inferred = get_max_memory(budget)
-    else:
-        inferred = get_balanced_memory(model, max_memory=budget, no_split_module_classes=model._no_split_modules,
-                                       hf_quantizer=quantizer, low_zero=(strategy == "balanced_low_0"))
+    with _quiet_device_check():
+        if strategy == "sequential":
+            inferred = get_max_memory(budget)
+        else:
+            inferred = get_balanced_memory(model, max_memory=budget, no_split_module_classes=model._no_split_modules,
+                                           hf_quantizer=quantizer, low_zero=(strategy == "balanced_low_0"))
     if quantizer is not None:
         inferred = quantizer.adjust_max_memory(inferred)
     return dict(inferred)
@@ -284,8 +302,9 @@ def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: 
     budgets = planned_max_memory(model, max_memory, strategy)
     no_split = (list(model._no_split_modules) if no_split_module_classes is None
                 else list(no_split_module_classes))
-    return dict(infer_auto_device_map(model, max_memory=budgets, no_split_module_classes=no_split,
-                                      special_dtypes=special_dtypes(model) or None))
+    with _quiet_device_check():
+        return dict(infer_auto_device_map(model, max_memory=budgets, no_split_module_classes=no_split,
+                                          special_dtypes=special_dtypes(model) or None))
 
 
 def transformers_device_map(model, max_memory: Mapping[Any, Any], strategy: str = "auto") -> dict:
@@ -294,9 +313,10 @@ def transformers_device_map(model, max_memory: Mapping[Any, Any], strategy: str 
     from transformers.integrations.accelerate import infer_auto_device_map as hf_infer
 
     budgets = planned_max_memory(model, max_memory, strategy)
-    return dict(hf_infer(model, max_memory=budgets, no_split_module_classes=model._no_split_modules,
-                         hf_quantizer=getattr(model, "_vramlab_quantizer", None),
-                         no_placement_params=getattr(model, "_no_placement_params", None)))
+    with _quiet_device_check():
+        return dict(hf_infer(model, max_memory=budgets, no_split_module_classes=model._no_split_modules,
+                             hf_quantizer=getattr(model, "_vramlab_quantizer", None),
+                             no_placement_params=getattr(model, "_no_placement_params", None)))
 
 
 def spills(device_map: Mapping[str, Any]) -> bool:
@@ -387,9 +407,10 @@ def plan_with_buffer(model, max_memory: Mapping[Any, Any], formula: str = "fixed
     """accelerate's ``infer_auto_device_map`` under :func:`balanced_budget` with the given formula."""
     from accelerate import infer_auto_device_map
 
-    return dict(infer_auto_device_map(model, max_memory=balanced_budget(model, max_memory, formula),
-                                      no_split_module_classes=list(model._no_split_modules),
-                                      special_dtypes=special_dtypes(model) or None))
+    with _quiet_device_check():
+        return dict(infer_auto_device_map(model, max_memory=balanced_budget(model, max_memory, formula),
+                                          no_split_module_classes=list(model._no_split_modules),
+                                          special_dtypes=special_dtypes(model) or None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,7 +480,7 @@ def format_estimate_table(rows: list[dict]) -> str:
 # picture
 # --------------------------------------------------------------------------------------------
 
-def _device_label(device: Any) -> str:
+def device_label(device: Any) -> str:
     return f"GPU {device}" if isinstance(device, int) else str(device)
 
 
@@ -488,13 +509,13 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
         if not names:
             continue
         colour = colours.get(dev, palette[i % len(palette)]) if not isinstance(dev, int) else palette[dev % len(palette)]
-        fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=_device_label(dev),
+        fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
                              marker_color=colour, legendgroup=str(dev)), row=1, col=1)
     used = {d: 0 for d in devices}
     for n, d in dmap.items():
         used[d] = used.get(d, 0) + sizes.get(n, 0)
     fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
-    fig.add_trace(go.Bar(x=[_device_label(d) for d in devices], y=fill, showlegend=False,
+    fig.add_trace(go.Bar(x=[device_label(d) for d in devices], y=fill, showlegend=False,
                          marker_color=[colours.get(d, palette[d % len(palette)] if isinstance(d, int) else "#7f7f7f")
                                        for d in devices],
                          text=[f"{used[d] / MiB:,.0f} / {budget.get(d, 0) / MiB:,.0f} MiB" for d in devices],
@@ -555,7 +576,8 @@ def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | N
     values = set(device_map.values()) if isinstance(device_map, Mapping) else set()
     if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
         kwargs["offload_folder"] = tempfile.mkdtemp(prefix="vramlab-offload-")
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    with _quiet_device_check():
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 
 def trigger_dispatch_error(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None) -> ValueError:
@@ -622,7 +644,7 @@ def describe_loaded(model) -> dict:
     if dmap:
         devices: dict = {}
         for d in dmap.values():
-            devices[_device_label(d)] = devices.get(_device_label(d), 0) + 1
+            devices[device_label(d)] = devices.get(device_label(d), 0) + 1
     else:
         devices = {str(next(model.parameters()).device): 1}
     quantized = sum(1 for m in model.modules()
