@@ -240,6 +240,33 @@ def test_trigger_returns_the_real_transformers_error():
     assert str(exc_cpu).startswith(D.DISPATCH_ERROR_START)
 
 
+@pytest.mark.parametrize("dtype,quant,budget", [
+    ("bfloat16", "8bit", {"cpu": "150MB", "disk": "1GB"}),
+    ("bfloat16", "4bit", {"cpu": "100MB", "disk": "1GB"}),
+    ("float32", None, {"cpu": "300MB", "disk": "1GB"}),
+])
+def test_plan_equals_the_map_the_real_from_pretrained_chose(dtype, quant, budget):
+    """The real SmolLM2, loaded with device_map="auto" (cpu + disk, so it loads without a GPU; with
+    llm_int8_enable_fp32_cpu_offload=True bitsandbytes accepts the spill): model.hf_device_map == plan."""
+    import tempfile
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from vramlab import models
+
+    path = models.ensure_converted()
+    if quant is None:
+        model = AutoModelForCausalLM.from_pretrained(path, device_map="auto", max_memory=D.parse_max_memory(budget),
+                                                     dtype=getattr(torch, dtype),
+                                                     offload_folder=tempfile.mkdtemp(prefix="vramlab-test-"))
+    else:
+        model = D.load_quantized(quant, budget, dtype=dtype, llm_int8_enable_fp32_cpu_offload=True)
+    plan = D.plan_device_map(AutoConfig.from_pretrained(path), budget, dtype=dtype, quantization=quant)
+    assert {"cpu", "disk"} <= set(plan.values())
+    assert dict(model.hf_device_map) == plan
+
+
 def test_trigger_says_when_the_budget_fits():
     with pytest.raises(RuntimeError, match="does not spill"):
         D.trigger_dispatch_error(max_memory={"cpu": "1GB"})
@@ -252,6 +279,9 @@ def test_each_fix_loads_and_runs_on_cpu(fix, quantized):
     model = fix(gpu=False)
     info = D.describe_loaded(model)
     assert (info["quantized_linears"] == 210) is quantized
+    if fix is not D.fix_offload:  # one device: the planner's bytes are the loaded model's bytes, exactly
+        quant = "8bit" if fix is D.fix_budget else "4bit"
+        assert info["footprint_bytes"] == D.module_sizes("smollm2-135m", quantization=quant)[""]
     ids = torch.arange(10, 42).unsqueeze(0)
     with torch.no_grad():
         loss = model(ids, labels=ids).loss
