@@ -99,8 +99,8 @@ def test_empty_model_accepts_dict_and_pretrainedconfig():
 
     cfg = load_config("qwen3-0.6b")
     a = D.empty_model(cfg)
-    b = D.empty_model(AutoConfig.for_model(cfg["model_type"],
-                                           **{k: v for k, v in cfg.items() if not k.startswith("_") and k != "model_type"}))
+    fields = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "model_type"}
+    b = D.empty_model(AutoConfig.for_model(cfg["model_type"], **fields))
     assert D.module_sizes(a)[""] == D.module_sizes(b)[""]
 
 

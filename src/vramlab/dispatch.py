@@ -24,13 +24,11 @@ both give the same map).
 
 from __future__ import annotations
 
-import math
+import contextlib
+import logging
 import re
 from collections import OrderedDict
 from typing import Any, Mapping
-
-import contextlib
-import logging
 
 GiB = 2**30
 MiB = 2**20
@@ -267,8 +265,10 @@ def module_sizes(config_or_model: Any, dtype: Any = "bfloat16", quantization: st
 # planning
 # --------------------------------------------------------------------------------------------
 
-def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "auto") -> dict:
-    """The per-device budgets ``infer_auto_device_map`` actually receives (steps 1-2 above), bytes."""
+def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "auto",
+                       no_split_module_classes: list[str] | None = None) -> dict:
+    """The per-device budgets ``infer_auto_device_map`` actually receives (steps 1-2 above), bytes.
+    ``no_split_module_classes`` defaults to the model's ``_no_split_modules``."""
     from transformers.integrations.accelerate import get_balanced_memory, get_max_memory
 
     budget = dict(parse_max_memory(max_memory))
@@ -279,7 +279,8 @@ def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "au
         if strategy == "sequential":
             inferred = get_max_memory(budget)
         else:
-            inferred = get_balanced_memory(model, max_memory=budget, no_split_module_classes=model._no_split_modules,
+            no_split = model._no_split_modules if no_split_module_classes is None else no_split_module_classes
+            inferred = get_balanced_memory(model, max_memory=budget, no_split_module_classes=no_split,
                                            hf_quantizer=quantizer, low_zero=(strategy == "balanced_low_0"))
     if quantizer is not None:
         inferred = quantizer.adjust_max_memory(inferred)
@@ -299,9 +300,9 @@ def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: 
     from accelerate import infer_auto_device_map
 
     model = _as_model(config_or_model, dtype, quantization)
-    budgets = planned_max_memory(model, max_memory, strategy)
     no_split = (list(model._no_split_modules) if no_split_module_classes is None
                 else list(no_split_module_classes))
+    budgets = planned_max_memory(model, max_memory, strategy, no_split)
     with _quiet_device_check():
         return dict(infer_auto_device_map(model, max_memory=budgets, no_split_module_classes=no_split,
                                           special_dtypes=special_dtypes(model) or None))
@@ -502,22 +503,23 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
     palette = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"]
     colours = {"cpu": "#ff7f0e", "disk": "#d62728"}
     devices = list(budget) + [d for d in dict.fromkeys(dmap.values()) if d not in budget]
+
+    def colour(dev: Any) -> str:
+        return palette[dev % len(palette)] if isinstance(dev, int) else colours.get(dev, "#7f7f7f")
+
     fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.12,
                         subplot_titles=("where each module lands", "how full each device is"))
-    for i, dev in enumerate(devices):
+    for dev in devices:
         names = [n for n, d in dmap.items() if d == dev]
-        if not names:
-            continue
-        colour = colours.get(dev, palette[i % len(palette)]) if not isinstance(dev, int) else palette[dev % len(palette)]
-        fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
-                             marker_color=colour, legendgroup=str(dev)), row=1, col=1)
+        if names:
+            fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
+                                 marker_color=colour(dev), legendgroup=str(dev)), row=1, col=1)
     used = {d: 0 for d in devices}
     for n, d in dmap.items():
         used[d] = used.get(d, 0) + sizes.get(n, 0)
     fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
     fig.add_trace(go.Bar(x=[device_label(d) for d in devices], y=fill, showlegend=False,
-                         marker_color=[colours.get(d, palette[d % len(palette)] if isinstance(d, int) else "#7f7f7f")
-                                       for d in devices],
+                         marker_color=[colour(d) for d in devices],
                          text=[f"{used[d] / MiB:,.0f} / {budget.get(d, 0) / MiB:,.0f} MiB" for d in devices],
                          textposition="outside"), row=1, col=2)
     fig.update_yaxes(title_text="module size (MiB)", row=1, col=1)
