@@ -1,0 +1,656 @@
+"""Device maps for real model configs, offline: where ``device_map="auto"`` puts each module.
+
+Everything here runs on the *meta* device (accelerate's ``init_empty_weights``): a 70B model is
+built in seconds with no weights, and accelerate / transformers plan its placement exactly as
+``from_pretrained(..., device_map="auto", max_memory=...)`` would. GPU indices in ``max_memory``
+are fine on a CPU-only machine for planning (accelerate only logs "Device 0 is not available").
+
+What ``from_pretrained`` does, read in transformers 5.24.0 ``modeling_utils.py`` (``from_pretrained``:
+build under meta -> ``hf_quantizer.preprocess_model`` swaps ``nn.Linear`` for bitsandbytes layers ->
+``_get_device_map``) and ``integrations/accelerate.py`` (``_get_device_map``):
+
+1. ``get_balanced_memory(model, max_memory, model._no_split_modules, hf_quantizer)`` caps every GPU
+   but the last at ``model_size / n_gpus + buffer`` (not for ``device_map="sequential"``);
+2. ``hf_quantizer.adjust_max_memory`` multiplies every budget by 0.90 for bitsandbytes
+   (``quantizers/quantizer_bnb_4bit.py`` / ``quantizer_bnb_8bit.py``);
+3. ``infer_auto_device_map`` packs modules in order, never splitting a ``_no_split_modules`` block;
+4. ``hf_quantizer.validate_environment(device_map=...)`` raises "Some modules are dispatched on the
+   CPU or the disk..." when the map mixes a GPU with ``"cpu"``/``"disk"``.
+
+:func:`plan_device_map` runs steps 1-3 with the ecosystem's own functions and calls accelerate's
+``infer_auto_device_map`` for step 3 (transformers 5.24 runs a fork of it; the tests check that
+both give the same map).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections import OrderedDict
+from typing import Any, Mapping
+
+GiB = 2**30
+MiB = 2**20
+
+QUANTIZATIONS = (None, "8bit", "4bit")
+# Bytes per element of a quantized weight as transformers counts it when planning:
+# transformers 5.24.0 quantizers/quantizer_bnb_8bit.py (quantized_element_size = 1) and
+# quantizer_bnb_4bit.py (quantized_element_size = 0.5). Other parameters keep the model dtype.
+QUANT_ELEMENT_SIZE = {"8bit": 1.0, "4bit": 0.5}
+# Budget factor applied by adjust_max_memory in the same two files ("need more space for buffers
+# that are created during quantization").
+BNB_MAX_MEMORY_FACTOR = 0.90
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_DEVICE_NAMES = ("cpu", "disk", "mps")
+
+
+@contextlib.contextmanager
+def _quiet_device_check():
+    """Hide accelerate's "Device 0 is not available" log line while planning on the meta device:
+    ``accelerate.utils.modeling.get_max_memory`` logs it for every GPU index on a machine without
+    that GPU, and planning does not need the GPU."""
+    log = logging.getLogger("accelerate.utils.modeling")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+# --------------------------------------------------------------------------------------------
+# budgets
+# --------------------------------------------------------------------------------------------
+
+def parse_max_memory(max_memory: Mapping[Any, Any]) -> "OrderedDict[int | str, int]":
+    """Validate a ``max_memory`` budget and return it in bytes, GPUs first, then cpu, then disk.
+
+    Keys: GPU indices (``0``, ``1``, ... or ``"cuda:0"``), ``"cpu"``, ``"disk"``, ``"mps"``.
+    Values: bytes (int) or accelerate's size strings (``"10GiB"``, ``"600KB"``, ``"1GB"``; GB is
+    10**9, GiB is 2**30, parsed by ``accelerate.utils.convert_file_size_to_int``).
+    Raises one ``ValueError`` naming the bad entry (``"12 gigs"``, ``"gpu0"``, ``-1``, ``{}``).
+    """
+    from accelerate.utils import convert_file_size_to_int
+
+    if not isinstance(max_memory, Mapping):
+        raise ValueError(f"`max_memory` must be a dict like {{0: '10GiB', 'cpu': '30GiB'}}; "
+                         f"got {type(max_memory).__name__}.")
+    if len(max_memory) == 0:
+        raise ValueError("`max_memory` is an empty dict: give at least one device budget, "
+                         "e.g. {0: '10GiB', 'cpu': '30GiB'}.")
+    out: dict[int | str, int] = {}
+    for key, value in max_memory.items():
+        device = _parse_device(key)
+        if isinstance(value, bool) or value is None:
+            raise ValueError(f"`max_memory[{key!r}]` = {value!r} is not a size; use bytes or a string like '10GiB'.")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            text = value.strip().replace(" ", "")
+            if text.startswith("-"):
+                raise ValueError(f"`max_memory[{key!r}]` = {value!r} is negative; a budget is 0 or more bytes.")
+            try:
+                size = convert_file_size_to_int(text)
+            except (ValueError, TypeError):
+                size = None
+            if size is None or not re.fullmatch(r"-?\d+(\.\d+)?([KMGT]i?B|[KMGT]?b)?", text, re.IGNORECASE):
+                raise ValueError(f"`max_memory[{key!r}]` = {value!r} is not a size; write bytes or a number "
+                                 "with a unit such as '12GiB' (2**30 bytes) or '12GB' (10**9 bytes).")
+        elif isinstance(value, int):
+            size = value
+        else:
+            raise ValueError(f"`max_memory[{key!r}]` = {value!r} is not a size; use bytes or a string like '10GiB'.")
+        if size < 0:
+            raise ValueError(f"`max_memory[{key!r}]` = {value!r} is negative; a budget is 0 or more bytes.")
+        if device in out:
+            raise ValueError(f"`max_memory` names device {device!r} twice (as {key!r}); give each device once.")
+        out[device] = int(size)
+    gpus = sorted(k for k in out if isinstance(k, int))
+    order = gpus + [k for k in ("mps", "cpu", "disk") if k in out]
+    return OrderedDict((k, out[k]) for k in order)
+
+
+def _parse_device(key: Any) -> int | str:
+    if isinstance(key, bool):
+        raise ValueError(f"`max_memory` key {key!r} is not a device; use 0, 1, ... for GPUs, 'cpu' or 'disk'.")
+    if isinstance(key, int):
+        if key < 0:
+            raise ValueError(f"`max_memory` key {key!r} is a negative GPU index; GPUs are 0, 1, ...")
+        return key
+    if isinstance(key, str):
+        k = key.strip().lower()
+        if k in _DEVICE_NAMES:
+            return k
+        m = re.fullmatch(r"(?:cuda:)?(\d+)", k)
+        if m:
+            return int(m.group(1))
+    raise ValueError(f"`max_memory` key {key!r} is not a device accelerate knows; use 0, 1, ... (or 'cuda:0') "
+                     "for GPUs, 'cpu' or 'disk'.")
+
+
+# --------------------------------------------------------------------------------------------
+# meta models
+# --------------------------------------------------------------------------------------------
+
+def _torch_dtype(dtype: Any):
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).replace("torch.", "")
+    if name not in _DTYPE_BYTES:
+        raise ValueError(f"`dtype` {dtype!r} is not one of {sorted(_DTYPE_BYTES)}.")
+    return getattr(torch, name)
+
+
+def _pretrained_config(config: Any):
+    """A transformers ``PretrainedConfig`` from a bundled name, JSON path, dict or config."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(config, PretrainedConfig):
+        return config
+    from vramlab.kvcache import load_config
+
+    cfg = {k: v for k, v in load_config(config).items() if not k.startswith("_")}
+    model_type = cfg.pop("model_type", None)
+    if not model_type:
+        raise ValueError("`config` has no 'model_type'; transformers needs it to pick the architecture.")
+    return AutoConfig.for_model(model_type, **cfg)
+
+
+def empty_model(config: Any, dtype: Any = "bfloat16", quantization: str | None = None):
+    """Build the causal-LM for ``config`` on the meta device (no weights, any size, seconds).
+
+    ``config``: a bundled name (``"llama-3.1-70b"``), a JSON path, a dict or a ``PretrainedConfig``.
+    ``dtype``: ``"bfloat16"`` / ``"float16"`` / ``"float32"``. Tied weights (``tie_word_embeddings``)
+    are tied, so a shared embedding counts once, as in ``from_pretrained``. With ``quantization``
+    (``"8bit"``/``"4bit"``) the ``nn.Linear`` layers are swapped for bitsandbytes layers by the
+    transformers quantizer exactly as ``from_pretrained`` does; the quantizer is stored on the model
+    as ``model._vramlab_quantizer``.
+    """
+    import torch
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    _check_quantization(quantization)
+    pconfig = _pretrained_config(config)
+    tdtype = _torch_dtype(dtype)
+    # init_empty_weights puts registered parameters on meta; torch.device("meta") also keeps
+    # ``torch.empty(...)`` inside __init__ off the CPU (DeepSeek-V3's 3-D expert tensors would
+    # otherwise allocate 15-30 GB before being moved), as from_pretrained's own init context does.
+    with init_empty_weights(), torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(pconfig, dtype=tdtype)
+    quantizer = None
+    if quantization is not None:
+        quantizer = make_quantizer(quantization)
+        quantizer.preprocess_model(model=model, dtype=tdtype, device_map="auto", checkpoint_files=None,
+                                   use_kernels=False)
+    model.tie_weights()
+    model._vramlab_quantizer = quantizer
+    model._vramlab_dtype = tdtype
+    assert all(p.device == torch.device("meta") for p in model.parameters())
+    return model
+
+
+def _check_quantization(quantization: str | None) -> None:
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"`quantization` {quantization!r} is not one of None, '8bit', '4bit'.")
+
+
+def bnb_config(quantization: str, **kwargs):
+    """A ``BitsAndBytesConfig`` for ``"8bit"``/``"4bit"`` (extra keyword arguments passed on)."""
+    from transformers import BitsAndBytesConfig
+
+    _check_quantization(quantization)
+    if quantization is None:
+        raise ValueError("`quantization` must be '8bit' or '4bit' for a BitsAndBytesConfig.")
+    return BitsAndBytesConfig(**{f"load_in_{quantization}": True}, **kwargs)
+
+
+def make_quantizer(quantization: str, **kwargs):
+    """The transformers ``HfQuantizer`` that ``from_pretrained`` builds for this bitsandbytes config."""
+    from transformers.quantizers import AutoHfQuantizer
+
+    return AutoHfQuantizer.from_config(bnb_config(quantization, **kwargs), pre_quantized=False)
+
+
+def _as_model(config_or_model: Any, dtype: Any, quantization: str | None):
+    import torch
+
+    if isinstance(config_or_model, torch.nn.Module):
+        have = getattr(config_or_model, "_vramlab_quantizer", None)
+        have_q = None if have is None else ("4bit" if "4Bit" in type(have).__name__ else "8bit")
+        if have_q != quantization:
+            raise ValueError(f"the model was built with quantization={have_q!r} but `quantization`="
+                             f"{quantization!r}; build it with empty_model(config, quantization=...).")
+        return config_or_model
+    return empty_model(config_or_model, dtype=dtype, quantization=quantization)
+
+
+# --------------------------------------------------------------------------------------------
+# sizes
+# --------------------------------------------------------------------------------------------
+
+def special_dtypes(model) -> dict:
+    """``{param_name: dtype}`` for the parameters the model's quantizer shrinks (accelerate's way of
+    passing per-parameter sizes to ``infer_auto_device_map``); empty when not quantized."""
+    import torch
+    from accelerate.utils import CustomDtype
+
+    quantizer = getattr(model, "_vramlab_quantizer", None)
+    if quantizer is None:
+        return {}
+    size = quantizer.quantized_element_size
+    dtype = {1: torch.int8, 0.5: CustomDtype.INT4}[size]
+    return {name: dtype for name, _ in model.named_parameters()
+            if quantizer.param_needs_quantization(model, name)}
+
+
+def module_sizes(config_or_model: Any, dtype: Any = "bfloat16", quantization: str | None = None) -> dict[str, int]:
+    """Bytes of every module (``""`` = whole model) as transformers counts them when planning.
+
+    Uses transformers 5.24 ``integrations.accelerate.compute_module_sizes`` with the quantizer, so
+    4-bit Linear weights count 0.5 byte per element, 8-bit 1 byte, everything else the model dtype.
+    """
+    from transformers.integrations.accelerate import compute_module_sizes
+
+    model = _as_model(config_or_model, dtype, quantization)
+    sizes, _ = compute_module_sizes(model, getattr(model, "_vramlab_quantizer", None))
+    return {k: int(v) for k, v in sizes.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# planning
+# --------------------------------------------------------------------------------------------
+
+def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "auto",
+                       no_split_module_classes: list[str] | None = None) -> dict:
+    """The per-device budgets ``infer_auto_device_map`` actually receives (steps 1-2 above), bytes.
+    ``no_split_module_classes`` defaults to the model's ``_no_split_modules``."""
+    from transformers.integrations.accelerate import get_balanced_memory, get_max_memory
+
+    budget = dict(parse_max_memory(max_memory))
+    quantizer = getattr(model, "_vramlab_quantizer", None)
+    if strategy not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise ValueError(f"`strategy` {strategy!r} is not one of 'auto', 'balanced', 'balanced_low_0', 'sequential'.")
+    with _quiet_device_check():
+        if strategy == "sequential":
+            inferred = get_max_memory(budget)
+        else:
+            no_split = model._no_split_modules if no_split_module_classes is None else no_split_module_classes
+            inferred = get_balanced_memory(model, max_memory=budget, no_split_module_classes=no_split,
+                                           hf_quantizer=quantizer, low_zero=(strategy == "balanced_low_0"))
+    if quantizer is not None:
+        inferred = quantizer.adjust_max_memory(inferred)
+    return dict(inferred)
+
+
+def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: Any = "bfloat16",
+                    quantization: str | None = None, no_split_module_classes: list[str] | None = None,
+                    strategy: str = "auto") -> dict[str, int | str]:
+    """Where ``from_pretrained(..., device_map=strategy, max_memory=max_memory)`` puts each module.
+
+    Returns accelerate's ``infer_auto_device_map`` result ``{module_name: 0 | 1 | ... | "cpu" | "disk"}``
+    for a meta model of ``config_or_model`` (a config as in :func:`empty_model`, or such a model),
+    with transformers' budget balancing and bitsandbytes adjustments (see the module docstring).
+    ``no_split_module_classes`` defaults to the model's ``_no_split_modules``.
+    """
+    from accelerate import infer_auto_device_map
+
+    model = _as_model(config_or_model, dtype, quantization)
+    no_split = (list(model._no_split_modules) if no_split_module_classes is None
+                else list(no_split_module_classes))
+    budgets = planned_max_memory(model, max_memory, strategy, no_split)
+    with _quiet_device_check():
+        return dict(infer_auto_device_map(model, max_memory=budgets, no_split_module_classes=no_split,
+                                          special_dtypes=special_dtypes(model) or None))
+
+
+def transformers_device_map(model, max_memory: Mapping[Any, Any], strategy: str = "auto") -> dict:
+    """The map transformers' own ``_get_device_map`` (the function ``from_pretrained`` calls) returns
+    for this meta model, without the final bitsandbytes environment check. For comparison."""
+    from transformers.integrations.accelerate import infer_auto_device_map as hf_infer
+
+    budgets = planned_max_memory(model, max_memory, strategy)
+    with _quiet_device_check():
+        return dict(hf_infer(model, max_memory=budgets, no_split_module_classes=model._no_split_modules,
+                             hf_quantizer=getattr(model, "_vramlab_quantizer", None),
+                             no_placement_params=getattr(model, "_no_placement_params", None)))
+
+
+def spills(device_map: Mapping[str, Any]) -> bool:
+    """True when a map mixes a GPU with ``"cpu"``/``"disk"``: the case bitsandbytes refuses
+    (same test as transformers 5.24 ``Bnb4BitHfQuantizer.validate_environment``)."""
+    values = set(device_map.values())
+    return values != {"cpu"} and ("cpu" in values or "disk" in values)
+
+
+def device_usage(config_or_model: Any, device_map: Mapping[str, Any], dtype: Any = "bfloat16",
+                 quantization: str | None = None) -> dict:
+    """Bytes placed on each device by ``device_map`` ({device: bytes}), from :func:`module_sizes`."""
+    sizes = module_sizes(config_or_model, dtype, quantization)
+    used: dict = {}
+    for name, device in device_map.items():  # a tied lm_head has no bytes of its own
+        used[device] = used.get(device, 0) + sizes.get(name, 0)
+    return used
+
+
+# --------------------------------------------------------------------------------------------
+# the under-packing bug (transformers issue #46823) and its fix (PRs #47203 + #47211)
+# --------------------------------------------------------------------------------------------
+
+def old_buffer(first_block_bytes: int, mean_leaf_bytes: int) -> int:
+    """The balancing buffer before the fix, bytes: 1.25 x max(the FIRST no-split block found, the MEAN
+    leaf module). This is what accelerate 1.15.0 ``utils/modeling.py::get_balanced_memory`` still
+    computes (``buffer = int(1.25 * max(buffer, mean_leaves))``, ``buffer`` from the first module of
+    each no-split class)."""
+    return int(1.25 * max(first_block_bytes, mean_leaf_bytes))
+
+
+def fixed_buffer(largest_block_bytes: int, largest_leaf_bytes: int) -> int:
+    """The buffer after the fix, bytes: 1.25 x max(the LARGEST no-split block, the LARGEST leaf
+    module). transformers 5.24.0 ``integrations/accelerate.py::get_balanced_memory``
+    (``buffer = int(1.25 * max(biggest_no_split_module, biggest_leaf))``; PR #47203 takes the max
+    over all blocks, PR #47211 adds the largest leaf such as an unquantized ``lm_head``)."""
+    return int(1.25 * max(largest_block_bytes, largest_leaf_bytes))
+
+
+def buffer_inputs(model) -> dict[str, int]:
+    """The four sizes the two buffers use, bytes, measured as transformers measures them:
+    ``first_block``, ``largest_block`` (no-split blocks), ``mean_leaf`` (accelerate's mean over
+    leaf modules), ``largest_leaf`` (the biggest module that holds parameters directly)."""
+    from accelerate.utils.modeling import get_module_leaves
+    from transformers.integrations.accelerate import compute_module_sizes
+
+    sizes, leaves = compute_module_sizes(model, getattr(model, "_vramlab_quantizer", None))
+    classes = set(model._no_split_modules or [])
+    blocks = [name for name, mod in model.named_modules() if type(mod).__name__ in classes]
+    # accelerate's mean_leaves: leaf *modules* (drop parameter names, then take the childless ones)
+    module_sizes_ = {k: v for k, v in sizes.items()}
+    leaf_mods = get_module_leaves(module_sizes_)
+    mean_leaf = int(sum(module_sizes_[n] for n in leaf_mods) / max(len(leaf_mods), 1))
+    return {"first_block": int(sizes[blocks[0]]) if blocks else 0,
+            "largest_block": int(max((sizes[b] for b in blocks), default=0)),
+            "mean_leaf": mean_leaf,
+            "largest_leaf": int(max(leaves.values(), default=0)),
+            "total": int(sizes[""])}
+
+
+def balanced_budget(model, max_memory: Mapping[Any, Any], formula: str = "fixed") -> dict:
+    """Per-device budgets for ``device_map="auto"`` with the ``"old"`` or ``"fixed"`` buffer, bytes.
+
+    Every GPU but the last is capped at ``total // n_gpus + buffer`` (the last keeps its full
+    budget), then bitsandbytes multiplies every budget by 0.90 — the steps of
+    ``get_balanced_memory`` + ``adjust_max_memory`` (see the module docstring).
+    """
+    budget = dict(parse_max_memory(max_memory))
+    gpus = [k for k, v in budget.items() if isinstance(k, int) and v > 0]
+    if len(gpus) > 1:
+        s = buffer_inputs(model)
+        if formula == "old":
+            buf = old_buffer(s["first_block"], s["mean_leaf"])
+        elif formula == "fixed":
+            buf = fixed_buffer(s["largest_block"], s["largest_leaf"])
+        else:
+            raise ValueError(f"`formula` {formula!r} is not 'old' or 'fixed'.")
+        per_gpu = s["total"] // len(gpus) + buf
+        for g in gpus[:-1]:
+            budget[g] = min(per_gpu, budget[g])
+    quantizer = getattr(model, "_vramlab_quantizer", None)
+    if quantizer is not None:
+        budget = quantizer.adjust_max_memory(budget)
+    return budget
+
+
+def plan_with_buffer(model, max_memory: Mapping[Any, Any], formula: str = "fixed") -> dict:
+    """accelerate's ``infer_auto_device_map`` under :func:`balanced_budget` with the given formula."""
+    from accelerate import infer_auto_device_map
+
+    with _quiet_device_check():
+        return dict(infer_auto_device_map(model, max_memory=balanced_budget(model, max_memory, formula),
+                                          no_split_module_classes=list(model._no_split_modules),
+                                          special_dtypes=special_dtypes(model) or None))
+
+
+# --------------------------------------------------------------------------------------------
+# estimate-memory table
+# --------------------------------------------------------------------------------------------
+
+ESTIMATE_DTYPES = ("float32", "bfloat16", "int8", "int4")
+
+
+def estimate_memory(config: Any) -> list[dict]:
+    """``accelerate estimate-memory``'s table for one config, offline, plus what bitsandbytes loads.
+
+    One row per dtype (float32, bfloat16, int8, int4), bytes:
+    ``largest_layer`` / ``total``: accelerate 1.15.0 ``commands/estimate.py::gather_data`` arithmetic
+    (``calculate_maximum_sizes`` on a float32 meta model, then /2 for 16-bit, /4 for int8, /8 for
+    int4: every parameter shrinks); ``training_adam``: its ``estimate_training_usage`` peak for a
+    batch of 1 (None for int8/int4, where accelerate prints "N/A"); ``loaded``: the bytes
+    transformers counts when it plans the load (:func:`module_sizes`; with bitsandbytes only
+    ``nn.Linear`` weights shrink, embeddings, norms, ``lm_head`` and 3-D MoE expert tensors keep
+    bf16). accelerate's CLI only offers ``float16``; its bfloat16 row here uses the same /2.
+    """
+    from accelerate.commands.estimate import estimate_training_usage
+    from accelerate.utils import calculate_maximum_sizes
+
+    model = empty_model(config, dtype="float32")
+    total, (largest, _names) = calculate_maximum_sizes(model)
+    name = _pretrained_config(config).to_dict().get("_name_or_path") or ""
+    from vramlab.kvcache import load_config
+
+    label = load_config(config).get("_name", name) if not hasattr(config, "to_dict") else (name or "custom")
+    rows = []
+    for dtype in ESTIMATE_DTYPES:
+        div = {"float32": 1, "bfloat16": 2, "int8": 4, "int4": 8}[dtype]
+        train = estimate_training_usage(total, "float16" if dtype == "bfloat16" else dtype)
+        peak = max(train.values())
+        loaded = module_sizes(config, dtype="float32" if dtype == "float32" else "bfloat16",
+                              quantization={"int8": "8bit", "int4": "4bit"}.get(dtype))[""]
+        rows.append({"model": label, "dtype": dtype, "largest_layer": int(largest // div),
+                     "total": int(total // div), "training_adam": None if peak == -1 else int(peak),
+                     "loaded": int(loaded)})
+    return rows
+
+
+def estimate_table(configs: list[Any] | None = None) -> list[dict]:
+    """:func:`estimate_memory` rows for several configs (default: every bundled config)."""
+    from vramlab.kvcache import available_configs
+
+    rows: list[dict] = []
+    for cfg in (configs if configs is not None else available_configs()):
+        rows.extend(estimate_memory(cfg))
+    return rows
+
+
+def format_estimate_table(rows: list[dict]) -> str:
+    """The rows as a fixed-width text table in GiB."""
+    head = f"{'model':<18} {'dtype':<9} {'largest layer':>13} {'total':>9} {'as loaded':>10} {'train (Adam)':>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        train = "N/A" if r["training_adam"] is None else f"{r['training_adam'] / GiB:.2f}"
+        lines.append(f"{r['model']:<18} {r['dtype']:<9} {r['largest_layer'] / GiB:>13.3f} {r['total'] / GiB:>9.2f} "
+                     f"{r['loaded'] / GiB:>10.2f} {train:>12}")
+    return "\n".join(lines) + "\n(GiB; 'total' and 'train' use accelerate estimate-memory's arithmetic, " \
+                              "'as loaded' the bytes transformers plans for bitsandbytes)"
+
+
+# --------------------------------------------------------------------------------------------
+# picture
+# --------------------------------------------------------------------------------------------
+
+def device_label(device: Any) -> str:
+    return f"GPU {device}" if isinstance(device, int) else str(device)
+
+
+def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: Any = "bfloat16",
+                      quantization: str | None = None, device_map: Mapping[str, Any] | None = None,
+                      title: str | None = None):
+    """A plotly figure: left, each top-level module as a bar coloured by the device it lands on
+    (MiB); right, how full each device is against its budget (% of ``max_memory``).
+
+    ``device_map`` defaults to :func:`plan_device_map`'s answer for the same inputs.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    model = _as_model(config_or_model, dtype, quantization)
+    dmap = dict(device_map) if device_map is not None else plan_device_map(model, max_memory, dtype, quantization)
+    sizes = module_sizes(model, dtype, quantization)
+    budget = parse_max_memory(max_memory)
+    palette = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"]
+    colours = {"cpu": "#ff7f0e", "disk": "#d62728"}
+    devices = list(budget) + [d for d in dict.fromkeys(dmap.values()) if d not in budget]
+
+    def colour(dev: Any) -> str:
+        return palette[dev % len(palette)] if isinstance(dev, int) else colours.get(dev, "#7f7f7f")
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.12,
+                        subplot_titles=("where each module lands", "how full each device is"))
+    for dev in devices:
+        names = [n for n, d in dmap.items() if d == dev]
+        if names:
+            fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
+                                 marker_color=colour(dev), legendgroup=str(dev)), row=1, col=1)
+    used = {d: 0 for d in devices}
+    for n, d in dmap.items():
+        used[d] = used.get(d, 0) + sizes.get(n, 0)
+    fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
+    fig.add_trace(go.Bar(x=[device_label(d) for d in devices], y=fill, showlegend=False,
+                         marker_color=[colour(d) for d in devices],
+                         text=[f"{used[d] / MiB:,.0f} / {budget.get(d, 0) / MiB:,.0f} MiB" for d in devices],
+                         textposition="outside"), row=1, col=2)
+    fig.update_yaxes(title_text="module size (MiB)", row=1, col=1)
+    fig.update_yaxes(title_text="used / max_memory (%)", range=[0, max(110.0, max(fill, default=0) * 1.15)],
+                     row=1, col=2)
+    fig.update_xaxes(title_text="module (in loading order)", tickangle=-60, row=1, col=1)
+    fig.update_xaxes(title_text="device", row=1, col=2)
+    fig.update_layout(title=title or f"device_map='auto' plan ({quantization or dtype})", height=430,
+                      width=950, bargap=0.15, legend_title_text="device", margin=dict(t=70, b=120))
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# the real error, on the real model, and three fixes that load
+# --------------------------------------------------------------------------------------------
+
+# 8-bit SmolLM2 plans at ~163 MB (module_sizes("smollm2-135m", quantization="8bit")[""]): a 150 MB
+# GPU budget (x 0.90 for bitsandbytes) spills the last layers to the cpu.
+TRIGGER_BUDGET = {0: "150MB", "cpu": "1GB"}
+FIT_BUDGET = {0: "400MB", "cpu": "1GB"}
+DISPATCH_ERROR_START = "Some modules are dispatched on the CPU or the disk"
+
+
+def cpu_analogue(max_memory: Mapping[Any, Any]) -> dict:
+    """The same budget one level down, for a machine without a GPU: the GPU budget becomes the
+    ``"cpu"`` budget and the ``"cpu"`` budget becomes ``"disk"`` (bitsandbytes accepts an all-cpu
+    model, so the cpu plays the fast device and the disk the overflow)."""
+    budget = parse_max_memory(max_memory)
+    gpus = [k for k in budget if isinstance(k, int)]
+    if len(gpus) != 1:
+        raise ValueError(f"`max_memory` needs exactly one GPU entry for a CPU analogue; got {gpus}.")
+    out = {"cpu": budget[gpus[0]]}
+    if "cpu" in budget:
+        out["disk"] = budget["cpu"]
+    return out
+
+
+def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None,
+                   device_map: Any = "auto", dtype: Any = "bfloat16", **bnb_kwargs):
+    """``from_pretrained`` of the real SmolLM2 (local cache) with a ``BitsAndBytesConfig``.
+
+    Exactly the call a learner writes; ``bnb_kwargs`` go to ``BitsAndBytesConfig`` (for example
+    ``llm_int8_enable_fp32_cpu_offload=True``). Raises whatever transformers raises.
+    """
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from vramlab import models
+
+    path = models.ensure_converted()
+    kwargs: dict = {"quantization_config": bnb_config(quantization, **bnb_kwargs), "device_map": device_map,
+                    "dtype": _torch_dtype(dtype)}
+    if max_memory is not None:
+        kwargs["max_memory"] = dict(parse_max_memory(max_memory))
+    values = set(device_map.values()) if isinstance(device_map, Mapping) else set()
+    if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
+        kwargs["offload_folder"] = tempfile.mkdtemp(prefix="vramlab-offload-")
+    with _quiet_device_check():
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def trigger_dispatch_error(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None) -> ValueError:
+    """Load the real SmolLM2 with bitsandbytes under a budget that spills; return transformers' ValueError.
+
+    Default budget: :data:`TRIGGER_BUDGET` (GPU 0: 150 MB, cpu: 1 GB). The error comes from
+    ``validate_environment`` in transformers 5.24.0 ``quantizers/quantizer_bnb_{8,4}bit.py``, raised
+    after the device map is planned and before any weight is loaded, so it is raised on a machine
+    without a GPU too. Raises ``RuntimeError`` if the model loads instead (the budget fits).
+    """
+    budget = TRIGGER_BUDGET if max_memory is None else max_memory
+    try:
+        model = load_quantized(quantization, budget)
+    except ValueError as exc:
+        if DISPATCH_ERROR_START in str(exc):
+            return exc
+        raise
+    where = getattr(model, "hf_device_map", None) or {"": str(model.device)}
+    raise RuntimeError(f"SmolLM2 {quantization} loaded under max_memory={dict(budget)} (map {where}); "
+                       "this budget does not spill, so there is no dispatch error to show.")
+
+
+def _on_gpu(gpu: bool | None) -> bool:
+    if gpu is None:
+        from vramlab.device import has_cuda
+
+        return has_cuda()
+    return bool(gpu)
+
+
+def fix_budget(gpu: bool | None = None):
+    """Fix 1, a budget that fits: :data:`FIT_BUDGET` (its CPU analogue without a GPU). Returns the model."""
+    budget = FIT_BUDGET if _on_gpu(gpu) else cpu_analogue(FIT_BUDGET)
+    return load_quantized("8bit", budget)
+
+
+def offload_map(max_memory: Mapping[Any, Any] | None = None, quantization: str = "8bit") -> dict:
+    """The custom ``device_map`` for fix 2: the map ``device_map="auto"`` plans for SmolLM2 under
+    ``max_memory`` (default :data:`TRIGGER_BUDGET`), written out module by module."""
+    return plan_device_map("smollm2-135m", TRIGGER_BUDGET if max_memory is None else max_memory,
+                           quantization=quantization)
+
+
+def fix_offload(gpu: bool | None = None):
+    """Fix 2: ``llm_int8_enable_fp32_cpu_offload=True`` with a custom ``device_map`` (modules on
+    cpu/disk stay unquantized, in the load dtype). Without a GPU the map is the CPU analogue
+    (cpu + disk), so every module is unquantized there. Returns the model."""
+    budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
+    return load_quantized("8bit", device_map=offload_map(budget), llm_int8_enable_fp32_cpu_offload=True)
+
+
+def fix_smaller(gpu: bool | None = None):
+    """Fix 3, a smaller quantization: 4-bit instead of 8-bit in the same too-small budget. Returns the model."""
+    budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
+    return load_quantized("4bit", budget)
+
+
+def describe_loaded(model) -> dict:
+    """Where a loaded model sits: ``{"devices": {device: n_modules}, "quantized_linears": n,
+    "footprint_bytes": ...}`` (``get_memory_footprint``; offloaded-to-disk weights not counted)."""
+    import torch
+
+    dmap = getattr(model, "hf_device_map", None)
+    if dmap:
+        devices: dict = {}
+        for d in dmap.values():
+            devices[device_label(d)] = devices.get(device_label(d), 0) + 1
+    else:
+        devices = {str(next(model.parameters()).device): 1}
+    quantized = sum(1 for m in model.modules()
+                    if type(m).__name__ in ("Linear8bitLt", "Linear4bit"))
+    plain = sum(1 for m in model.modules() if type(m) is torch.nn.Linear)
+    return {"devices": devices, "quantized_linears": quantized, "plain_linears": plain,
+            "footprint_bytes": int(model.get_memory_footprint())}

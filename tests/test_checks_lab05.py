@@ -1,0 +1,99 @@
+"""Every lab-05 check rejects the lab's stubs and a typical wrong answer, and accepts the solution."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlab import checks, dispatch
+from vramlab.checks import lab05
+
+
+def _raises(*args):
+    raise NotImplementedError
+
+
+def _solution_map():
+    # the map device_map="auto" plans under the same budget, written out: it is a valid answer
+    return dispatch.plan_device_map("smollm2-135m", lab05.OFFLOAD_BUDGET, quantization="8bit")
+
+
+def _hand_map(n_gpu_layers):
+    m = {"model.embed_tokens": 0}
+    m.update({f"model.layers.{i}": 0 if i < n_gpu_layers else "cpu" for i in range(30)})
+    m.update({"model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": 0})
+    return m
+
+
+SOLUTIONS = {
+    "check_predicted_gpu_layers": 16,  # any honest guess in range passes
+    "check_offload_device_map": _hand_map(8),
+    "check_budget_gib": 5.9,
+}
+WRONG = {
+    "check_predicted_gpu_layers": 40,                 # more layers than the model has
+    "check_offload_device_map": _hand_map(30),        # everything on GPU 0 (+ cpu norm): does not fit
+    "check_budget_gib": 5.21,                         # the model size, forgetting the 0.90
+}
+STUBS = [None, _raises]
+
+
+def test_every_check_is_exported_and_covered():
+    assert set(lab05.__all__) == set(SOLUTIONS) == set(WRONG)
+    for name in lab05.__all__:
+        assert getattr(checks, name) is getattr(lab05, name)
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_solution_passes(name, capsys):
+    result = getattr(lab05, name)(SOLUTIONS[name])
+    assert result.passed and capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+@pytest.mark.parametrize("stub", range(len(STUBS)))
+def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
+    result = getattr(lab05, name)(STUBS[stub])
+    out = capsys.readouterr().out
+    assert not result.passed and out.startswith("FAIL")
+    for secret in ("19", "5.79", "163"):
+        assert secret not in out
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_plausible_wrong_answers_fail(name, capsys):
+    result = getattr(lab05, name)(WRONG[name])
+    assert not result.passed and "expected" in capsys.readouterr().out
+
+
+def test_prediction_reports_how_far_off(capsys):
+    actual, total = lab05.predicted_layers_answer()
+    assert (actual, total) == (19, 32)  # 10 GiB: embed (1 GiB) + 19 bf16 layers, lm_head reserved
+    for guess in (0, 19, 24.0, 32):
+        assert lab05.check_predicted_gpu_layers(guess)
+        out = capsys.readouterr().out
+        assert "19 of 32" in out
+    assert not lab05.check_predicted_gpu_layers(-1)
+    assert not lab05.check_predicted_gpu_layers("many")
+
+
+def test_offload_map_mistakes_get_their_own_hint(capsys):
+    check = lab05.check_offload_device_map
+    assert check(_solution_map())
+    missing = _hand_map(8)
+    del missing["model.layers.3"]
+    assert not check(missing) and "no device for" in capsys.readouterr().out
+    assert not check({k: "cpu" for k in _hand_map(8)}) and "nothing on GPU 0" in capsys.readouterr().out
+    assert not check(_hand_map(25)) and "10% back" in capsys.readouterr().out
+    assert not check({**_hand_map(8), "model.norm": "tpu"}) and "device 'tpu'" in capsys.readouterr().out
+    assert not check({"": 0}) and "everything on GPU 0" in capsys.readouterr().out
+
+
+def test_budget_hints(capsys):
+    need = lab05.smallest_budget_gib()
+    assert 5.7 < need < 5.9  # 4-bit Llama-3.1-8B plans at 5.21 GiB; / 0.90
+    assert lab05.check_budget_gib(need)
+    assert not lab05.check_budget_gib(need - 0.01)
+    assert not lab05.check_budget_gib(8.0) and "more than 10%" in capsys.readouterr().out
+    assert not lab05.check_budget_gib(5.21) and "90%" in capsys.readouterr().out
+    assert not lab05.check_budget_gib(3.74) and "stay bf16" in capsys.readouterr().out
+    assert not lab05.check_budget_gib(float("nan"))

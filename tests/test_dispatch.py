@@ -1,0 +1,305 @@
+"""vramlab.dispatch against the real accelerate 1.15 / transformers 5.24 functions, on meta models."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from vramlab import dispatch as D
+
+logging.getLogger("accelerate").setLevel(logging.ERROR)  # "Device 0 is not available" on CPU
+
+# Three budgets per config: one GPU + cpu, two GPUs + cpu, one GPU + cpu + disk (each spills somewhere).
+BUDGETS = {
+    "smollm2-135m": [{0: "80MB", "cpu": "1GB"}, {0: "40MB", 1: "200MB", "cpu": "1GB"},
+                     {0: "60MB", "cpu": "70MB", "disk": "1GB"}],
+    "llama-3.1-8b": [{0: "10GiB", "cpu": "30GiB"}, {0: "8GiB", 1: "8GiB", "cpu": "30GiB"},
+                     {0: "6GiB", "cpu": "4GiB", "disk": "100GiB"}],
+    "qwen3-8b": [{0: "10GiB", "cpu": "30GiB"}, {0: "8GiB", 1: "8GiB", "cpu": "30GiB"},
+                 {0: "6GiB", "cpu": "4GiB", "disk": "100GiB"}],
+    "mistral-7b": [{0: "10GiB", "cpu": "30GiB"}, {0: "8GiB", 1: "8GiB", "cpu": "30GiB"},
+                   {0: "6GiB", "cpu": "4GiB", "disk": "100GiB"}],
+}
+CASES = [(name, i, q) for name in BUDGETS for i in range(3) for q in (None, "8bit", "4bit")]
+
+
+@pytest.fixture(scope="module")
+def meta_models():
+    return {(name, q): D.empty_model(name, quantization=q) for name in BUDGETS for q in (None, "8bit", "4bit")}
+
+
+@pytest.mark.parametrize("name,i,quant", CASES)
+def test_plan_equals_infer_auto_device_map_and_from_pretrained_path(meta_models, name, i, quant):
+    """plan_device_map == accelerate.infer_auto_device_map on the same meta model with the budgets
+    transformers computes, and == the map transformers' own _get_device_map fork decides."""
+    from accelerate import infer_auto_device_map
+    from transformers.integrations.accelerate import get_balanced_memory
+
+    model = meta_models[(name, quant)]
+    budget = BUDGETS[name][i]
+    plan = D.plan_device_map(model, budget, quantization=quant)
+
+    # the budgets, computed here with the real functions, not through vramlab
+    mm = get_balanced_memory(model, max_memory=dict(D.parse_max_memory(budget)),
+                             no_split_module_classes=model._no_split_modules, hf_quantizer=model._vramlab_quantizer)
+    if quant is not None:
+        mm = {k: v * 0.90 for k, v in mm.items()}
+    direct = infer_auto_device_map(model, max_memory=mm, no_split_module_classes=list(model._no_split_modules),
+                                   special_dtypes=D.special_dtypes(model) or None)
+    assert plan == dict(direct)
+    assert plan == D.transformers_device_map(model, budget)
+    assert set(plan.values()) <= set(D.parse_max_memory(budget))
+
+
+def test_the_cases_cover_two_gpus_disk_and_spills(meta_models):
+    seen = set()
+    for name, i, quant in CASES:
+        plan = D.plan_device_map(meta_models[(name, quant)], BUDGETS[name][i], quantization=quant)
+        seen |= {v for v in plan.values()}
+    assert {0, 1, "cpu", "disk"} <= seen
+
+
+def test_bnb_validate_environment_agrees_with_spills(meta_models):
+    """The real quantizer check raises exactly on the maps vramlab calls spilling."""
+    for name in ("smollm2-135m", "llama-3.1-8b"):
+        model = meta_models[(name, "4bit")]
+        for budget in BUDGETS[name]:
+            plan = D.plan_device_map(model, budget, quantization="4bit")
+            if D.spills(plan):
+                with pytest.raises(ValueError, match=D.DISPATCH_ERROR_START):
+                    model._vramlab_quantizer.validate_environment(device_map=plan)
+            else:
+                model._vramlab_quantizer.validate_environment(device_map=plan)
+
+
+def test_no_split_default_is_the_models():
+    model = D.empty_model("smollm2-135m")
+    budget = {0: "100MB", "cpu": "1GB"}
+    assert D.plan_device_map(model, budget) == D.plan_device_map(model, budget,
+                                                                 no_split_module_classes=["LlamaDecoderLayer"])
+    split = D.plan_device_map(model, budget, no_split_module_classes=[])
+    assert any(k.count(".") >= 3 for k in split)  # without no-split a decoder layer can be cut
+
+
+def test_empty_model_is_meta_and_quick_for_70b():
+    import time
+
+    t = time.perf_counter()
+    model = D.empty_model("llama-3.1-70b")
+    assert time.perf_counter() - t < 30
+    assert all(p.is_meta for p in model.parameters())
+    assert abs(sum(p.numel() for p in model.parameters()) - 70.55e9) < 0.01e9
+
+
+def test_empty_model_accepts_dict_and_pretrainedconfig():
+    from transformers import AutoConfig
+
+    from vramlab.kvcache import load_config
+
+    cfg = load_config("qwen3-0.6b")
+    a = D.empty_model(cfg)
+    fields = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "model_type"}
+    b = D.empty_model(AutoConfig.for_model(cfg["model_type"], **fields))
+    assert D.module_sizes(a)[""] == D.module_sizes(b)[""]
+
+
+def test_module_sizes_per_dtype_and_quantization():
+    s32 = D.module_sizes("smollm2-135m", dtype="float32")
+    s16 = D.module_sizes("smollm2-135m", dtype="bfloat16")
+    s8 = D.module_sizes("smollm2-135m", quantization="8bit")
+    s4 = D.module_sizes("smollm2-135m", quantization="4bit")
+    n = 134_515_008  # parameters, tied embedding counted once
+    rope = sum(b.numel() * b.element_size() for b in D.empty_model("smollm2-135m").buffers())  # fp32 inv_freq
+    assert 0 < rope <= 512
+    assert s32[""] == 4 * n + rope and s16[""] == 2 * n + rope
+    emb = 49152 * 576 * 2  # bf16 embedding: bitsandbytes leaves it alone
+    assert s8["model.embed_tokens"] == s4["model.embed_tokens"] == emb
+    linear = s16["model.layers.0.mlp.up_proj"]
+    assert s8["model.layers.0.mlp.up_proj"] == linear // 2 and s4["model.layers.0.mlp.up_proj"] == linear // 4
+    assert s16[""] > s8[""] > s4[""] > emb
+
+
+@pytest.mark.parametrize("bad,word", [
+    ({0: "12 gigs"}, "12 gigs"), ({"gpu0": "10GiB"}, "gpu0"), ({0: -5}, "negative"), ({}, "empty"),
+    ({0: "-3GB"}, "negative"), ({"cpu": None}, "cpu"), ({"tpu": 1}, "tpu"), ({0: "10GiB", "cuda:0": "1GiB"}, "twice"),
+    ("10GiB", "dict"), ({True: 5}, "True"),
+])
+def test_bad_budgets_one_clear_error(bad, word):
+    with pytest.raises(ValueError) as info:
+        D.parse_max_memory(bad)
+    msg = str(info.value)
+    assert word in msg and "\n" not in msg
+    with pytest.raises(ValueError):
+        D.plan_device_map("smollm2-135m", bad)
+
+
+def test_good_budgets_parse():
+    got = D.parse_max_memory({"cpu": "1GB", 1: "2GiB", "cuda:0": 1000, "disk": "600KB"})
+    assert list(got) == [0, 1, "cpu", "disk"]
+    assert got == {0: 1000, 1: 2 * 2**30, "cpu": 10**9, "disk": 600 * 10**3}
+
+
+def test_other_bad_arguments():
+    with pytest.raises(ValueError, match="quantization"):
+        D.plan_device_map("smollm2-135m", {0: "1GB"}, quantization="3bit")
+    with pytest.raises(ValueError, match="dtype"):
+        D.empty_model("smollm2-135m", dtype="float8")
+    with pytest.raises(ValueError, match="strategy"):
+        D.plan_device_map("smollm2-135m", {0: "1GB"}, strategy="greedy")
+    model = D.empty_model("smollm2-135m")
+    with pytest.raises(ValueError, match="quantization"):
+        D.plan_device_map(model, {0: "1GB"}, quantization="4bit")
+
+
+# ---------------------------------------------------------------- under-packing
+UNDERPACK_BUDGET = {**{i: "4GiB" for i in range(8)}, "cpu": "64GiB"}
+
+
+def test_buffers_match_the_installed_sources():
+    """old == accelerate 1.15 get_balanced_memory, fixed == transformers 5.24 get_balanced_memory."""
+    from accelerate.utils import get_balanced_memory as acc_balanced
+
+    model = D.empty_model("llama-3.1-8b", quantization="4bit")
+    want_old = acc_balanced(model, D.parse_max_memory(UNDERPACK_BUDGET),
+                            no_split_module_classes=list(model._no_split_modules),
+                            special_dtypes=D.special_dtypes(model))
+    want_old = model._vramlab_quantizer.adjust_max_memory(want_old)
+    assert D.balanced_budget(model, UNDERPACK_BUDGET, "old") == want_old
+    assert D.balanced_budget(model, UNDERPACK_BUDGET, "fixed") == D.planned_max_memory(model, UNDERPACK_BUDGET)
+    assert D.plan_with_buffer(model, UNDERPACK_BUDGET, "fixed") == D.plan_device_map(model, UNDERPACK_BUDGET,
+                                                                                     quantization="4bit")
+    s = D.buffer_inputs(model)
+    assert s["largest_leaf"] == 128256 * 4096 * 2  # bf16 embed_tokens / lm_head, not shrunk by 4-bit
+    assert D.old_buffer(s["first_block"], s["mean_leaf"]) < s["largest_leaf"] < D.fixed_buffer(
+        s["largest_block"], s["largest_leaf"])
+
+
+def test_old_buffer_spills_where_fixed_fits():
+    model = D.empty_model("llama-3.1-8b", quantization="4bit")
+    total = D.module_sizes(model, quantization="4bit")[""]
+    assert 8 * 4 * 2**30 > 6 * total  # eight 4 GiB GPUs: six times the model
+    old = D.plan_with_buffer(model, UNDERPACK_BUDGET, "old")
+    fixed = D.plan_with_buffer(model, UNDERPACK_BUDGET, "fixed")
+    assert D.spills(old) and not D.spills(fixed)
+    assert {v for v in old.values() if isinstance(v, int)} == {7}  # GPUs 0-6 skipped
+
+
+def test_buffer_formulas():
+    assert D.old_buffer(100, 40) == 125 and D.old_buffer(10, 40) == 50
+    assert D.fixed_buffer(100, 400) == 500 and D.fixed_buffer(400, 100) == 500
+    with pytest.raises(ValueError, match="formula"):
+        D.balanced_budget(D.empty_model("smollm2-135m"), {0: "1GB", 1: "1GB"}, "new")
+
+
+# ---------------------------------------------------------------- estimate table, figure
+def test_estimate_memory_uses_accelerates_arithmetic():
+    from accelerate.commands.estimate import estimate_training_usage
+
+    rows = {r["dtype"]: r for r in D.estimate_memory("smollm2-135m")}
+    n = 134_515_008
+    rope = sum(b.numel() * b.element_size() for b in D.empty_model("smollm2-135m", dtype="float32").buffers())
+    total = 4 * n + rope  # accelerate counts buffers too
+    assert rows["float32"]["total"] == total and rows["bfloat16"]["total"] == total // 2
+    assert rows["int8"]["total"] == total // 4 and rows["int4"]["total"] == total // 8
+    assert rows["float32"]["training_adam"] == max(estimate_training_usage(total, "float32").values()) == 4 * total
+    assert rows["int4"]["training_adam"] is None
+    assert rows["int4"]["loaded"] > rows["int4"]["total"]  # the bf16 embedding is not shrunk
+    assert rows["float32"]["largest_layer"] == 49152 * 576 * 4
+    assert "SmolLM2-135M" in D.format_estimate_table(list(rows.values()))
+
+
+def test_figure_has_titles_and_every_module():
+    budget = {0: "150MB", "cpu": "1GB"}
+    fig = D.device_map_figure("smollm2-135m", budget, quantization="8bit")
+    plan = D.plan_device_map("smollm2-135m", budget, quantization="8bit")
+    names = [x for tr in fig.data[:-1] for x in tr.x]
+    assert sorted(names) == sorted(plan)
+    assert fig.layout.title.text and fig.layout.yaxis.title.text and fig.layout.yaxis2.title.text
+    assert fig.layout.xaxis.title.text and fig.layout.xaxis2.title.text
+    used = D.device_usage("smollm2-135m", plan, quantization="8bit")
+    assert used[0] <= 0.9 * 150e6 and used["cpu"] > 0
+
+
+# ---------------------------------------------------------------- the real error and fixes (CPU)
+def test_cpu_analogue():
+    assert D.cpu_analogue({0: "150MB", "cpu": "1GB"}) == {"cpu": 150 * 10**6, "disk": 10**9}
+    with pytest.raises(ValueError, match="one GPU"):
+        D.cpu_analogue({"cpu": "1GB"})
+
+
+def test_trigger_returns_the_real_transformers_error():
+    exc = D.trigger_dispatch_error()
+    assert type(exc) is ValueError
+    assert str(exc).startswith(D.DISPATCH_ERROR_START)
+    assert "llm_int8_enable_fp32_cpu_offload=True" in str(exc)
+    # raised by transformers' quantizer, not by vramlab
+    assert "quantizer_bnb_8bit" in exc.__traceback__.tb_next.tb_frame.f_code.co_filename or any(
+        "quantizer_bnb_8bit" in f.filename for f in __import__("traceback").extract_tb(exc.__traceback__))
+    exc_cpu = D.trigger_dispatch_error(max_memory=D.cpu_analogue(D.TRIGGER_BUDGET))
+    assert str(exc_cpu).startswith(D.DISPATCH_ERROR_START)
+
+
+@pytest.mark.parametrize("dtype,quant,budget", [
+    ("bfloat16", "8bit", {"cpu": "150MB", "disk": "1GB"}),
+    ("bfloat16", "4bit", {"cpu": "100MB", "disk": "1GB"}),
+    ("float32", None, {"cpu": "300MB", "disk": "1GB"}),
+])
+def test_plan_equals_the_map_the_real_from_pretrained_chose(dtype, quant, budget):
+    """The real SmolLM2, loaded with device_map="auto" (cpu + disk, so it loads without a GPU; with
+    llm_int8_enable_fp32_cpu_offload=True bitsandbytes accepts the spill): model.hf_device_map == plan."""
+    import tempfile
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from vramlab import models
+
+    path = models.ensure_converted()
+    if quant is None:
+        model = AutoModelForCausalLM.from_pretrained(path, device_map="auto", max_memory=D.parse_max_memory(budget),
+                                                     dtype=getattr(torch, dtype),
+                                                     offload_folder=tempfile.mkdtemp(prefix="vramlab-test-"))
+    else:
+        model = D.load_quantized(quant, budget, dtype=dtype, llm_int8_enable_fp32_cpu_offload=True)
+    plan = D.plan_device_map(AutoConfig.from_pretrained(path), budget, dtype=dtype, quantization=quant)
+    assert {"cpu", "disk"} <= set(plan.values())
+    assert dict(model.hf_device_map) == plan
+
+
+def test_trigger_says_when_the_budget_fits():
+    with pytest.raises(RuntimeError, match="does not spill"):
+        D.trigger_dispatch_error(max_memory={"cpu": "1GB"})
+
+
+@pytest.mark.parametrize("fix,quantized", [(D.fix_budget, True), (D.fix_offload, False), (D.fix_smaller, True)])
+def test_each_fix_loads_and_runs_on_cpu(fix, quantized):
+    import torch
+
+    model = fix(gpu=False)
+    info = D.describe_loaded(model)
+    assert (info["quantized_linears"] == 210) is quantized
+    if fix is not D.fix_offload:  # one device: the planner's bytes are the loaded model's bytes, exactly
+        quant = "8bit" if fix is D.fix_budget else "4bit"
+        assert info["footprint_bytes"] == D.module_sizes("smollm2-135m", quantization=quant)[""]
+    ids = torch.arange(10, 42).unsqueeze(0)
+    with torch.no_grad():
+        loss = model(ids, labels=ids).loss
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.gpu
+def test_gpu_trigger_and_fix_with_smollm2():
+    """On a real GPU: too-small max_memory -> the ValueError; each fix loads and runs on cuda."""
+    import torch
+
+    exc = D.trigger_dispatch_error("8bit", D.TRIGGER_BUDGET)
+    assert str(exc).startswith(D.DISPATCH_ERROR_START)
+    for fix in (D.fix_budget, D.fix_offload, D.fix_smaller):
+        model = fix(gpu=True)
+        assert "GPU 0" in D.describe_loaded(model)["devices"] or next(model.parameters()).is_cuda
+        ids = torch.arange(10, 42).unsqueeze(0).to(model.device)
+        with torch.no_grad():
+            assert torch.isfinite(model(ids, labels=ids).loss)
+        del model
+        torch.cuda.empty_cache()
