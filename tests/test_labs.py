@@ -19,9 +19,52 @@ def test_strip_solutions_uses_stub_lines_and_keeps_indentation():
     assert labs.strip_solutions(src) == "def f(x):\n    return None\n\ncheck(f)"
 
 
-def test_strip_solutions_default_stub():
+def test_strip_solutions_default_stub_raises_not_implemented_with_the_exercise_name():
     src = "def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION"
-    assert labs.strip_solutions(src) == "def f(x):\n    pass  # TODO: your code here"
+    assert labs.strip_solutions(src, exercise="Exercise 2 (the butterfly)") == (
+        'def f(x):\n    raise NotImplementedError("Exercise 2 (the butterfly): not done yet. '
+        'Replace this line with your code.")')
+    with pytest.raises(labs.LabBuildError, match="STUB: name = None"):
+        labs.strip_solutions("# BEGIN SOLUTION\nx = 1\n# END SOLUTION")
+
+
+def test_exercise_label_comes_from_the_header_above_or_the_count():
+    assert labs.exercise_label("### Exercise 1 — Sylvester's Hadamard matrix\n🔴⚪⚪", 3) == \
+        "Exercise 1 (Sylvester's Hadamard matrix)"
+    assert labs.exercise_label("### Exercise 0.1\ntext", 1) == "Exercise 0.1"
+    assert labs.exercise_label(None, 4) == "Exercise 4"
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("### Exercise 7 — fold it"),
+        nbformat.v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"),
+    ])
+    assert 'NotImplementedError("Exercise 7 (fold it): not done yet.' in labs.make_lab(nb).cells[1].source
+
+
+def _run_setup_cell(tmp_path, source: str):
+    """Run SETUP_CELL as Colab would (google.colab imported) with VRAMLAB_SOURCE=source."""
+    import subprocess
+    import sys
+
+    script = ("import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')\n"
+              + labs.SETUP_CELL)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), labs.SOURCE_ENV: source, "PIP_NO_INDEX": "1"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_setup_cell_fails_in_one_sentence_when_the_source_is_missing(tmp_path):
+    proc = _run_setup_cell(tmp_path, str(tmp_path / "vramlab-0.1.0-py3-none-any.whl"))
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("FileNotFoundError: VRAMLAB_SOURCE=") and "does not exist: upload the vramlab wheel" in last
+
+
+def test_setup_cell_fails_in_one_sentence_when_pip_cannot_install_it(tmp_path):
+    bogus = tmp_path / "vramlab-0.1.0-py3-none-any.whl"
+    bogus.write_text("not a wheel")
+    proc = _run_setup_cell(tmp_path, str(bogus))
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and last.startswith("RuntimeError: vramlab could not be installed from ")
+    assert "ask your instructor for the vramlab wheel" in last
 
 
 @pytest.mark.parametrize("src,match", [
@@ -44,7 +87,7 @@ def test_labs_are_in_sync_with_notebooks():
 def test_every_notebook_starts_with_the_setup_cell(path):
     nb = nbformat.read(path, as_version=4)
     assert labs.first_code_cell(nb).source == labs.SETUP_CELL
-    assert labs.REPO_URL in labs.SETUP_CELL
+    assert labs.REPO_URL in labs.SETUP_CELL and labs.SOURCE_ENV in labs.SETUP_CELL
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
