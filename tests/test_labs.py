@@ -38,6 +38,8 @@ def test_exercise_label_comes_from_the_header_above_or_the_count():
         nbformat.v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"),
     ])
     assert 'NotImplementedError("Exercise 7 (fold it): not done yet.' in labs.make_lab(nb).cells[1].source
+    nb.cells += [nbformat.v4.new_markdown_cell("## 2. Another section"), nbformat.v4.new_code_cell(nb.cells[1].source)]
+    assert 'NotImplementedError("Exercise 2: not done yet.' in labs.make_lab(nb).cells[3].source
 
 
 def _run_setup_cell(tmp_path, source: str):

@@ -94,6 +94,6 @@ def footprint_figure(rows: list[dict], title: str = "Where the model's bytes go"
         fig.add_bar(y=[r["component"] for r in sel], x=[r["bytes"] / 2**20 for r in sel], orientation="h",
                     name=dtype, text=[f"{r['bytes'] / 2**20:.1f} MiB" for r in sel], textposition="auto")
     fig.update_layout(title=title, xaxis_title="memory (MiB = 2^20 bytes)", yaxis_title="component",
-                      legend_title="stored as", barmode="stack", height=340,
+                      legend_title="stored as", showlegend=True, barmode="stack", height=340,
                       margin=dict(l=10, r=10, t=50, b=50), yaxis=dict(autorange="reversed"))
     return fig

@@ -150,8 +150,8 @@ def exercise_label(header: str | None, number: int) -> str:
 def make_lab(nb, where: str = "notebook"):
     """The learner version of a (complete) notebook node: solutions stubbed, outputs cleared.
 
-    A solution block without STUB lines is named after the last "Exercise N — title" markdown header
-    above it, else numbered in order of appearance in the notebook.
+    A solution block without STUB lines is named after the "Exercise N — title" markdown header of its
+    section, else numbered in order of appearance in the notebook.
     """
     lab = copy.deepcopy(nb)
     header, blocks = None, 0
@@ -159,6 +159,8 @@ def make_lab(nb, where: str = "notebook"):
         if cell.cell_type == "markdown":
             if EXERCISE_HEADER.search(cell.source):
                 header = cell.source
+            elif re.search(r"^#+\s", cell.source, re.M):
+                header = None  # a new section: its exercise is numbered, not named after an older one
             continue
         if cell.cell_type != "code":
             continue

@@ -502,5 +502,6 @@ def kurtosis_figure(rows, title: str = "", value: str = "kurtosis", after=None):
                                      marker=dict(color=SITE_COLOURS.get(s), symbol="circle-open" if dash == "dash" else "circle")))
     label = VALUE_LABELS.get(value, value.replace("_", " "))
     fig.update_layout(title=title or f"{label} per layer", xaxis_title="layer index", yaxis_title=label,
-                      yaxis=_log_axis(shown), height=380, margin=dict(l=60, r=20, t=50, b=50))
+                      yaxis=_log_axis(shown), height=420, legend=dict(tracegroupgap=2),
+                      margin=dict(l=60, r=20, t=50, b=50))
     return fig
