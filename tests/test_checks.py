@@ -78,7 +78,7 @@ FUNCTION_STUBS = [None, _raises, _returns_none]
 # Arguments after the learner's answer for checks that need them (callables get the model fixture).
 EXTRA_ARGS = {
     "check_fp16_weight_bytes": lambda model: (model,),
-    "check_prediction": lambda model: ("bytes per token", 1234.0),
+    "check_prediction": lambda model: (1234.0, "bytes per token"),
 }
 
 
@@ -143,3 +143,12 @@ def test_fp16_hint_follows_the_learners_number(wrong, hint, smollm2, capsys):
              "mib": 2 * params / 2**20, "gib": 2 * params / 2**30, "gb": 2 * params / 1e9}[wrong]
     assert not check_fp16_weight_bytes(value, model)
     assert hint in capsys.readouterr().out
+
+
+def test_check_arguments_that_are_not_the_answer_are_refused_in_one_sentence():
+    from vramlab.checks import check_prediction
+
+    with pytest.raises(TypeError, match="model must be the loaded SmolLM2"):
+        check_fp16_weight_bytes(269030016, "SmolLM2")
+    with pytest.raises(TypeError, match="actual must be the measured number"):
+        check_prediction(3.0, None)

@@ -142,3 +142,19 @@ def test_build_writes_a_lab_and_check_detects_staleness(tmp_path):
 
 def test_build_check_cli_passes_on_this_checkout():
     assert labs.main(["build", "--check", "--root", str(ROOT)]) == 0
+
+
+def test_bad_input_is_one_sentence(tmp_path, capsys):
+    with pytest.raises(TypeError, match="source must be a cell's source text"):
+        labs.strip_solutions(None)
+    with pytest.raises(TypeError, match="nb must be a notebook node"):
+        labs.make_lab({"cells": []})
+    with pytest.raises(labs.LabBuildError, match="has no notebooks/ folder: pass the repository root"):
+        labs.build(tmp_path)
+    assert labs.main(["build", "--root", str(tmp_path)]) == 2
+    assert "has no notebooks/ folder" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="does not exist: pass a notebook path"):
+        labs.execute([tmp_path / "missing.ipynb"])
+    with pytest.raises(ValueError, match="is not a notebook: pass .ipynb files"):
+        labs.execute(["README.md"])
+    assert labs.main(["execute", str(tmp_path / "missing.ipynb")]) == 2

@@ -77,6 +77,8 @@ def strip_solutions(source: str, where: str = "cell", exercise: str | None = Non
     ``raise NotImplementedError("<exercise>: not done yet ...")``. ``exercise`` names it
     (e.g. ``"Exercise 2 (the butterfly)"``; default ``"This exercise"``).
     """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a cell's source text (str), got {type(source).__name__}.")
     label = exercise or "This exercise"
     out: list[str] = []
     lines = source.splitlines()
@@ -153,6 +155,8 @@ def make_lab(nb, where: str = "notebook"):
     A solution block without STUB lines is named after the "Exercise N — title" markdown header of its
     section, else numbered in order of appearance in the notebook.
     """
+    if not hasattr(nb, "cells") or not hasattr(nb, "metadata"):
+        raise TypeError(f"nb must be a notebook node (nbformat.read(path, as_version=4)), got {type(nb).__name__}.")
     lab = copy.deepcopy(nb)
     header, blocks = None, 0
     for index, cell in enumerate(lab.cells):
@@ -190,6 +194,8 @@ def build(root: Path | None = None, check: bool = False, verbose: bool = True) -
     import nbformat
 
     root = Path(root) if root else repo_root()
+    if not (root / "notebooks").is_dir():
+        raise LabBuildError(f"{root} has no notebooks/ folder: pass the repository root (--root PATH).")
     notebooks = sorted((root / "notebooks").glob("*.ipynb"))
     labs_dir = root / "labs"
     stale: list[str] = []
@@ -247,7 +253,13 @@ def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "pyt
     import nbformat
     from nbclient import NotebookClient
 
-    for path in map(Path, paths):
+    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    for path in paths:
+        if path.suffix != ".ipynb":
+            raise ValueError(f"{path} is not a notebook: pass .ipynb files, e.g. notebooks/00_start_here.ipynb.")
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist: pass a notebook path such as notebooks/00_start_here.ipynb.")
+    for path in paths:
         nb = nbformat.read(path, as_version=4)
         sync_setup_cell(nb)
         start = time.perf_counter()
@@ -280,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
             print("labs are stale: run `python -m vramlab.labs build` and commit the result", file=sys.stderr)
             return 1
         return 0
-    execute(args.notebooks, timeout=args.timeout)
+    try:
+        execute(args.notebooks, timeout=args.timeout)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

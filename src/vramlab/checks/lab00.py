@@ -37,6 +37,8 @@ def check_fp16_weight_bytes(got: Any, model) -> CheckResult:
     already yields a shared tensor once). The hint follows the learner's number (tied matrix counted
     twice, float32's 4 bytes, a parameter count, MiB/GiB/MB/GB instead of bytes).
     """
+    if not hasattr(model, "parameters") or not hasattr(model, "get_input_embeddings"):
+        raise TypeError(f"model must be the loaded SmolLM2 (load_smollm2()[0]), got {type(model).__name__}.")
     params = sum(p.numel() for p in model.parameters())
     embedding = model.get_input_embeddings().weight
     tied = embedding.numel() if model.get_output_embeddings() is not None and \
@@ -55,6 +57,8 @@ def check_prediction(predicted: Any, actual: float, what: str = "your prediction
     ``actual``; a non-number fails with a sentence saying so.
     """
     name = what
+    if as_float(actual) is None or not math.isfinite(as_float(actual)):
+        raise TypeError(f"actual must be the measured number to compare with, got {actual!r}.")
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
@@ -64,7 +68,7 @@ def check_prediction(predicted: Any, actual: float, what: str = "your prediction
     if value is None or not math.isfinite(value):
         return report(name, False, "a number", f"{fmt_number(predicted)} (not a finite number)",
                       hint="store a plain number, e.g. 250 (in " + (unit or "the unit asked for") + ")")
-    actual = float(actual)
+    actual = as_float(actual)
     if actual == 0:
         off = "exactly right" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
     else:
