@@ -30,7 +30,7 @@ def test_fp16_weight_bytes_rejects_stub_and_accepts_solution(smollm2, capsys):
 def test_report_and_call_learner(capsys):
     result = report("demo", False, "1", "2", hint="try 1")
     assert isinstance(result, CheckResult) and not result
-    assert capsys.readouterr().out.strip() == "FAIL demo: expected 1; got 2. Hint: try 1"
+    assert capsys.readouterr().out.strip() == "FAIL demo: expected 1; got 2. Hint: try 1."
     assert report("demo", True, "1", "1")
     assert capsys.readouterr().out.strip() == "PASS demo: 1, as expected."
     assert report("demo", True, "", "all 4 cases match the reference.")

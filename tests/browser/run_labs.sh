@@ -15,16 +15,17 @@ if [ "$#" -gt 0 ]; then notebooks=("$@"); else notebooks=(labs/*.ipynb); fi
 
 token=$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(16))')
 settings=$(mktemp -d)
+workspaces=$(mktemp -d)   # its own workspaces: other servers' (half-written) workspace files cannot break this one
 mkdir -p "$settings/@jupyterlab/docmanager-extension" "$settings/@jupyterlab/notebook-extension"
 echo '{"autosave": false}' > "$settings/@jupyterlab/docmanager-extension/plugin.jupyterlab-settings"
 # Render every cell (JupyterLab 4 otherwise skips off-screen cells): whole-notebook screenshots and checks.
 echo '{"windowingMode": "none"}' > "$settings/@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
 root_flag=$([ "$(id -u)" = 0 ] && echo --allow-root || true)
-JUPYTERLAB_SETTINGS_DIR="$settings" "$VENV/bin/jupyter" lab --no-browser $root_flag --port "$PORT" \
+JUPYTERLAB_SETTINGS_DIR="$settings" JUPYTERLAB_WORKSPACES_DIR="$workspaces" "$VENV/bin/jupyter" lab --no-browser $root_flag --port "$PORT" \
     --ServerApp.port_retries=0 --ServerApp.ip=127.0.0.1 --IdentityProvider.token="$token" \
     --ServerApp.root_dir="$PWD" > "$SMOKE_OUT/jupyterlab.log" 2>&1 &
 server=$!
-cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$settings"; }
+cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$settings" "$workspaces"; }
 trap cleanup EXIT
 for _ in $(seq 120); do
   if curl -sf -o /dev/null "http://127.0.0.1:$PORT/api/status?token=$token"; then break; fi

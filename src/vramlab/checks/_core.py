@@ -67,7 +67,8 @@ class CheckResult:
             return f"{FAIL_MARK} {self.name}: expected {NOT_DONE_EXPECTED}; got {got}. Hint: {self.hint or NOT_DONE_HINT}."
         text = f"{FAIL_MARK} {self.name}: expected {str(self.expected).rstrip('.')}; got {got}."
         if self.hint:
-            text += f" Hint: {self.hint}"
+            hint = str(self.hint).strip()
+            text += f" Hint: {hint}" + ("" if hint.endswith((".", "!", "?", ")")) else ".")
         return text
 
     def _ipython_display_(self) -> None:  # the check already printed its line
