@@ -29,22 +29,26 @@ SETUP_CELL = f'''# Setup, the same in every notebook. Colab: installs vramlab an
 import sys
 if "google.colab" in sys.modules:
     import glob, os, subprocess
-    # vramlab comes from {SOURCE_ENV} (a wheel path or a git URL, e.g. `%env {SOURCE_ENV}=/content/vramlab-0.1.0-py3-none-any.whl`),
-    # else from a vramlab wheel uploaded to /content (Files pane), else from the project's repository.
+    # The source: {SOURCE_ENV} (a wheel path or a git URL; `%env {SOURCE_ENV}=...` in a cell above),
+    # else a vramlab wheel uploaded to /content (Files pane), else the project's repository.
     wheels = sorted(glob.glob("/content/vramlab-*.whl"))
     source = os.environ.get("{SOURCE_ENV}") or (wheels[-1] if wheels else "git+{REPO_URL}")
     if source.startswith(("http://", "https://")) and not source.endswith(".whl"):
         source = "git+" + source
     if not source.startswith(("git+", "http://", "https://")) and not os.path.exists(source):
-        raise FileNotFoundError(f"{SOURCE_ENV}={{source}} does not exist: upload the vramlab wheel to /content (Files pane) or fix the path, then run this cell again.")
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True,
-                         env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
+        raise FileNotFoundError(f"{SOURCE_ENV}={{source}} does not exist: upload the vramlab wheel to /content "
+                                "(Files pane) or fix the path, then run this cell again.")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True,
+                         text=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
     if pip.returncode != 0:
-        raise RuntimeError(f"vramlab could not be installed from {{source}} (pip: {{(pip.stderr.strip().splitlines() or ['failed'])[-1]}}): ask your instructor for the vramlab wheel, upload it to /content, and run this cell again.") from None
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise RuntimeError(f"vramlab could not be installed from {{source}} ({{why}}): ask your instructor for "
+                           "the vramlab wheel, upload it to /content, and run this cell again.") from None
     fetch = subprocess.run(["vramlab", "fetch-model"], capture_output=True, text=True)
     print(fetch.stdout.strip() or fetch.stderr.strip())
     if fetch.returncode != 0:
-        raise RuntimeError("vramlab fetch-model failed (its message is above): check the runtime's internet access and run this cell again.")'''
+        raise RuntimeError("vramlab fetch-model failed (its message is above): check the runtime's internet "
+                           "access and run this cell again.")'''
 
 SETUP_MARKER = "# Setup, the same in every notebook."
 BEGIN = "# BEGIN SOLUTION"

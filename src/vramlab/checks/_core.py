@@ -17,7 +17,7 @@ FAIL_MARK = "FAIL"
 # What an untouched exercise says instead of the expected value: the answer is revealed only after a
 # real attempt (a value that is not the stub's None / ... / NotImplementedError).
 NOT_DONE_EXPECTED = "your answer in place of the stub"
-NOT_DONE_HINT = "not done yet: write your code where the stub is, then run this cell again"
+NOT_DONE_HINT = "this exercise is not done yet: replace the stub with your code, then run this cell again"
 _UNTOUCHED_TEXTS = ("None", "Ellipsis", "...", "NoneType None")
 
 
