@@ -148,6 +148,7 @@ def test_activation_stats_bad_input_is_one_sentence(kwargs, error, match):
      "value='max_rms' is not a measure of these rows: choose from kurtosis"),
     (lambda m, ids: O.find([], 3, "k"), KeyError, "No statistics for layer 3"),
     (lambda m, ids: O.log_ticks(0, 10), ValueError, "positive finite limits"),
+    (lambda m, ids: O.site_weights(m), TypeError, "layer must be one decoder layer"),
 ])
 def test_public_functions_refuse_bad_input_in_one_sentence(call, error, match):
     m = tiny_llama()

@@ -227,6 +227,8 @@ def _kv_tokens(x):
 
 def site_weights(layer) -> dict:
     """The weight matrices that read each site of one decoder layer (for the incoherence mu)."""
+    if not (hasattr(layer, "self_attn") and hasattr(layer, "mlp")):
+        raise TypeError(f"layer must be one decoder layer (model.model.layers[i]), got {type(layer).__name__}.")
     attn, mlp = layer.self_attn, layer.mlp
     return {
         "qkv_in": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], 0),
