@@ -129,7 +129,8 @@ def test_activation_stats_bad_input_is_one_sentence(kwargs, error, match):
 
 @pytest.mark.parametrize("call,error,match", [
     (lambda m, ids: O.capture(m, ids, 1, site="bogus"), ValueError, "unknown site 'bogus'"),
-    (lambda m, ids: O.capture(m, ids, 7), ValueError, "layers contains 7, but the model has 2 layers"),
+    (lambda m, ids: O.capture(m, ids, 7), ValueError, "layer is 7, but the model has 2 layers: pass indices from 0 to 1"),
+    (lambda m, ids: O.capture(m, ids, [1]), TypeError, "layer must be one layer index"),
     (lambda m, ids: O.capture(m, ids.float(), 1), TypeError, "input_ids must be a LongTensor"),
     (lambda m, ids: O.capture(m, ids[:, :0], 1), ValueError, "at least one token"),
     (lambda m, ids: O.activation_stats(m, [[1, 2, 3]]), TypeError, "windows must be a LongTensor"),

@@ -90,7 +90,7 @@ def _layers_of(model):
     return layers
 
 
-def _layer_ids(model, layers) -> list[int]:
+def _layer_ids(model, layers, name: str = "layers") -> list[int]:
     n = len(_layers_of(model))
     if layers is None:
         return list(range(n))
@@ -99,10 +99,11 @@ def _layer_ids(model, layers) -> list[int]:
     ids = []
     for i in layers:
         if isinstance(i, bool) or not isinstance(i, int) and not (hasattr(i, "__index__")):
-            raise TypeError(f"layers must be layer indices (ints), got {i!r}.")
+            raise TypeError(f"{name} must be layer indices (ints), got {i!r}.")
         i = int(i)
         if not 0 <= i < n:
-            raise ValueError(f"layers contains {i}, but the model has {n} layers: pass indices from 0 to {n - 1}.")
+            said = "layers contains" if name == "layers" else f"{name} is"
+            raise ValueError(f"{said} {i}, but the model has {n} layers: pass indices from 0 to {n - 1}.")
         ids.append(i)
     if not ids:
         raise ValueError("layers is empty: pass at least one layer index, or None for all layers.")
@@ -333,7 +334,9 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
 
     ``input_ids``: LongTensor ``[length]`` or ``[1, length]``; ``site``: one of :data:`SITES`.
     """
-    (layer,) = _layer_ids(model, [layer])
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"layer must be one layer index (an int), got {layer!r}.")
+    (layer,) = _layer_ids(model, [layer], name="layer")
     (site,) = _check_sites([site])
     input_ids = _check_ids(input_ids)
     got = []
