@@ -130,6 +130,8 @@ def test_check_prediction_accepts_any_honest_number_and_says_how_far_off(capsys)
     assert not check_prediction("lots", 256.6, "weights in MiB", "MiB")
     assert "not a finite number" in capsys.readouterr().out
     assert not check_prediction(float("nan"), 256.6)
+    assert check_prediction(250, what="weights in MiB", unit="MiB")  # recorded now, revealed later
+    assert "250 MiB stored; the real value comes later" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong,hint", [
@@ -151,4 +153,4 @@ def test_check_arguments_that_are_not_the_answer_are_refused_in_one_sentence():
     with pytest.raises(TypeError, match="model must be the loaded SmolLM2"):
         check_fp16_weight_bytes(269030016, "SmolLM2")
     with pytest.raises(TypeError, match="actual must be the measured number"):
-        check_prediction(3.0, None)
+        check_prediction(3.0, "lots")

@@ -9,6 +9,7 @@ what keeps a half-done lab executable top to bottom. An untouched exercise (the 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -18,7 +19,9 @@ FAIL_MARK = "FAIL"
 # real attempt (a value that is not the stub's None / ... / NotImplementedError).
 NOT_DONE_EXPECTED = "your answer in place of the stub"
 NOT_DONE_HINT = "this exercise is not done yet: replace the stub with your code, then run this cell again"
-_UNTOUCHED_TEXTS = ("None", "Ellipsis", "...", "NoneType None")
+# How checks spell an untouched value in their "got" text: None, "None (not done yet)", "ellipsis",
+# "Ellipsis (not a number)", "NoneType None", "NotImplementedError from the stub", "...".
+_UNTOUCHED_RE = re.compile(r"^(None|NoneType|Ellipsis|ellipsis|NotImplementedError)\b|^\.\.\.$")
 
 
 def is_untouched(value: Any) -> bool:
@@ -28,8 +31,8 @@ def is_untouched(value: Any) -> bool:
 
 
 def _untouched_text(got: str) -> bool:
-    text = str(got).strip().rstrip(".")
-    return text in _UNTOUCHED_TEXTS or text.startswith(("None (", "NotImplementedError"))
+    text = str(got).strip()
+    return bool(_UNTOUCHED_RE.match(text))
 
 
 def _value_like(text: str) -> bool:
@@ -146,8 +149,8 @@ def call_learner(name: str, fn: Callable, *args, expected: str = "", none_is_unt
                             hint="fix that line, run the exercise cell, then this check again", value=exc)
     if none_is_untouched and (value is None or value is Ellipsis):
         return None, report(name, False, expected, f"{value!r} from your function", value=value,
-                            untouched_hint="write your code where the stub is and end it with `return <result>`, "
-                                           "then run this cell again")
+                            untouched_hint="not done yet, or the `return` line is missing: write your code where "
+                                           "the stub is, end it with `return <result>`, then run this cell again")
     return value, None
 
 

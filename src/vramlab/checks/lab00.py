@@ -48,17 +48,18 @@ def check_fp16_weight_bytes(got: Any, model) -> CheckResult:
                        hint=_fp16_hint(as_float(got), params, tied))
 
 
-def check_prediction(predicted: Any, actual: float, what: str = "your prediction", unit: str = "",
+def check_prediction(predicted: Any, actual: float | None = None, what: str = "your prediction", unit: str = "",
                      ) -> CheckResult:
     """Predict, then reveal: any honest number passes; the line says how far off it was.
 
-    ``predicted``: the learner's number (stored before the reveal); ``actual``: the measured value;
-    ``unit``: printed after both (``"MiB"``). None / ``...`` (not predicted yet) fails without revealing
-    ``actual``; a non-number fails with a sentence saying so.
+    ``predicted``: the learner's number (stored before the reveal); ``actual``: the measured value, or
+    None to only record the prediction before the lesson reveals it; ``unit``: printed after both
+    (``"MiB"``). None / ``...`` (not predicted yet) fails without revealing ``actual``; a non-number
+    fails with a sentence saying so.
     """
     name = what
-    if as_float(actual) is None or not math.isfinite(as_float(actual)):
-        raise TypeError(f"actual must be the measured number to compare with, got {actual!r}.")
+    if actual is not None and (as_float(actual) is None or not math.isfinite(as_float(actual))):
+        raise TypeError(f"actual must be the measured number to compare with (or None), got {actual!r}.")
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
@@ -68,6 +69,8 @@ def check_prediction(predicted: Any, actual: float, what: str = "your prediction
     if value is None or not math.isfinite(value):
         return report(name, False, "a number", f"{fmt_number(predicted)} (not a finite number)",
                       hint="store a plain number, e.g. 250 (in " + (unit or "the unit asked for") + ")")
+    if actual is None:
+        return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
     if actual == 0:
         off = "exactly right" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
