@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -104,8 +105,10 @@ def test_an_untouched_stub_never_reveals_the_answer(name, smollm2, capsys):
         assert isinstance(result, CheckResult) and not result, (name, stub, out)
         assert result.untouched, f"{name}({stub!r}) is not recognised as not done yet: {out}"
         assert out.startswith("FAIL ") and "expected your answer in place of the stub; got" in out, out
-        if result.expected.strip():
+        if re.search(r"\d", result.expected):  # a value, not a description such as "a number"
             assert result.expected not in out, f"{name}({stub!r}) reveals {result.expected!r}: {out}"
+        expected_part = out.split("; got ")[0].split(": expected ", 1)[1]
+        assert not re.search(r"\d", expected_part), f"{name}({stub!r}) shows a number before an attempt: {out}"
 
 
 def test_every_exported_check_has_a_stub_and_solution_test():
@@ -119,7 +122,7 @@ def test_every_exported_check_has_a_stub_and_solution_test():
 
 
 def test_check_prediction_accepts_any_honest_number_and_says_how_far_off(capsys):
-    from vramlab.checks import check_prediction
+    from vramlab.checks.lab00 import check_prediction
 
     assert check_prediction(260, 256.6, "weights in MiB", "MiB")
     assert capsys.readouterr().out == "PASS weights in MiB: you predicted 260 MiB; it is 256.6 MiB (within 5%: well predicted).\n"
@@ -148,7 +151,7 @@ def test_fp16_hint_follows_the_learners_number(wrong, hint, smollm2, capsys):
 
 
 def test_check_arguments_that_are_not_the_answer_are_refused_in_one_sentence():
-    from vramlab.checks import check_prediction
+    from vramlab.checks.lab00 import check_prediction
 
     with pytest.raises(TypeError, match="model must be the loaded SmolLM2"):
         check_fp16_weight_bytes(269030016, "SmolLM2")

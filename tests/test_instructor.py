@@ -77,13 +77,19 @@ def test_answer_key_numbers_are_what_the_checks_accept(row, smollm2, capsys):
         assert not check(float(wrong), *extra), f"{name} accepts the listed wrong answer {wrong}"
 
 
+# Kind names the vLLM lesson renamed; the old name is accepted until that branch is merged.
+KIND_ALIASES = {"kv_preemption": "block_manager_exhausted"}
+
+
 def test_log_bank_is_classified_as_listed():
-    from vramlab.oom import diagnose
+    from vramlab.oom import KINDS, diagnose
 
     section = _section("## OOM log bank")
     items = re.findall(r"kind `(\w+)`\n   ```text\n(.*?)\n   ```", section, re.S)
     assert len(items) == 6
     for kind, text in items:
+        if kind not in KINDS:
+            kind = KIND_ALIASES[kind]
         assert diagnose(text.strip()).kind == kind, (kind, text[:80])
 
 
