@@ -289,9 +289,16 @@ async function runNotebook(browser, nbPath) {
   await sleep(500);
   const t0 = Date.now();
   log(`${nbPath}: Run > Run All Cells`);
-  await clickMenu(page, 'Run', 'runmenu:run-all'); // Run > Run All Cells
-  // Wait until work started (a [*] prompt or a busy kernel), then until idle with nothing queued, twice in a row.
-  await waitFor(page, (s) => s.kernel === 'busy' || s.prompts.some((p) => p === '[*]:') || s.prompts.every((p) => /^\[\d+\]:$/.test(p)), 'the run to start', 60000, 250).catch(() => {});
+  // Wait until work started (a [*] prompt, a numbered prompt, or a busy kernel). On a freshly started, busy
+  // server the first Run All can be lost while the kernel connects: try again, at most three times.
+  const started = (s) => s.kernel === 'busy' || s.prompts.some((p) => p === '[*]:' || /^\[\d+\]:$/.test(p));
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    await clickMenu(page, 'Run', 'runmenu:run-all'); // Run > Run All Cells
+    const ok = await waitFor(page, started, 'the run to start', 45000, 250).then(() => true, () => false);
+    if (ok) break;
+    log(`${nbPath}: Run All did not start (attempt ${attempt}); ${attempt < 3 ? 'trying again' : 'giving up'}`);
+  }
+  // Then wait until the kernel is idle with nothing queued, three checks in a row.
   let stable = 0;
   let lastLog = 0;
   let maxWidgets = 0;
