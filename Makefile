@@ -1,19 +1,20 @@
 # vramlab: `make lab` sets up and opens JupyterLab; `make test` sets up and runs every test.
-# Variables: PYTHON (the interpreter that makes the venv), VENV, TORCH (how torch is installed
-# when the venv has none, e.g. TORCH="torch --index-url https://download.pytorch.org/whl/cpu").
+# torch: installed into the venv only when it has none, by src/vramlab/torch_install.py, which picks
+# PyTorch's CPU build on a machine without an NVIDIA GPU and says which build it chose and why.
+# Variables: PYTHON (the interpreter that makes the venv), VENV, PORT (for `make lab`, default 8888).
 PYTHON ?= python3
 VENV ?= .venv
-TORCH ?= "torch>=2.4"
 PY := $(VENV)/bin/python
 # JupyterLab refuses to run as root (Docker, some cloud VMs) without --allow-root.
 JUPYTER_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+PORT ?= 8888
 
-.PHONY: setup lab test model labs notebooks clean
+.PHONY: setup lab test model labs notebooks wheel clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH)
+	$(PY) src/vramlab/torch_install.py
 	$(PY) -m pip install -q -e ".[lab,dev]"
 	mkdir -p $(VENV)/share/jupyter/lab/settings
 	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
@@ -25,8 +26,9 @@ setup: $(VENV)/.installed model
 model: $(VENV)/.installed
 	$(VENV)/bin/vramlab fetch-model
 
+# Rooted at the repository (notebooks/, the complete lessons, are one click away), with lab 00 open.
 lab: setup
-	$(VENV)/bin/jupyter lab $(JUPYTER_ARGS) labs/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(JUPYTER_ARGS) --port $(PORT) --ServerApp.root_dir="$(CURDIR)" labs/00_start_here.ipynb
 
 test: setup
 	$(PY) -m pytest
@@ -38,5 +40,11 @@ notebooks: $(VENV)/.installed
 	$(PY) -m vramlab.labs execute notebooks/*.ipynb
 	$(PY) -m vramlab.labs build
 
+# The wheel an instructor uploads to Colab (VRAMLAB_SOURCE=/content/<wheel> in the setup cell).
+wheel: $(VENV)/.installed
+	rm -rf dist
+	$(PY) -m pip wheel --no-deps -w dist .
+	@ls dist/*.whl
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache dist build

@@ -51,3 +51,20 @@ def test_workshop_guard_caps_the_allocator():
     with pytest.raises(torch.OutOfMemoryError):
         torch.empty(int(total * 0.6), dtype=torch.uint8, device="cuda")
     device.apply_workshop_guard(1.0)
+
+
+@pytest.mark.parametrize("bad", ["0.5", None.__class__, [0.5], True])
+def test_fraction_must_be_a_number(bad):
+    with pytest.raises(TypeError, match="fraction must be a number in"):
+        device.apply_workshop_guard(bad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 2, -0.1])
+def test_fraction_out_of_range(bad):
+    with pytest.raises(ValueError, match="outside"):
+        device.apply_workshop_guard(bad)
+
+
+def test_require_cuda_what_must_be_text():
+    with pytest.raises(TypeError, match="what must be a short description"):
+        device.require_cuda(3)

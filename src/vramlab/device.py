@@ -31,6 +31,8 @@ def in_colab() -> bool:
 
 def require_cuda(what: str = "this step") -> None:
     """Raise :class:`GpuRequiredError` (one sentence, with the fix) when no CUDA device is visible."""
+    if not isinstance(what, str):
+        raise TypeError(f"what must be a short description (str) of the GPU-only step, got {type(what).__name__}.")
     if has_cuda():
         return
     import torch
@@ -124,8 +126,10 @@ def apply_workshop_guard(fraction: float | None = None) -> float | None:
     ``fraction * total`` instead of taking memory a neighbour on a shared GPU needs.
     """
     global _applied_fraction
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))):
+        raise TypeError(f"fraction must be a number in (0, 1], e.g. 0.5, got {fraction!r}.")
     value = gpu_fraction_from_env() if fraction is None else float(fraction)
-    if not 0.0 < value <= 1.0:
+    if not 0.0 < value <= 1.0:  # NaN fails too
         raise ValueError(f"fraction={value} is outside (0, 1]; pass e.g. 0.5 to use half the GPU.")
     if not has_cuda():
         return None

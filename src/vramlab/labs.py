@@ -2,7 +2,7 @@
 
 ``python -m vramlab.labs build`` writes ``labs/NN_name.ipynb`` from ``notebooks/NN_name.ipynb``:
 the code between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` becomes the ``# STUB: ...`` lines of
-the block (un-commented) or ``pass  # TODO: your code here``; outputs and execution counts are
+the block (un-commented) or ``raise NotImplementedError("Exercise N (title): not done yet ...")``; outputs and execution counts are
 cleared (saved widget state too); ``# NBVAL_CHECK_OUTPUT`` markers are dropped (a lab has no stored outputs to compare).
 ``--check`` writes nothing and fails when a lab or a notebook's setup cell is stale.
 ``python -m vramlab.labs execute NOTEBOOK...`` runs notebooks in place and saves their outputs.
@@ -12,26 +12,52 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import re
 import sys
 from pathlib import Path
 
 # The repository learners install from in Colab. Kept here, in one place: every notebook's setup
 # cell is generated from SETUP_CELL (``build`` rewrites it; tests/test_labs.py checks it).
+# Until the package has a public home, VRAMLAB_SOURCE (a wheel path or a git URL) or a vramlab
+# wheel uploaded to /content (``make wheel`` builds it) replaces this placeholder.
 REPO_URL = "https://github.com/vramlab/vramlab"
+SOURCE_ENV = "VRAMLAB_SOURCE"
 
 SETUP_CELL = f'''# Setup, the same in every notebook. Colab: installs vramlab and the model (about 1 minute).
 # Locally (JupyterLab started by `make lab`) there is nothing to do.
 import sys
 if "google.colab" in sys.modules:
-    !pip install -q "vramlab @ git+{REPO_URL}"
-    !vramlab fetch-model'''
+    import glob, os, subprocess
+    # The source: {SOURCE_ENV} (a wheel path or a git URL; `%env {SOURCE_ENV}=...` in a cell above),
+    # else a vramlab wheel uploaded to /content (Files pane), else the project's repository.
+    wheels = sorted(glob.glob("/content/vramlab-*.whl"))
+    source = os.environ.get("{SOURCE_ENV}") or (wheels[-1] if wheels else "git+{REPO_URL}")
+    if source.startswith(("http://", "https://")) and not source.endswith(".whl"):
+        source = "git+" + source
+    if not source.startswith(("git+", "http://", "https://")) and not os.path.exists(source):
+        raise FileNotFoundError(f"{SOURCE_ENV}={{source}} does not exist: upload the vramlab wheel to /content "
+                                "(Files pane) or fix the path, then run this cell again.")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True,
+                         text=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise RuntimeError(f"vramlab could not be installed from {{source}} ({{why}}): ask your instructor for "
+                           "the vramlab wheel, upload it to /content, and run this cell again.") from None
+    fetch = subprocess.run(["vramlab", "fetch-model"], capture_output=True, text=True)
+    print(fetch.stdout.strip() or fetch.stderr.strip())
+    if fetch.returncode != 0:
+        raise RuntimeError("vramlab fetch-model failed (its message is above): check the runtime's internet "
+                           "access and run this cell again.")'''
 
 SETUP_MARKER = "# Setup, the same in every notebook."
 BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
 STUB_PREFIX = "# STUB:"
-DEFAULT_STUB = "pass  # TODO: your code here"
+# A block without STUB lines (inside a function) becomes ``raise NotImplementedError("Exercise N: ...")``,
+# so an untouched exercise reports "not done yet" rather than a puzzling ``None``.
+DEFAULT_STUB = 'raise NotImplementedError({message})'
+EXERCISE_HEADER = re.compile(r"^#+\s*Exercise\s+([\w.]+)\s*(?:[-—:]+\s*(.+?))?\s*$", re.M)
 CHECK_OUTPUT_MARKER = "# NBVAL_CHECK_OUTPUT"
 
 
@@ -47,12 +73,17 @@ def repo_root() -> Path:
     return Path.cwd()
 
 
-def strip_solutions(source: str, where: str = "cell") -> str:
+def strip_solutions(source: str, where: str = "cell", exercise: str | None = None) -> str:
     """Replace every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block with its stub.
 
     The stub keeps the indentation of the BEGIN marker: the block's ``# STUB: code`` lines become
-    ``code``; with none, the block becomes ``pass  # TODO: your code here``.
+    ``code``; with none, the block (which must be inside a function) becomes
+    ``raise NotImplementedError("<exercise>: not done yet ...")``. ``exercise`` names it
+    (e.g. ``"Exercise 2 (the butterfly)"``; default ``"This exercise"``).
     """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a cell's source text (str), got {type(source).__name__}.")
+    label = exercise or "This exercise"
     out: list[str] = []
     lines = source.splitlines()
     i = 0
@@ -71,7 +102,11 @@ def strip_solutions(source: str, where: str = "cell") -> str:
                 i += 1
             if i == len(lines):
                 raise LabBuildError(f"{where}: {BEGIN} without a matching {END}; add the {END} line.")
-            out.extend(stubs or [indent + DEFAULT_STUB])
+            if not stubs and not indent:
+                raise LabBuildError(f"{where}: a top-level solution block needs a '# STUB: name = None' line "
+                                    f"(line {i + 1}), so the name exists in the lab.")
+            message = json.dumps(f"{label}: not done yet. Replace this line with your code.", ensure_ascii=False)
+            out.extend(stubs or [indent + DEFAULT_STUB.format(message=message)])
             i += 1
             continue
         if line.strip() == END:
@@ -109,13 +144,38 @@ def sync_setup_cell(nb) -> bool:
     return True
 
 
+def exercise_label(header: str | None, number: int) -> str:
+    """``"Exercise 2 (the butterfly)"`` from a markdown header, else ``"Exercise <number>"``."""
+    matches = list(EXERCISE_HEADER.finditer(header or ""))
+    m = matches[-1] if matches else None
+    if not m:
+        return f"Exercise {number}"
+    return f"Exercise {m.group(1)}" + (f" ({m.group(2)})" if m.group(2) else "")
+
+
 def make_lab(nb, where: str = "notebook"):
-    """The learner version of a (complete) notebook node: solutions stubbed, outputs cleared."""
+    """The learner version of a (complete) notebook node: solutions stubbed, outputs cleared.
+
+    A solution block without STUB lines is named after the "Exercise N — title" markdown header of its
+    section, else numbered in order of appearance in the notebook.
+    """
+    if not hasattr(nb, "cells") or not hasattr(nb, "metadata"):
+        raise TypeError(f"nb must be a notebook node (nbformat.read(path, as_version=4)), got {type(nb).__name__}.")
     lab = copy.deepcopy(nb)
+    header, blocks = None, 0
     for index, cell in enumerate(lab.cells):
+        if cell.cell_type == "markdown":
+            if EXERCISE_HEADER.search(cell.source):
+                header = cell.source
+            elif re.search(r"^#+\s", cell.source, re.M):
+                header = None  # a new section: its exercise is numbered, not named after an older one
+            continue
         if cell.cell_type != "code":
             continue
-        cell.source = _drop_check_marker(strip_solutions(cell.source, f"{where}, cell {index}"))
+        if BEGIN in cell.source:
+            blocks += 1
+        cell.source = _drop_check_marker(strip_solutions(cell.source, f"{where}, cell {index}",
+                                                         exercise_label(header, blocks)))
         cell.outputs = []
         cell.execution_count = None
         cell.metadata.pop("execution", None)
@@ -138,6 +198,8 @@ def build(root: Path | None = None, check: bool = False, verbose: bool = True) -
     import nbformat
 
     root = Path(root) if root else repo_root()
+    if not (root / "notebooks").is_dir():
+        raise LabBuildError(f"{root} has no notebooks/ folder: pass the repository root (--root PATH).")
     notebooks = sorted((root / "notebooks").glob("*.ipynb"))
     labs_dir = root / "labs"
     stale: list[str] = []
@@ -195,7 +257,13 @@ def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "pyt
     import nbformat
     from nbclient import NotebookClient
 
-    for path in map(Path, paths):
+    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    for path in paths:
+        if path.suffix != ".ipynb":
+            raise ValueError(f"{path} is not a notebook: pass .ipynb files, e.g. notebooks/00_start_here.ipynb.")
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist: pass a notebook path such as notebooks/00_start_here.ipynb.")
+    for path in paths:
         nb = nbformat.read(path, as_version=4)
         sync_setup_cell(nb)
         start = time.perf_counter()
@@ -228,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             print("labs are stale: run `python -m vramlab.labs build` and commit the result", file=sys.stderr)
             return 1
         return 0
-    execute(args.notebooks, timeout=args.timeout)
+    try:
+        execute(args.notebooks, timeout=args.timeout)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -52,25 +52,105 @@ SITE_LABELS = {
 }
 
 
+# Axis titles of the per-layer figure (unitless ratios say so).
+VALUE_LABELS = {
+    "kurtosis": "kurtosis (Gaussian = 3, no unit)",
+    "token_kurtosis": "per-token kurtosis, median over tokens (Gaussian = 3)",
+    "max_over_rms_median": "per-token max|x| / RMS(x), median over tokens (ratio)",
+    "max_over_rms_max": "largest per-token max|x| / RMS(x) (ratio)",
+    "absmax_over_rms": "site's max|x| / its RMS (ratio)",
+    "weight_mu": "weight incoherence mu (1 = flat)",
+    "rms": "RMS of the activations (activation units)",
+    "absmax": "max |x| (activation units)",
+}
+
+
+# --------------------------------------------------------------------------- input checks
+def _tensor(x, name: str, min_dim: int = 1):
+    """``x`` as a tensor with at least ``min_dim`` dims and one element, else a one-sentence error."""
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a tensor (or nested lists of numbers), got {type(x).__name__}.") from None
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimension(s) [..., channels], got shape {tuple(x.shape)}.")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); pass at least one value.")
+    if x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}.")
+    return x
+
+
+def _layers_of(model):
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise TypeError(f"model must be a LLaMA-style causal LM with model.model.layers (e.g. load_smollm2()), "
+                        f"got {type(model).__name__}.")
+    return layers
+
+
+def _layer_ids(model, layers, name: str = "layers") -> list[int]:
+    n = len(_layers_of(model))
+    if layers is None:
+        return list(range(n))
+    if isinstance(layers, int):
+        layers = [layers]
+    ids = []
+    for i in layers:
+        if isinstance(i, bool) or not isinstance(i, int) and not (hasattr(i, "__index__")):
+            raise TypeError(f"{name} must be layer indices (ints), got {i!r}.")
+        i = int(i)
+        if not 0 <= i < n:
+            said = "layers contains" if name == "layers" else f"{name} is"
+            raise ValueError(f"{said} {i}, but the model has {n} layers: pass indices from 0 to {n - 1}.")
+        ids.append(i)
+    if not ids:
+        raise ValueError("layers is empty: pass at least one layer index, or None for all layers.")
+    return ids
+
+
+def _check_sites(sites) -> tuple:
+    if isinstance(sites, str):
+        sites = (sites,)
+    sites = tuple(sites)
+    bad = [s for s in sites if s not in SITES]
+    if bad:
+        raise ValueError(f"unknown site {bad[0]!r}: choose from {', '.join(SITES)}.")
+    if not sites:
+        raise ValueError(f"sites is empty: choose from {', '.join(SITES)}.")
+    return sites
+
+
+def _check_ids(input_ids, name: str = "input_ids"):
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be a LongTensor of token ids [n, length] (e.g. token_windows(...)), "
+                        f"got {type(input_ids).__name__}" + (f" of {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) else "") + ".")
+    if input_ids.dim() not in (1, 2) or input_ids.numel() == 0:
+        raise ValueError(f"{name} must be [n, length] (or one window [length]) with at least one token, "
+                         f"got shape {tuple(input_ids.shape)}.")
+    return input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
+
+
 # --------------------------------------------------------------------------- single-tensor measures
 def kurtosis(x) -> float:
     """Pearson kurtosis of all elements of ``x`` (3 for a Gaussian; large = heavy tails/outliers)."""
-    x = x.detach().double().flatten()
+    x = _tensor(x, "x").detach().double().flatten()
     d = x - x.mean()
     var = (d * d).mean()
-    return float((d**4).mean() / (var * var))
+    return float((d**4).mean() / (var * var)) if var > 0 else float("nan")
 
 
 def max_over_rms(x):
     """Per-token ``max|x| / RMS(x)`` over the last dim (a tensor with the leading shape)."""
-    x = x.detach().double()
+    x = _tensor(x, "x").detach().double()
     rms = x.pow(2).mean(-1).sqrt().clamp_min(1e-30)
     return x.abs().amax(-1) / rms
 
 
 def token_kurtosis(x):
     """Per-token kurtosis over the last dim (the shape of each token's vector; 3 for a Gaussian)."""
-    x = x.detach().double()
+    x = _tensor(x, "x").detach().double()
     d = x - x.mean(-1, keepdim=True)
     var = (d * d).mean(-1)
     return (d**4).mean(-1) / (var * var).clamp_min(1e-300)
@@ -78,7 +158,11 @@ def token_kurtosis(x):
 
 def incoherence(W) -> float:
     """QuIP's ``mu = max|W_ij| sqrt(m n) / ||W||_F`` of a weight matrix ``[m, n]``."""
-    W = W.detach().double()
+    W = _tensor(W, "W", min_dim=2).detach().double()
+    if W.dim() != 2:
+        raise ValueError(f"W must be a weight matrix [out_features, in_features], got shape {tuple(W.shape)}.")
+    if not bool(W.abs().max() > 0):
+        raise ValueError("W is all zeros: the incoherence max|W| sqrt(mn) / ||W||_F is undefined.")
     m, n = W.shape
     return float(W.abs().max() * math.sqrt(m * n) / W.norm())
 
@@ -144,6 +228,8 @@ def _kv_tokens(x):
 
 def site_weights(layer) -> dict:
     """The weight matrices that read each site of one decoder layer (for the incoherence mu)."""
+    if not (hasattr(layer, "self_attn") and hasattr(layer, "mlp")):
+        raise TypeError(f"layer must be one decoder layer (model.model.layers[i]), got {type(layer).__name__}.")
     attn, mlp = layer.self_attn, layer.mlp
     return {
         "qkv_in": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], 0),
@@ -164,8 +250,10 @@ def activation_stats(model, windows, layers=None, sites=SITES) -> list[dict]:
     """
     from vramlab import attention
 
-    all_layers = model.model.layers
-    layer_ids = list(range(len(all_layers))) if layers is None else [int(i) for i in layers]
+    all_layers = _layers_of(model)
+    layer_ids = _layer_ids(model, layers)
+    sites = _check_sites(sites)
+    windows = _check_ids(windows, "windows")
     running = {(i, s): _Running() for i in layer_ids for s in sites}
     handles, observed = [], []
 
@@ -234,7 +322,7 @@ def stats_table(rows, keys=("layer", "site", "kurtosis", "token_kurtosis", "max_
 
 
 def find(rows, layer: int, site: str) -> dict:
-    """The row of ``layer`` and ``site``."""
+    """The row of ``layer`` and ``site`` (KeyError, in one sentence, when it was not measured)."""
     for r in rows:
         if r["layer"] == layer and r["site"] == site:
             return r
@@ -242,7 +330,15 @@ def find(rows, layer: int, site: str) -> dict:
 
 
 def capture(model, input_ids, layer: int, site: str = "down_in"):
-    """One activation matrix ``[tokens, channels]`` (float32, CPU) at ``site`` of ``layer``."""
+    """One activation matrix ``[tokens, channels]`` (float32, CPU) at ``site`` of ``layer``.
+
+    ``input_ids``: LongTensor ``[length]`` or ``[1, length]``; ``site``: one of :data:`SITES`.
+    """
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"layer must be one layer index (an int), got {layer!r}.")
+    (layer,) = _layer_ids(model, [layer], name="layer")
+    (site,) = _check_sites([site])
+    input_ids = _check_ids(input_ids)
     got = []
 
     def keep(x):
@@ -262,9 +358,8 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
                   "down_in": down_linear(mlp)}[site]
         handle = module.register_forward_pre_hook(lambda _m, args: keep(_tokens(args[0])))
     try:
-        ids = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
         with torch.inference_mode():
-            model(input_ids=ids.to(next(model.parameters()).device), use_cache=False)
+            model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
     finally:
         if handle is not None:
             handle.remove()
@@ -276,21 +371,68 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
 
 
 # --------------------------------------------------------------------------- plotly figures
+# One colour per site, shared by a site's original and rotated traces (plotly's default palette).
+SITE_COLOURS = dict(zip(SITES, ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3")))
+ORIGINAL_COLOUR, ROTATED_COLOUR = "#636efa", "#ef553b"
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values covering ``[lo, hi]`` (> 0) for a log axis, to be labelled in full (20, 30, not "2", "3").
+
+    1-2-5 steps over many decades, 1-2-3-(4)-5 over one or two, finer steps over a narrow range.
+    """
+    if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"a log axis needs positive finite limits, got lo={lo}, hi={hi}.")
+    lo, hi = min(lo, hi), max(lo, hi)
+    decades = math.log10(hi / lo)
+    if decades > 4:
+        mantissas = (1,)
+    elif decades > 2:
+        mantissas = (1, 2, 5)
+    elif decades > 1.3:
+        mantissas = (1, 2, 3, 5)
+    elif decades > 0.7:
+        mantissas = (1, 2, 3, 4, 5, 7)
+    else:
+        mantissas = tuple(m / 2 for m in range(2, 20))  # 1, 1.5, 2, ..., 9.5
+    ticks = sorted({float(f"{m * 10.0**e:.12g}")
+                    for e in range(math.floor(math.log10(lo)) - 1, math.floor(math.log10(hi)) + 1)
+                    for m in mantissas if lo / 1.05 <= m * 10.0**e <= hi * 1.05})
+    if len(ticks) < 2:
+        ticks = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
+    return ticks
+
+
+def _tick_text(v: float) -> str:
+    return f"{v:,.0f}" if v >= 1 and float(v).is_integer() else f"{v:g}"
+
+
+def _log_axis(values) -> dict:
+    vals = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if not vals:
+        return dict(type="log")
+    ticks = log_ticks(min(vals), max(vals))
+    return dict(type="log", tickvals=ticks, ticktext=[_tick_text(t) for t in ticks])
+
+
 def channel_figure(channel_absmax, title: str = "", after=None, labels=("original", "rotated")):
-    """Per-channel max|x| (bars) of one site; ``after`` overlays the same site after rotation."""
+    """Per-channel max|x| (bars) of one site; ``after`` overlays the same site after rotation.
+
+    ``channel_absmax``: 1-D ``[channels]`` (e.g. a row's ``"channel_absmax"``).
+    """
     import plotly.graph_objects as go
 
+    c = _tensor(channel_absmax, "channel_absmax").float().flatten()
     fig = go.Figure()
-    c = torch.as_tensor(channel_absmax).float()
     fig.add_trace(go.Bar(x=list(range(c.numel())), y=[_round(v) for v in c.tolist()], name=labels[0],
-                         marker_line_width=0))
+                         marker=dict(color=ORIGINAL_COLOUR, line_width=0)))
     if after is not None:
-        a = torch.as_tensor(after).float()
+        a = _tensor(after, "after").float().flatten()
         fig.add_trace(go.Bar(x=list(range(a.numel())), y=[_round(v) for v in a.tolist()], name=labels[1],
-                             marker_line_width=0,
-                             opacity=0.8))
-    fig.update_layout(title=title or "max |x| per channel", xaxis_title="channel", yaxis_title="max |x|",
-                      barmode="overlay", bargap=0, height=320, margin=dict(l=50, r=20, t=40, b=40))
+                             marker=dict(color=ROTATED_COLOUR, line_width=0), opacity=0.8))
+    fig.update_layout(title=title or "max |x| per channel", xaxis_title="channel index",
+                      yaxis_title="max |x| over tokens (activation value)",
+                      barmode="overlay", bargap=0, height=340, margin=dict(l=60, r=20, t=50, b=50))
     return fig
 
 
@@ -303,23 +445,30 @@ def histogram_figure(before, after=None, title: str = "", bins: int = 121, label
     """
     import plotly.graph_objects as go
 
+    if not isinstance(bins, int) or isinstance(bins, bool) or bins < 2:
+        raise ValueError(f"bins must be an integer >= 2, got {bins!r}.")
     data = []
-    for x, name in ((before, labels[0]), (after, labels[1])):
+    for x, name, colour in ((before, labels[0], ORIGINAL_COLOUR), (after, labels[1], ROTATED_COLOUR)):
         if x is None:
             continue
-        v = torch.as_tensor(x).detach().double().flatten()
-        data.append((v / v.pow(2).mean().sqrt(), name))
-    lim = max(float(v.abs().max()) for v, _ in data)
+        v = _tensor(x, "before" if name == labels[0] else "after").detach().double().flatten()
+        rms = v.pow(2).mean().sqrt()
+        if not bool(rms > 0):
+            raise ValueError(f"the {name} values are all zero: there is no RMS to normalise by.")
+        data.append((v / rms, name, colour))
+    lim = max(float(v.abs().max()) for v, _, _ in data)
     width = 2 * lim / bins
     centres = [_round(-lim + width * (i + 0.5)) for i in range(bins)]
+    counts_all = []
     fig = go.Figure()
-    for v, name in data:
+    for v, name, colour in data:
         counts = torch.histc(v, bins=bins, min=-lim, max=lim)
+        counts_all += [c for c in counts.tolist() if c > 0]
         fig.add_trace(go.Bar(x=centres, y=[int(c) if c > 0 else None for c in counts.tolist()], name=name,
-                             opacity=0.7, marker_line_width=0))
-    fig.update_layout(title=title or "values / RMS", barmode="overlay", bargap=0, yaxis_type="log",
-                      xaxis_title="x / RMS(x)", yaxis_title="count", height=320,
-                      margin=dict(l=50, r=20, t=40, b=40))
+                             opacity=0.7, marker=dict(color=colour, line_width=0)))
+    fig.update_layout(title=title or "values / RMS", barmode="overlay", bargap=0, yaxis=_log_axis(counts_all),
+                      xaxis_title="x / RMS(x) (unitless)", yaxis_title="count of values (log scale)", height=340,
+                      margin=dict(l=60, r=20, t=50, b=50))
     return fig
 
 
@@ -331,18 +480,33 @@ def _round(v, digits: int = 4):
 
 
 def kurtosis_figure(rows, title: str = "", value: str = "kurtosis", after=None):
-    """One line per site: ``value`` (default kurtosis) per layer, log y; ``after`` adds dashed lines."""
+    """One line per site: ``value`` (default kurtosis) per layer, log y; ``after`` adds dashed lines.
+
+    ``rows`` / ``after``: :func:`activation_stats` rows. A site's rotated (dashed) line has the colour
+    of its original line; the y axis is labelled in full (20, 30, not 2, 3) with ``value``'s name.
+    """
     import plotly.graph_objects as go
 
+    if not rows:
+        raise ValueError("rows is empty: pass the list activation_stats(...) returned.")
+    if value not in rows[0] or value in ("layer", "site", "channel_absmax"):
+        numeric = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and k not in ("layer", "tokens", "channels")]
+        raise ValueError(f"value={value!r} is not a measure of these rows: choose from {', '.join(numeric)}.")
     fig = go.Figure()
+    shown = []
     for data, dash, suffix in ((rows, "solid", ""), (after, "dash", " (rotated)")):
         if data is None:
             continue
         sites = [s for s in SITES if any(r["site"] == s for r in data)]
         for s in sites:
             pts = sorted((r["layer"], r[value]) for r in data if r["site"] == s)
+            shown += [p[1] for p in pts]
             fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[_round(p[1]) for p in pts], mode="lines+markers",
-                                     name=SITE_LABELS.get(s, s) + suffix, line=dict(dash=dash)))
-    fig.update_layout(title=title or f"{value} per layer", xaxis_title="layer", yaxis_title=value,
-                      yaxis_type="log", height=360, margin=dict(l=50, r=20, t=40, b=40))
+                                     name=SITE_LABELS.get(s, s) + suffix, legendgroup=s,
+                                     line=dict(dash=dash, color=SITE_COLOURS.get(s)),
+                                     marker=dict(color=SITE_COLOURS.get(s), symbol="circle-open" if dash == "dash" else "circle")))
+    label = VALUE_LABELS.get(value, value.replace("_", " "))
+    fig.update_layout(title=title or f"{label} per layer", xaxis_title="layer index", yaxis_title=label,
+                      yaxis=_log_axis(shown), height=420, legend=dict(tracegroupgap=2),
+                      margin=dict(l=60, r=20, t=50, b=50))
     return fig
