@@ -603,7 +603,12 @@ def version_mismatch_hint_fires(error_text: str, backend: str = "CUDA") -> bool:
 def doctor_main(as_json: bool = False, log: str | None = None) -> int:
     """``vramlab doctor``: print the report (or explain a log file, ``-`` for stdin); 1 on errors."""
     if log is not None:
-        text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
+        try:
+            text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
+        except OSError as exc:
+            print(f"error: cannot read the log file {log!r} ({exc.strerror}); pass a file path or '-' for stdin.",
+                  file=sys.stderr)
+            return 2
         found = explain_log(text)
         print(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
         return 1 if found.status == "error" else 0
