@@ -122,7 +122,7 @@ def window_nlls(model, windows) -> list[float]:
 
 def measure(kind: str, windows, threshold: float | None = None) -> dict:
     """Load ``kind`` and measure it: ``footprint_bytes`` (``model.get_memory_footprint()``),
-    ``ppl`` (exp of the mean NLL over ``windows``), ``window_nll`` (per window), ``generation``, and the
+    ``quant_state_bytes`` (:func:`quant_state_bytes`), ``ppl`` (exp of the mean NLL over ``windows``), ``window_nll`` (per window), ``generation``, and the
     seconds spent loading and evaluating."""
     import math
 
@@ -132,7 +132,8 @@ def measure(kind: str, windows, threshold: float | None = None) -> dict:
     nlls = window_nlls(model, windows)
     t2 = time.perf_counter()
     text = generate(model, tok)
-    return {"kind": kind, "footprint_bytes": int(model.get_memory_footprint()),
+    extra = quant_state_bytes(model) if kind not in BASELINES else 0
+    return {"kind": kind, "footprint_bytes": int(model.get_memory_footprint()), "quant_state_bytes": extra,
             "ppl": math.exp(sum(nlls) / len(nlls)), "window_nll": nlls, "generation": text,
             "load_s": round(t1 - t0, 2), "eval_s": round(t2 - t1, 2), "n_windows": len(nlls)}
 
@@ -144,24 +145,51 @@ def quantized_linears(model) -> dict:
     return {n: m for n, m in model.named_modules() if isinstance(m, (bnb.nn.Linear8bitLt, bnb.nn.Linear4bit))}
 
 
-def outlier_columns(model, input_ids, layer: int, module: str = "mlp.down_proj") -> list[int]:
+def quant_state_bytes(model) -> int:
+    """Bytes of the quantization constants that ``get_memory_footprint()`` does not count (they are
+    not parameters or buffers): 4-bit ``quant_state.absmax`` (float32 per block of 64 weights, or
+    uint8 with double quant plus float32 second-level scales) and the code book; LLM.int8()'s ``SCB``
+    (one float32 scale per output row)."""
+    total = 0
+
+    def nbytes(t) -> int:
+        return 0 if t is None else int(t.numel() * t.element_size())
+
+    for lin in quantized_linears(model).values():
+        w = lin.weight
+        qs = getattr(w, "quant_state", None)
+        if qs is not None:
+            total += nbytes(qs.absmax) + nbytes(qs.code)
+            if qs.nested and qs.state2 is not None:
+                total += nbytes(qs.state2.absmax) + nbytes(qs.state2.code) + nbytes(qs.offset)
+        else:
+            total += nbytes(getattr(w, "SCB", None))
+    return total
+
+
+def outlier_columns(model, input_ids, layer: int | None = None, module: str = "mlp.down_proj"):
     """The input columns LLM.int8() kept in 16-bit in ``layers[layer].<module>`` for ``input_ids``.
 
-    Runs one forward and reads the layer's ``MatmulLtState.idx``: the columns where some token's
+    Runs one forward and reads each layer's ``MatmulLtState.idx``: the columns where some token's
     input exceeds the threshold in absolute value (bitsandbytes' own ``int8_vectorwise_quant``).
-    ``model`` must be loaded with ``kind="int8"``; ``input_ids``: LongTensor ``[tokens]`` or ``[1, tokens]``."""
+    Returns a sorted list for one ``layer``, or ``{layer: list}`` for every layer when ``layer`` is
+    None. ``model`` must be loaded with ``kind="int8"``; ``input_ids``: LongTensor ``[tokens]`` or
+    ``[1, tokens]``."""
     import torch
 
-    lin = model.model.layers[layer].get_submodule(module)
-    if not hasattr(lin, "state"):
-        raise TypeError(f"layers[{layer}].{module} is a {type(lin).__name__}, not a Linear8bitLt: "
-                        "load the model with load_quantized('int8').")
+    layers = range(len(model.model.layers)) if layer is None else [layer]
+    lins = {i: model.model.layers[i].get_submodule(module) for i in layers}
+    for i, lin in lins.items():
+        if not hasattr(lin, "state"):
+            raise TypeError(f"layers[{i}].{module} is a {type(lin).__name__}, not a Linear8bitLt: "
+                            "load the model with load_quantized('int8').")
     ids = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
     _quiet()
     with torch.inference_mode():
-        model(input_ids=ids, use_cache=False)
-    idx = lin.state.idx
-    return [] if idx is None else sorted(int(i) for i in idx.flatten().tolist())
+        model(input_ids=ids.to(next(model.parameters()).device), use_cache=False)
+    out = {i: ([] if lin.state.idx is None else sorted(int(c) for c in lin.state.idx.flatten().tolist()))
+           for i, lin in lins.items()}
+    return out if layer is None else out[layer]
 
 
 def columns_above(x, threshold: float = LLM_INT8_THRESHOLD) -> list[int]:
@@ -208,5 +236,5 @@ def table_row(table: dict, kind: str) -> dict:
 
 
 __all__ = ["KINDS", "BASELINES", "LLM_INT8_THRESHOLD", "PROMPT", "bnb_config", "load_quantized", "generate",
-           "window_nlls", "measure", "quantized_linears", "outlier_columns", "columns_above", "code_fingerprint",
+           "window_nlls", "measure", "quantized_linears", "quant_state_bytes", "outlier_columns", "columns_above", "code_fingerprint",
            "load_table", "table_row", "table_path"]
