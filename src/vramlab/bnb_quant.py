@@ -129,10 +129,10 @@ def measure(kind: str, windows, threshold: float | None = None) -> dict:
     t0 = time.perf_counter()
     model, tok = load_quantized(kind, threshold=threshold)
     t1 = time.perf_counter()
+    extra = quant_state_bytes(model) if kind not in BASELINES else 0  # before the first forward (see there)
     nlls = window_nlls(model, windows)
     t2 = time.perf_counter()
     text = generate(model, tok)
-    extra = quant_state_bytes(model) if kind not in BASELINES else 0
     return {"kind": kind, "footprint_bytes": int(model.get_memory_footprint()), "quant_state_bytes": extra,
             "ppl": math.exp(sum(nlls) / len(nlls)), "window_nll": nlls, "generation": text,
             "load_s": round(t1 - t0, 2), "eval_s": round(t2 - t1, 2), "n_windows": len(nlls)}
@@ -149,7 +149,8 @@ def quant_state_bytes(model) -> int:
     """Bytes of the quantization constants that ``get_memory_footprint()`` does not count (they are
     not parameters or buffers): 4-bit ``quant_state.absmax`` (float32 per block of 64 weights, or
     uint8 with double quant plus float32 second-level scales) and the code book; LLM.int8()'s ``SCB``
-    (one float32 scale per output row)."""
+    (one float32 scale per output row). Measure right after loading: on CPU, bitsandbytes 0.50 repacks
+    4-bit weights and their scales for its kernels at the first forward."""
     total = 0
 
     def nbytes(t) -> int:
@@ -163,7 +164,8 @@ def quant_state_bytes(model) -> int:
             if qs.nested and qs.state2 is not None:
                 total += nbytes(qs.state2.absmax) + nbytes(qs.state2.code) + nbytes(qs.offset)
         else:
-            total += nbytes(getattr(w, "SCB", None))
+            scb = getattr(w, "SCB", None)
+            total += nbytes(scb if scb is not None else getattr(getattr(lin, "state", None), "SCB", None))
     return total
 
 
