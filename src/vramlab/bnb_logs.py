@@ -67,14 +67,14 @@ class Finding:
         return asdict(self)
 
     def text(self) -> str:
-        mark = {"ok": "[ ok ]", "warning": "[warn]", "error": "[FAIL]"}[self.status]
-        lines = [f"{mark} {self.check}: {self.detail}"]
+        mark = {"ok": "[ok]   ", "warning": "[warn]  ", "error": "[error] "}[self.status]
+        lines = [f"{mark}{self.check}: {self.detail}"]
         if self.label and self.label not in ("", "ok"):
-            lines.append(f"       label: {self.label}")
+            lines.append(f"        label: {self.label}")
         if self.cause:
-            lines.append(f"       cause: {self.cause}")
+            lines.append(f"        cause: {self.cause}")
         for cmd in self.fix:
-            lines.append(f"       fix:   {cmd}")
+            lines.append(f"        fix:   {cmd}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
