@@ -25,7 +25,7 @@ def test_cached_table_is_current_and_consistent(smollm2):
     assert table["windows"]["n"] == 8 and [r["kind"] for r in table["rows"]] == ["fp32", "bf16", *bnb_quant.KINDS]
     row = {r["kind"]: r for r in table["rows"]}
     model, _ = smollm2
-    assert row["fp32"]["footprint_bytes"] == 4 * sum(p.numel() for p in model.parameters())
+    assert row["fp32"]["footprint_bytes"] == model.get_memory_footprint()
     # the same windows and evaluation as notebook 02's table
     assert math.isclose(row["fp32"]["ppl"], quant.table_ppl(quant.load_quarot_table(), "FP32"), rel_tol=1e-6)
     assert abs(2 * row["bf16"]["footprint_bytes"] - row["fp32"]["footprint_bytes"]) < 1024  # a few float32 buffers

@@ -84,3 +84,8 @@ def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
     assert "bytes" in capsys.readouterr().out
     assert lab06.check_4bit_prediction(1.7e8, ACTUAL)
     assert "1.02x" in capsys.readouterr().out
+    # before the reveal: stored, nothing revealed
+    assert lab06.check_4bit_prediction(1.7e8)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "stored" in out and f"{ACTUAL:,}" not in out
+    assert not lab06.check_4bit_prediction(None)

@@ -73,17 +73,21 @@ def check_missing_symbol(fn) -> CheckResult:
     return report(name, True, "", f"all {len(_SYMBOL_CASES)} logs right (e.g. {missing_versions(_SYMBOL_CASES[0])[0]['symbol']!r})")
 
 
-def check_4bit_prediction(predicted: Any, actual_bytes: float, fp32_bytes: float | None = None) -> CheckResult:
+def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
+                          fp32_bytes: float | None = None) -> CheckResult:
     """Predict, then reveal: any honest number passes; it reports how far off it was.
 
-    ``predicted``: the learner's guess of ``get_memory_footprint()`` of the 4-bit model, in bytes;
-    ``actual_bytes``: the measured value; ``fp32_bytes`` (optional) recognises the common guess
-    "one eighth of the float32 model"."""
+    ``predicted``: the learner's guess of ``get_memory_footprint()`` of the 4-bit model, in bytes.
+    Called without ``actual_bytes`` (before the reveal) it only confirms that a prediction is stored,
+    revealing nothing. With ``actual_bytes`` (the measured value) it says how far off the guess was;
+    ``fp32_bytes`` (optional) recognises the common guess "one eighth of the float32 model"."""
     name = "4-bit footprint prediction"
     value = as_float(predicted)
     if predicted is None or value is None or value != value or value <= 0:
         return report(name, False, "your prediction in bytes (a positive number)", fmt_number(predicted),
                       "store a guess before running the reveal cell; any honest number counts")
+    if actual_bytes is None:
+        return report(name, True, "", f"{fmt_number(value)} bytes stored; the 4-bit model is loaded next")
     ratio = value / actual_bytes
     msg = f"{fmt_number(value)} bytes, {ratio:.2f}x the measured {fmt_number(int(actual_bytes))} bytes"
     if fp32_bytes and abs(value - fp32_bytes / 8) / (fp32_bytes / 8) < 0.15:
