@@ -336,15 +336,17 @@ class Report:
 
     def _repr_html_(self) -> str:
         colour = {"ok": "#1a7f37", "warning": "#9a6700", "error": "#cf222e"}
+        td = "style='text-align:left;vertical-align:top'"
         rows = []
         for f in self.findings:
             fix = "<br>".join(f"<code>{html.escape(c)}</code>" for c in f.fix)
             rows.append(
-                f"<tr><td style='color:{colour[f.status]};font-weight:bold'>{f.status}</td>"
-                f"<td>{html.escape(f.check)}</td><td>{html.escape(f.detail)}</td>"
-                f"<td>{html.escape(f.cause)}</td><td style='text-align:left'>{fix}</td></tr>")
-        return (f"<p><b>{html.escape(self.summary())}</b></p><table><thead><tr><th>status</th><th>check</th>"
-                f"<th>found</th><th>cause</th><th>fix</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+                f"<tr><td style='color:{colour[f.status]};font-weight:bold;text-align:left;vertical-align:top'>"
+                f"{f.status}</td><td {td}>{html.escape(f.check)}</td><td {td}>{html.escape(f.detail)}</td>"
+                f"<td {td}>{html.escape(f.cause)}</td><td {td}>{fix}</td></tr>")
+        head = "".join(f"<th {td}>{h}</th>" for h in ("status", "check", "found", "cause", "fix"))
+        return (f"<p><b>{html.escape(self.summary())}</b></p><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Report:

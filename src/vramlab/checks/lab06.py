@@ -69,6 +69,7 @@ def check_missing_symbol(fn) -> CheckResult:
                 hint = "that is the library that lacks the symbol; return the symbol itself"
             elif got is None:
                 hint = "look for the text between \"version `\" and \"' not found\""
+                return report(name, False, "the symbol, as a str", "None", hint)  # not tried yet: reveal nothing
             return report(name, False, repr(want), repr(got)[:120], hint)
     return report(name, True, "", f"all {len(_SYMBOL_CASES)} logs right (e.g. {missing_versions(_SYMBOL_CASES[0])[0]['symbol']!r})")
 
