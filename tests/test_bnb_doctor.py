@@ -1,0 +1,237 @@
+"""The bitsandbytes doctor: log corpus labels, root cause over symptoms, machine checks, fault injection."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramlab import bnb_doctor, bnb_logs
+from vramlab.bnb_logs import LABELS, explain_log, load_corpus, missing_versions
+
+CORPUS = load_corpus()
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _bnb_dir() -> Path:
+    return bnb_doctor.shipped_binaries()["128"].parent if bnb_doctor.shipped_binaries() else Path("/nonexistent")
+
+
+# --------------------------------------------------------------------------- corpus
+def test_corpus_has_enough_sourced_logs_in_both_formats():
+    assert len(CORPUS) >= 15
+    ids = [e["id"] for e in CORPUS]
+    assert len(ids) == len(set(ids))
+    for e in CORPUS:
+        assert e["label"] in LABELS and e["text"].strip() and len(e["source"]) > 20, e["id"]
+    formats = {e["format"].split()[0] for e in CORPUS}
+    assert {"old", "current"} <= formats
+    # every label except none is represented by at least one real log
+    assert set(LABELS) == {e["label"] for e in CORPUS}
+    # the article's logs are in (quoted verbatim from its text)
+    assert sum("Troubleshooting bitsandbytes" in e["source"] for e in CORPUS) >= 3
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=[e["id"] for e in CORPUS])
+def test_corpus_log_is_labelled_correctly(entry):
+    found = explain_log(entry["text"])
+    assert found.label == entry["label"], (found.label, found.detail)
+    assert found.cause and found.fix and found.status in ("ok", "warning", "error")
+
+
+def test_root_cause_beats_symptoms():
+    by_id = {e["id"]: e["text"] for e in CORPUS}
+    # the cudart warning and the final 'Something unexpected happened' are symptoms of the ABI error
+    text = by_id["article_cxxabi_cuda121"]
+    assert "libcudart.so not found" in text and "Something unexpected" in text
+    assert explain_log(text).label == "libstdcxx_abi"
+    # compute capability 7.0 only warns; the missing nocublaslt binary is why setup failed
+    assert explain_log(by_id["issue1518_nocublaslt_cuda124"]).label == "binary_missing_for_cuda_version"
+    # 3.7 is below the minimum: the missing binary is a consequence of the old GPU
+    assert explain_log(by_id["k80_cc37_cuda117"]).label == "compute_capability_low"
+    # an override that names an absent binary: the override is the cause, not the missing file
+    assert explain_log(by_id["bnb050_override_missing"]).label == "bnb_cuda_version_override"
+    # a symptom alone is still labelled, but only as the symptom
+    assert explain_log(by_id["old_setup_failed_only"]).label == "native_library_unavailable"
+    assert explain_log(by_id["bnb050_slow_int8_cc70"]).status == "warning"
+
+
+def test_old_override_advice_is_not_read_as_an_invalid_value():
+    # 0.41's warning contains "BNB_CUDA_VERSION=XXX can be used ..." and "export BNB_CUDA_VERSION="
+    text = next(e["text"] for e in CORPUS if e["id"] == "old_override_cuda125")
+    assert bnb_logs.override_value(text) == "125"
+    advice_only = "Found duplicate CUDA runtime files (see below).\n    export BNB_CUDA_VERSION=122\n"
+    assert bnb_logs.override_value(advice_only) is None
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "hello world", "\x00\xff" * 50, "CUDA SETUP:" * 10_000,
+                                  "version `' not found", "Compute Capability: x.y"])
+def test_unknown_or_odd_text_never_raises(text):
+    found = explain_log(text)
+    assert found.label in LABELS
+    assert explain_log("Segmentation fault (core dumped)").label == "other"
+    assert "vramlab doctor" in " ".join(explain_log("").fix)
+
+
+def test_bad_input_type_is_one_sentence():
+    with pytest.raises(TypeError, match="explain_log\\(text\\): text must be the log as a str"):
+        explain_log(42)
+    assert explain_log(b"libcudart.so.12: cannot open shared object file").label == "cuda_runtime_dependency_missing"
+    with pytest.raises(ValueError, match="No corpus log with id 'nope'"):
+        bnb_logs.corpus_entry("nope")
+
+
+def test_missing_versions_parses_the_loader_message():
+    text = ("/lib64/libstdc++.so.6: version `CXXABI_1.3.9' not found (required by /x/libbitsandbytes_cuda117.so)\n"
+            "OSError: /usr/lib/libstdc++.so.6: version `GLIBCXX_3.4.29' not found (required by /y/lib.so)")
+    got = missing_versions(text)
+    assert [g["symbol"] for g in got] == ["CXXABI_1.3.9", "GLIBCXX_3.4.29"]
+    assert got[0]["library"] == "/lib64/libstdc++.so.6" and got[0]["required_by"] == "/x/libbitsandbytes_cuda117.so"
+    assert missing_versions("nothing here") == []
+
+
+# --------------------------------------------------------------------------- bitsandbytes' own VERSION MISMATCH hint
+def test_bitsandbytes_version_mismatch_hint_cannot_fire():
+    """Read the installed source: the hint tests for a text that get_native_library never raises."""
+    from bitsandbytes import cextension
+
+    src = inspect.getsource(cextension)
+    assert 'no_cuda_lib_found = f"{BNB_BACKEND} binary not found" in original_error' in src
+    assert 'raise RuntimeError(f"No compatible {BNB_BACKEND} binary found at {cuda_binary_path}")' in src
+    real = "No compatible CUDA binary found at /x/libbitsandbytes_cuda999.so"
+    assert not bnb_doctor.version_mismatch_hint_fires(real)
+    assert bnb_doctor.version_mismatch_hint_fires("CUDA binary not found")  # the text it waits for
+    rendered = next(e["text"] for e in CORPUS if e["id"] == "bnb050_no_binary_cuda102")
+    assert "VERSION MISMATCH" not in rendered and "COMPILE FROM SOURCE for CPU-only" in rendered
+    assert explain_log(rendered).label == "binary_missing_for_cuda_version"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry_id", ["bnb050_override_invalid", "bnb050_runtime_missing"])
+def test_rendered_corpus_entries_match_the_installed_bitsandbytes(entry_id):
+    entry = bnb_logs.corpus_entry(entry_id)
+    now = bnb_doctor.simulate(entry["scenario"])
+    stored_dir = "/work/main/.venv/lib/python3.11/site-packages/bitsandbytes"
+    assert now.replace(str(_bnb_dir()), stored_dir) == entry["text"]
+
+
+# --------------------------------------------------------------------------- machine checks
+def test_check_override_cases():
+    f = bnb_doctor.check_override(None, cuda_available=False)
+    assert f.status == "ok"
+    f = bnb_doctor.check_override("abc", cuda_available=False)
+    assert f.status == "warning" and f.label == "bnb_cuda_version_override" and "digits" in f.detail
+    assert bnb_doctor.check_override("abc", cuda_available=True).status == "error"
+    f = bnb_doctor.check_override("999", cuda_available=True)
+    assert f.status == "error" and "not shipped" in f.detail
+    shipped = bnb_doctor.shipped_binaries()
+    assert "128" in shipped and shipped["128"].name == "libbitsandbytes_cuda128.so"
+    assert bnb_doctor.check_override("128", cuda_available=True).status == "warning"
+
+
+def test_abi_check_finds_a_missing_symbol(tmp_path):
+    cpu_lib = _bnb_dir() / "libbitsandbytes_cpu.so"
+    assert bnb_doctor.abi_check(cpu_lib).status == "ok"
+    fake = tmp_path / "libneedy.so"
+    fake.write_bytes(b"\x7fELF...GLIBCXX_3.4.99\x00CXXABI_1.3.99\x00")
+    f = bnb_doctor.abi_check(fake)
+    assert f.status == "error" and f.label == "libstdcxx_abi"
+    assert f.evidence == ["GLIBCXX_3.4.99", "CXXABI_1.3.99"]
+
+
+def test_child_env_applies_and_removes(monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/somewhere")
+    env = bnb_doctor.child_env({"BNB_CUDA_VERSION": "abc", "LD_LIBRARY_PATH": None})
+    assert env["BNB_CUDA_VERSION"] == "abc" and "LD_LIBRARY_PATH" not in env
+    with pytest.raises(TypeError, match="env must be a dict"):
+        bnb_doctor.child_env(["BNB_CUDA_VERSION=1"])
+    with pytest.raises(ValueError, match="Unknown fault 'melt'"):
+        bnb_doctor.fault_env("melt")
+    with pytest.raises(ValueError, match="Unknown scenario"):
+        bnb_doctor.simulate("melt")
+
+
+@pytest.fixture(scope="module")
+def cpu_probe():
+    return bnb_doctor.probe()
+
+
+def test_probe_sees_the_real_library(cpu_probe):
+    assert cpu_probe["bnb"] and cpu_probe["returncode"] == 0
+    assert cpu_probe["lib_class"] in ("BNBNativeLibrary", "CudaBNBNativeLibrary")
+    assert Path(cpu_probe["lib_path"]).name.startswith("libbitsandbytes_")
+
+
+def test_diagnose_cpu_machine_has_no_errors(cpu_probe):
+    if cpu_probe.get("cuda_available"):
+        pytest.skip("a GPU machine: see test_doctor_on_gpu")
+    report = bnb_doctor.diagnose(probe_result=cpu_probe)
+    assert report.mode == "CPU mode" and report.ok, report.text()
+    names = [f.check for f in report.findings]
+    for check in ("operating system", "glibc", "Python", "torch", "CUDA available", "NVIDIA driver", "bitsandbytes",
+                  "BNB_CUDA_VERSION", "CUDA runtime libraries", "libstdc++ ABI"):
+        assert check in names
+    assert "libbitsandbytes_cpu" in report.finding("bitsandbytes").detail
+    html = report._repr_html_()
+    assert "<table>" in html and "CPU mode" in html
+    assert json.loads(report.to_json())["ok"] is True
+    with pytest.raises(KeyError, match="No finding named"):
+        report.finding("nope")
+
+
+@pytest.mark.slow
+def test_doctor_reports_invalid_override_in_a_subprocess():
+    run = bnb_doctor.break_and_diagnose("override_invalid")
+    f = run.report.finding("BNB_CUDA_VERSION")
+    assert f.label == "bnb_cuda_version_override" and "'abc' is invalid" in f.detail
+    if not run.report.probe.get("cuda_available"):
+        assert run.returncode == 0 and "native library OK" in run.output  # CPU: bitsandbytes ignores it
+        assert f.status == "warning"
+    else:
+        assert run.returncode != 0 and f.status == "error"
+    import os
+
+    assert os.environ.get("BNB_CUDA_VERSION") != "abc"  # the caller's environment is untouched
+
+
+@pytest.mark.slow
+def test_cli_doctor_exit_codes(tmp_path):
+    env = bnb_doctor.child_env()
+    cmd = [sys.executable, "-m", "vramlab", "doctor", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == (0 if data["ok"] else 1)
+    if data["mode"] == "CPU mode":
+        assert proc.returncode == 0 and data["errors"] == 0
+    log = tmp_path / "bnb.log"
+    log.write_text(bnb_logs.corpus_entry("article_cxxabi_cuda117")["text"])
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "doctor", "--log", str(log)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "libstdcxx_abi" in proc.stdout and "CXXABI_1.3.9" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "doctor", "--log", str(tmp_path / "none.log")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read the log file")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- on a real GPU
+@pytest.mark.gpu
+def test_doctor_on_gpu_and_one_fault():
+    report = bnb_doctor.diagnose()
+    assert report.mode == "CUDA"
+    gpu = report.finding("GPU 0")
+    assert "compute capability" in gpu.detail
+    loaded = report.finding("bitsandbytes")
+    assert loaded.status == "ok" and "libbitsandbytes_cuda" in loaded.detail, report.text()
+    # break it: force the binary of another CUDA major version, whose runtime is not installed
+    run = bnb_doctor.break_and_diagnose("hidden_runtime")
+    assert run.returncode != 0, run.output
+    root = run.report.finding("root cause")
+    assert root.status == "error"
+    assert root.label in ("bnb_cuda_version_override", "cuda_runtime_dependency_missing"), root.text()
+    assert explain_log(run.output).label in ("bnb_cuda_version_override", "cuda_runtime_dependency_missing")
+    assert not run.report.ok
