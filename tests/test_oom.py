@@ -192,3 +192,28 @@ def test_unknown_and_bad_input():
 def test_oom_verdict_bad_input(args, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
         oom_verdict(*args)
+
+
+def test_diagnose_verdict_agrees_with_report_for_every_format():
+    """diagnose() and OOMReport.verdict give one answer for every PyTorch message format; the PyTorch 1.0-1.3
+    message ('9.28 GiB free; 4.68 MiB cached') predates per-process caps (1.8), so it is not called a cap."""
+    from test_vram_parse import CAPPED, CURRENT, OLD_GB, OLDER, OLDEST, SEED_OOM, TORCH_21
+    from vramlab.vram import parse_oom_message
+
+    seen = set()
+    for msg in (SEED_OOM, CURRENT, TORCH_21, CAPPED, OLDER, OLDEST, OLD_GB, TORCH_OOM):
+        report = parse_oom_message(msg)
+        d = diagnose(msg)
+        assert d.kind == "allocator_oom"
+        assert d.details.get("verdict") == report.verdict, msg
+        seen.add(report.format)
+    assert {"current", "older", "oldest"} <= seen
+    assert diagnose(OLDEST).details.get("verdict") != "cap"
+
+
+def test_diagnose_pytorch_context():
+    d = diagnose(TORCH_OOM, context="pytorch")
+    text = " ".join(f.action for f in d.fixes)
+    assert "batch" in text and "--" not in text and "vLLM" not in d.cause
+    with pytest.raises(ValueError, match="`context`"):
+        diagnose(TORCH_OOM, context="training")
