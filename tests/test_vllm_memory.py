@@ -247,7 +247,7 @@ def test_gpu_totals_are_what_pytorch_reports_with_nvidia_smi_beside_them():
     assert round(t4.total_bytes / GiB, 2) == 14.56 and t4.nvidia_smi_mib == 15360 and t4.torch_total_known
     assert "PyTorch sees 14.56 GiB (nvidia-smi 15,360 MiB = 15.00 GiB" in t4.describe()
     assert round(GPUS["RTX 4090"].total_bytes / GiB, 2) == 23.99     # the article's "total capacity of 23.99 GiB"
-    assert [round(GPUS[g].total_gib, 2) for g in ("H100 80GB", "A100 80GB", "A100 40GB")] == [79.19, 79.25, 39.5]
+    assert [round(GPUS[g].total_gib, 2) for g in ("H100 80GB", "A100 80GB", "A100 40GB")] == [79.19, 79.25, 39.39]
     assert all(GPUS[g].total_bytes < GPUS[g].nvidia_smi_mib * MiB for g in ("T4", "H100 80GB", "A100 80GB"))
     assert GPUS["H200"].total_bytes == 143771 * MiB and not GPUS["H200"].torch_total_known
     assert set(GPUS) == {"T4", "L4", "A10G", "RTX 4090", "A100 40GB", "A100 80GB", "H100 80GB", "H200"}

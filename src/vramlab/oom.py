@@ -146,7 +146,8 @@ _CAP_FIX = Remedy("memory is free on the device yet PyTorch refused: look for a 
                   "(torch.cuda.set_per_process_memory_fraction, a workshop memory guard, a MIG slice) and raise it", L)
 
 _PATTERNS: list[tuple[str, str]] = [
-    ("startup_free_memory", r"Free memory on device \(.{0,40}?\) on startup is less than desired GPU memory utilization"),
+    ("startup_free_memory", r"Free memory on device (?:\S+ )?\(.{0,40}?\) on startup is less than desired GPU memory "
+                            r"utilization"),
     ("startup_kv_capacity", r"To serve at least one request with the models?'s max seq len"),
     ("startup_kv_capacity", r"is larger than the maximum number of tokens that can be stored in KV cache"),
     ("startup_kv_capacity", r"Cannot auto-fit max_model_len"),
@@ -248,8 +249,9 @@ def _startup_numbers(text: str) -> dict:
 
 
 def _free_memory_numbers(text: str) -> dict:
-    m = re.search(r"Free memory on device \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than desired "
-                  r"GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", text)
+    # "device (F/T GiB)"; later releases name the device: "device cuda:0 (F/T GiB)"
+    m = re.search(r"Free memory on device (?:\S+ )?\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than "
+                  r"desired GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", text, flags=re.IGNORECASE)
     if not m:
         return {}
     return {"free_gib": float(m.group(1)), "total_gib": float(m.group(2)), "gpu_memory_utilization": float(m.group(3)),

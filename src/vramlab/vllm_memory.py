@@ -206,16 +206,20 @@ class GPU:
 # torch OOM message shows it ("GPU 0 has a total capacity of T", two decimals): T4 on Colab "14.56 GiB" (public
 # Colab logs); RTX 4090 "23.99 GiB" (the troubleshooting article's torch OOM; = 24,564 MiB); H100 80GB HBM3
 # "79.19 GiB" (public benchmark logs naming the card, H100 PCIe alike); A100 80GB "79.25 GiB total capacity"
-# (levihsu/OOTDiffusion issue #235); A100 40GB "39.50 GiB" (TianheWu/CoSeR issue #10, "one A100").
+# (levihsu/OOTDiffusion issue #235); A100 40GB "GPU 0 has a total capacity of 39.39 GiB" (the figure most public
+# torch OOM logs from 40 GB A100 nodes print, e.g. multi-GPU RL training logs "GPU 2 has a total capacity of
+# 39.39 GiB"; the 39.50 GiB of TianheWu/CoSeR issue #10 matches a MIG 4g.40gb slice rather than a full card).
+# The total PyTorch sees varies with the driver (it keeps a different reserve): threestudio-project/threestudio
+# issue #402 shows an A100-SXM4-40GB on driver 535 printing 39.56 GiB, and a T4 prints 14.56 or 14.74 GiB.
 GPUS: dict[str, GPU] = {
     "T4": GPU("T4", 15360, round(14.56 * GiB), "16 GB GDDR6",
-              "torch OOM on Colab T4: 'total capacity of 14.56 GiB'; nvidia-smi 15360 MiB"),
+              "torch OOM on Colab T4: 'total capacity of 14.56 GiB' (14.74 GiB on other drivers); nvidia-smi 15360 MiB"),
     "L4": GPU("L4", 23034, None, "24 GB GDDR6", "nvidia-smi memory.total 23034 MiB (NVIDIA L4)"),
     "A10G": GPU("A10G", 23028, None, "24 GB GDDR6", "nvidia-smi memory.total 23028 MiB (AWS g5 A10G)"),
     "RTX 4090": GPU("RTX 4090", 24564, 24564 * MiB, "24 GB GDDR6X",
                     "torch OOM 'total capacity of 23.99 GiB'; nvidia-smi 24564 MiB"),
-    "A100 40GB": GPU("A100 40GB", 40960, round(39.50 * GiB), "40 GB HBM2",
-                     "torch OOM 'total capacity of 39.50 GiB'; nvidia-smi 40960 MiB (A100-SXM4-40GB)"),
+    "A100 40GB": GPU("A100 40GB", 40960, round(39.39 * GiB), "40 GB HBM2",
+                     "torch OOM 'total capacity of 39.39 GiB' (varies by driver); nvidia-smi 40960 MiB (A100-SXM4-40GB)"),
     "A100 80GB": GPU("A100 80GB", 81920, round(79.25 * GiB), "80 GB HBM2e",
                      "torch OOM '79.25 GiB total capacity'; nvidia-smi 81920 MiB (A100-SXM4-80GB)"),
     "H100 80GB": GPU("H100 80GB", 81559, round(79.19 * GiB), "80 GB HBM3",
