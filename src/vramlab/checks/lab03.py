@@ -209,8 +209,8 @@ def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
                f"{max(p.available_kv_bytes, 0) / GiB:.2f} GiB available")
         hint = "which argument shrinks the bytes per token without touching the context?"
         if kwargs.get("enforce_eager"):
-            hint = ("enforce_eager alone does not help here: this vLLM sizes the KV cache before it captures "
-                    "CUDA graphs, so the graphs never counted against it")
+            hint = ("enforce_eager alone does not help here: it frees only the CUDA-graph memory the profile run "
+                    "counted (about half a GiB), and the request needs several GiB more")
         return report(name, False, "vLLM starts", got, hint)
     return report(name, True, "", f"starts: {p.kv_cache_tokens:,} tokens of KV cache, "
                                   f"{p.max_concurrency:.2f}x concurrency at {p.max_model_len:,} tokens")
