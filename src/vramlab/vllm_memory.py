@@ -667,7 +667,7 @@ class Plan:
             lines.append(f"  {'~' if est else ' '}{n / GiB:8.2f} GiB  {label}")
         if self.available_kv_bytes < 0:
             lines.append(f"   overheads exceed the budget by {-self.available_kv_bytes / GiB:.2f} GiB")
-        lines += ["  " + s for s in self.log_lines()]
+        lines += ["  [vramlab estimate] " + s for s in self.log_lines()]   # vLLM's format, vramlab's numbers
         return "\n".join(lines)
 
     def figure(self):

@@ -17,7 +17,9 @@ __all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reas
 
 GiB = 1 << 30
 
-# A real message, as posted by a user of a university GPU cluster asking for help (PyTorch 2.x wording).
+# A real message a user of a university GPU cluster sent to their help desk ("... in my experiments in job
+# 34418381 ..."), as quoted in a public set of HPC support questions (PyTorch 2.x wording); the original
+# post's link could not be found.
 READING_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
                "11.91 GiB of which 406.38 MiB is free. Including non-PyTorch memory, this process has 11.51 GiB memory "
                "in use. Of the allocated memory 11.18 GiB is allocated by PyTorch, and 219.44 MiB is reserved by "
