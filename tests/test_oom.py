@@ -35,7 +35,7 @@ LOGS = {
         "needed, which is larger than the available KV cache memory (4.89 GiB). Based on the available memory, the "
         "estimated maximum model length is 35600. Try increasing `gpu_memory_utilization` or decreasing "
         "`max_model_len` when initializing the engine.",
-        # the pinned release, format_gib ("8.0"), with a log prefix
+        # the pinned line, format_gib ("8.0"), with a log prefix
         "(EngineCore_DP0 pid=77) ERROR 11-03 08:00:01 [core.py:843] ValueError: "
         + check_kv_cache("llama-3.1-8b", 65536, 6 * GiB).message,
         # an older release, "{:.2f}" ("8.00")

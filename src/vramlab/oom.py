@@ -6,10 +6,10 @@ is often preceded by harmless warnings. :func:`diagnose` first collapses whitesp
 prefixes, then looks for **crashes** before **warnings**, the most specific first:
 
 Crashes
-* ``startup_free_memory`` - vLLM's "Free memory on device (F/T GiB) on startup is less than desired
-  GPU memory utilization (u, R GiB)": another process already holds the GPU.
+* ``startup_free_memory`` - vLLM's "Free memory on device cuda:0 (F/T GiB) on startup is less than desired
+  GPU memory utilization (u, R GiB)" (older releases: no device name): another process already holds the GPU.
 * ``startup_kv_capacity`` - one request at ``max_model_len`` does not fit ("To serve at least one
-  request with the models's max seq len ..."; "model's" in later releases; V0: "The model's max seq
+  request with the model's max seq len ..."; "models's" in older releases; V0: "The model's max seq
   len (X) is larger than the maximum number of tokens that can be stored in KV cache (Y)").
 * ``no_cache_blocks`` - "No available memory for the cache blocks": nothing left for KV blocks.
 * ``engine_dead`` - ``EngineDeadError`` (V1) or ``AsyncEngineDeadError: Background loop has errored
