@@ -49,6 +49,7 @@ WRONG = {
                        ({"kv_cache_dtype": "int4"}, "valid: auto, float16, bfloat16, fp8"),
                        ({"enforce_eager": True}, "enforce_eager alone does not help"),
                        ({"tensor_parallel_size": 2}, "one GPU"),
+                       ({"kv_cache_dtype": "fp8_inc"}, "HPU) only"),
                        ({"gpu_memory_utilization": 1.0}, "no room left"),
                        ({"gpu_memory_utilization": 0.95}, "bytes per token"),
                        ({"--kv-cache-dtype": "fp8"}, "underscores"),

@@ -83,7 +83,7 @@ def test_offload_map_mistakes_get_their_own_hint(capsys):
     del missing["model.layers.3"]
     assert not check(missing) and "no device for" in capsys.readouterr().out
     assert not check({k: "cpu" for k in _hand_map(8)}) and "nothing on GPU 0" in capsys.readouterr().out
-    assert not check(_hand_map(25)) and "10% back" in capsys.readouterr().out
+    assert not check(_hand_map(27)) and "more than the 150 MB" in capsys.readouterr().out
     assert not check({**_hand_map(8), "model.norm": "tpu"}) and "device 'tpu'" in capsys.readouterr().out
     assert not check({"": 0}) and "everything on GPU 0" in capsys.readouterr().out
 
@@ -97,3 +97,19 @@ def test_budget_hints(capsys):
     assert not lab05.check_budget_gib(5.21) and "90%" in capsys.readouterr().out
     assert not lab05.check_budget_gib(3.74) and "stay bf16" in capsys.readouterr().out
     assert not lab05.check_budget_gib(float("nan"))
+
+
+def test_budget_in_gb_is_caught(capsys):
+    gb = lab05.smallest_budget_gib() * dispatch.GiB / 1e9          # the right bytes, in GB: inside 10% of GiB
+    for value in (round(gb, 2), gb):
+        assert not checks.check_budget_gib(value)
+        assert "GB vs GiB" in capsys.readouterr().out
+
+
+def test_hand_map_may_use_the_whole_budget(capsys):
+    """transformers applies bitsandbytes' 0.90 (adjust_max_memory) only to string device_maps: a hand map
+    up to the full 150 MB passes, with a remark about headroom; over 150 MB fails."""
+    assert checks.check_offload_device_map(_hand_map(25))          # ~145 MB on GPU 0: above 0.9 x 150, below 150
+    assert "headroom" in capsys.readouterr().out
+    assert not checks.check_offload_device_map(_hand_map(27))      # ~152 MB
+    assert "more than the 150 MB budget" in capsys.readouterr().out

@@ -17,7 +17,8 @@ WRONG = {
     "check_reserved_prediction": {"default": "256 MiB", "expandable": 140},                      # not a number
     "check_cap_oom_reason": "c",                                                                 # fragmentation
 }
-STUBS = [None, ..., {}]
+# the lab's own stub first (notebook 07, exercise "read the OOM message"), then other untouched shapes
+STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
 
 
 def test_every_check_is_exported_and_covered():
@@ -79,3 +80,13 @@ def test_cap_reason_hints_differ(capsys):
         hints.add(capsys.readouterr().out.split("Hint:")[1])
     assert len(hints) == 3
     assert checks.check_cap_oom_reason(" B ")
+
+
+def test_oom_divide_by_1000_is_caught(capsys):
+    good = SOLUTIONS["check_oom_numbers"]
+    assert not checks.check_oom_numbers({**good, "free_gib": 406.38 / 1000})
+    assert "/1000 is GB" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.18 + 219.44 / 1000})
+    assert "/1000 is GB" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "free_gib": 406.38})      # copied without converting
+    assert "406.38 is in MiB" in capsys.readouterr().out

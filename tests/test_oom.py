@@ -1,5 +1,7 @@
-"""diagnose() on real-format logs (at least two per class), wrapped and prefixed lines, crashes after
-warnings, and the fixes it proposes."""
+"""diagnose() on logs of every class (at least two per class), wrapped and prefixed lines, crashes after
+warnings, and the fixes it proposes. Some LOGS entries are built with vramlab's own message functions (they
+check that diagnose reads what the model prints, which is circular as evidence); PUBLIC_LOGS are verbatim from
+public issue threads and are the independent check for the start-up kinds."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ LOGS = {
         "needed, which is larger than the available KV cache memory (4.89 GiB). Based on the available memory, the "
         "estimated maximum model length is 35600. Try increasing `gpu_memory_utilization` or decreasing "
         "`max_model_len` when initializing the engine.",
-        # the pinned release, format_gib ("8.0"), with a log prefix
+        # the pinned line, format_gib ("8.0"), with a log prefix
         "(EngineCore_DP0 pid=77) ERROR 11-03 08:00:01 [core.py:843] ValueError: "
         + check_kv_cache("llama-3.1-8b", 65536, 6 * GiB).message,
         # an older release, "{:.2f}" ("8.00")
@@ -192,3 +194,86 @@ def test_unknown_and_bad_input():
 def test_oom_verdict_bad_input(args, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
         oom_verdict(*args)
+
+
+def test_diagnose_verdict_agrees_with_report_for_every_format():
+    """diagnose() and OOMReport.verdict give one answer for every PyTorch message format; the PyTorch 1.0-1.3
+    message ('9.28 GiB free; 4.68 MiB cached') predates per-process caps (1.8), so it is not called a cap."""
+    from test_vram_parse import CAPPED, CURRENT, OLD_GB, OLDER, OLDEST, SEED_OOM, TORCH_21
+    from vramlab.vram import parse_oom_message
+
+    seen = set()
+    for msg in (SEED_OOM, CURRENT, TORCH_21, CAPPED, OLDER, OLDEST, OLD_GB, TORCH_OOM):
+        report = parse_oom_message(msg)
+        d = diagnose(msg)
+        assert d.kind == "allocator_oom"
+        assert d.details.get("verdict") == report.verdict, msg
+        seen.add(report.format)
+    assert {"current", "older", "oldest"} <= seen
+    assert diagnose(OLDEST).details.get("verdict") != "cap"
+
+
+def test_diagnose_pytorch_context():
+    d = diagnose(TORCH_OOM, context="pytorch")
+    text = " ".join(f.action for f in d.fixes)
+    assert "batch" in text and "--" not in text and "vLLM" not in d.cause
+    with pytest.raises(ValueError, match="`context`"):
+        diagnose(TORCH_OOM, context="training")
+
+
+# Verbatim from public vLLM issue threads (copied as posted, truncation included), so the triage is held against
+# text no vramlab function produced. Each entry: (thread, kind, text, the numbers diagnose must read).
+PUBLIC_LOGS = [
+    ("vllm-project/vllm#25837", "startup_free_memory",
+     "(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718] ValueError: Free memory on device (3.22/4.0 GiB) "
+     "on startup is less than desired GPU memory utilization (0.9, 3.6 GiB). Decrease GPU memory utilization or "
+     "reduce GPU memory used by other processes.",
+     {"free_gib": 3.22, "total_gib": 4.0, "gpu_memory_utilization": 0.9, "requested_gib": 3.6}),
+    ("vllm-project/vllm#23192", "startup_free_memory",
+     "(EngineCore_0 pid=1810465) ERROR 09-03 11:03:37 [core.py:712] ValueError: Free memory on device "
+     "(7.34/139.72 GiB) on startup is less than desired GPU memory utilization (0.9, 125.75 GiB). Decrease GPU "
+     "memory utilization or reduce GPU memory used by other processes.",
+     {"free_gib": 7.34, "total_gib": 139.72, "gpu_memory_utilization": 0.9, "requested_gib": 125.75}),
+    # a later release names the device (pytorch/pytorch#175666, its title, as posted)
+    ("pytorch/pytorch#175666", "startup_free_memory",
+     "[release 2.11][vllm] Distributed failures - free memory on device cuda:0 (19.77/22.05 GiB) on startup is less "
+     "than desired GPU memory utilization (0.9, 19.84 GiB)",
+     {"free_gib": 19.77, "total_gib": 22.05, "gpu_memory_utilization": 0.9, "requested_gib": 19.84}),
+    ("vllm-project/vllm#10439", "no_cache_blocks",
+     "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks. Try "
+     "increasing `gpu_memory_utilization` when initializing the engine.", {}),
+    ("vllm-project/vllm#27508", "no_cache_blocks",
+     "(EngineCore_DP0 pid=223840) ERROR 10-25 13:08:43 [core.py:708]     raise ValueError(\"No available memory for "
+     "the cache blocks. \"\n(EngineCore_DP0 pid=223840) ERROR 10-25 13:08:43 [core.py:708]                      "
+     "\"Try increasing `gpu_memory_utilization` when \"", {}),
+    # vLLM 0.15.2rc1 (format_gib "24.0", "models's", docs link), excerpt ends where the post was cut
+    ("vllm-project/vllm#34076", "startup_kv_capacity",
+     "(EngineCore_DP0 pid=1094) ValueError: To serve at least one request with the models's max seq len (262144), "
+     "(24.0 GiB KV cache is needed, which is larger than the available KV cache memory (3.18 GiB). Based on the "
+     "available memory, the estimated maximum model length is 34736. Try increasing `gpu_memory_utilization` or "
+     "decreasing `max_model_len` when initializing the engine. See "
+     "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for mo",
+     {"max_model_len": 262144, "needed_gib": 24.0, "available_gib": 3.18, "estimated_max_model_len": 34736}),
+    ("vllm-project/vllm#27508", "startup_kv_capacity",
+     "(EngineCore_DP0 pid=6880) ValueError: To serve at least one request with the models's max seq len (131072), "
+     "(4.54 GiB KV cache is needed, which is larger than the available KV cache memory (1.71 GiB). Based on the "
+     "available memory, the estimated maximum model lengt",
+     {"max_model_len": 131072, "needed_gib": 4.54, "available_gib": 1.71}),
+    # the later "model's" wording, wrapped mid-word by the terminal (SergiioB/intel-arc-pro-b70-inference-cookbook#4)
+    ("SergiioB/intel-arc-pro-b70-inference-cookbook#4", "startup_kv_capacity",
+     "(EngineCore pid=316) ValueError: To serve at least one request with the model's max seq len (100000), "
+     "(4.26 GiB KV cach\ne is needed, which is larger than the available KV cache memory (4.25 GiB). Based on the avai",
+     {"max_model_len": 100000, "available_gib": 4.25}),
+]
+
+
+@pytest.mark.parametrize("thread,kind,text,numbers", PUBLIC_LOGS, ids=[f"{t[0]}-{t[1]}" for t in PUBLIC_LOGS])
+def test_verbatim_public_logs(thread, kind, text, numbers):
+    d = diagnose(text)
+    assert d.kind == kind, thread
+    for key, value in numbers.items():
+        assert d.details.get(key) == value, (thread, key)
+
+
+def test_public_logs_cover_every_startup_kind():
+    assert {k for _, k, _, _ in PUBLIC_LOGS} == {"startup_free_memory", "no_cache_blocks", "startup_kv_capacity"}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from vramlab.kvcache import GiB, MiB, attention_shape, load_config
 from vramlab.vllm_memory import (
+    DEFAULT_UTILIZATION, EST_CUDAGRAPH_BYTES, FREE_MEMORY_FORMAT, NO_CACHE_BLOCKS_MESSAGE, ONE_REQUEST_FORMAT, PINNED,
     GPUS, MODELLED_KV_CACHE_DTYPES, VLLM_KV_CACHE_DTYPES, batch_defaults, check_kv_cache, estimate_max_model_len,
     fixes, format_gib, free_memory_message, get_gpu, needed_bytes, page_size_bytes, plan, vllm_error_message,
 )
@@ -25,9 +27,9 @@ def test_seed_case_qwen3_8b_at_40960():
     assert format_gib(chk.needed_bytes) == "5.62" and "(5.62 GiB KV cache is needed" in chk.message
     assert chk.estimated_max_model_len == 35600
     assert "the estimated maximum model length is 35600." in chk.message
-    # the article quotes a later release ("model's"); the pinned one spells "models's", numbers identical
+    # the article quotes the "model's" wording of the pinned line, numbers identical
     prefix = SEED_MESSAGE[len("ValueError: "):SEED_MESSAGE.index("Try increasing")]
-    assert chk.message.startswith(prefix.replace("model's", "models's"))
+    assert chk.message.startswith(prefix)
 
 
 def test_gib_strings_and_bytes_are_accepted_and_gib_numbers_refused():
@@ -59,9 +61,12 @@ def test_qwen3_06b_log_from_a_public_vllm_run():
 
 def test_pinned_and_old_wording():
     pinned = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
+    mid = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="format_gib").message
     old = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="old").message
-    assert "the models's max seq len" in pinned and "(5.62 GiB KV" in pinned
+    assert "the model's max seq len" in pinned and "(5.62 GiB KV" in pinned and "CPU backend" in pinned
+    assert "the models's max seq len" in mid and "CPU backend" not in mid and "(5.62 GiB KV" in mid
     assert pinned.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    assert mid.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
     assert "(5.62 GiB KV" in old and "docs.vllm.ai" not in old
     # format_gib drops trailing zeros, {:.2f} keeps them
     six = check_kv_cache("llama-3.1-8b", 65536, 6 * GiB)
@@ -75,10 +80,10 @@ def test_no_available_memory_message_and_zero_estimate():
     chk = check_kv_cache("llama-3.1-8b", 8192, 0)
     assert not chk.ok and chk.estimated_max_model_len == 0
     assert chk.message.startswith("No available memory for the cache blocks. Try increasing "
-                                  "`gpu_memory_utilization` when initializing the engine.")
-    requested = int(GPUS["L4"].total_bytes * 0.92)
+                                  "`gpu_memory_utilization` when initializing the engine (this flag also")
+    requested = math.ceil(GPUS["L4"].total_bytes * 0.92)
     tiny = plan("llama-3.1-8b", "L4", max_model_len=8192, weights_bytes=requested - 1_000_000,
-                non_torch_bytes=0, activation_bytes=0)   # 1 MB left: less than one block of all layers (2 MiB)
+                non_torch_bytes=0, activation_bytes=0, enforce_eager=True)   # 1 MB left: less than one block of all layers (2 MiB)
     assert 0 < tiny.available_kv_bytes < 32 * page_size_bytes("llama-3.1-8b")
     assert not tiny.ok and tiny.check.estimated_max_model_len == 0
     assert "estimated maximum model length" not in tiny.check.message
@@ -117,37 +122,44 @@ def test_estimate_is_the_largest_block_multiple_that_fits_property():
 
 
 def test_plan_log_lines_follow_vllm():
-    p = plan("llama-3.1-8b", "H100 80GB", 0.92, 32768, non_torch_bytes=GiB // 2, activation_bytes=GiB)
-    requested = GPUS["H100 80GB"].total_bytes * 0.92          # gpu_worker.py: total_memory * utilization
-    assert p.requested_bytes == int(requested)
-    assert p.available_kv_bytes == int(requested - p.weights_bytes - GiB // 2 - GiB)
+    p = plan("llama-3.1-8b", "H100 80GB", 0.92, 32768, non_torch_bytes=GiB // 2, activation_bytes=GiB,
+             cudagraph_bytes=GiB // 4)
+    requested = math.ceil(GPUS["H100 80GB"].total_bytes * 0.92)   # worker/utils.py: ceil(total * utilization)
+    assert p.requested_bytes == requested
+    assert p.available_kv_bytes == requested - p.weights_bytes - GiB // 2 - GiB - GiB // 4
     assert p.weights_bytes == 8_030_261_248 * 2
     assert p.num_blocks == p.available_kv_bytes // p.page_bytes // 32
     lines = p.log_lines()
-    assert lines[0] == f"Available KV cache memory: {p.available_kv_bytes / GiB:.2f} GiB"
-    assert lines[1] == f"GPU KV cache size: {p.num_blocks * 16:,} tokens"
-    assert lines[2] == f"Maximum concurrency for 32,768 tokens per request: {p.num_blocks / 2048:.2f}x"
+    assert lines[0] == f"Available KV cache memory: {round(p.available_kv_bytes / GiB, 2)} GiB"
+    delta = (GiB // 4) / p.gpu.total_bytes
+    assert lines[1].startswith("CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+                               f"--gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization="
+                               f"{round(0.92 - delta, 4):.4f} without")
+    assert lines[2] == f"GPU KV cache size: {p.num_blocks * 16:,} tokens"
+    assert lines[3] == f"Maximum concurrency for 32,768 tokens per request: {p.num_blocks / 2048:.2f}x"
     assert sum(n for _, n, _ in p.ledger()) == p.gpu.total_bytes
 
 
 def test_plan_labels_estimates_and_accepts_overrides():
     p = plan("qwen3-8b", "L4")
-    assert {"non_torch", "activation"} <= set(p.estimates)
-    q = plan("qwen3-8b", "L4", non_torch_bytes=0, activation_bytes=0, weights_bytes=0)
+    assert {"non_torch", "activation", "cudagraph"} <= set(p.estimates)
+    q = plan("qwen3-8b", "L4", non_torch_bytes=0, activation_bytes=0, weights_bytes=0, cudagraph_bytes=0)
     assert q.estimates == () and q.available_kv_bytes == q.requested_bytes
 
 
-def test_cuda_graphs_are_outside_the_budget_in_the_pinned_release():
-    base = plan("llama-3.1-8b", "L4", max_model_len=16384)
-    assert plan("llama-3.1-8b", "L4", max_model_len=16384, enforce_eager=True).available_kv_bytes == \
-        base.available_kv_bytes                                     # --enforce-eager does not enlarge the pool
-    measured = plan("llama-3.1-8b", "L4", max_model_len=16384, cudagraph_bytes=GiB // 2)
-    assert measured.available_kv_bytes == base.available_kv_bytes
-    later = plan("llama-3.1-8b", "L4", max_model_len=16384, cudagraph_bytes=GiB // 2, estimate_cudagraphs=True)
-    assert later.available_kv_bytes == base.available_kv_bytes - GiB // 2
-    assert any(label == "CUDA graphs (profiled)" for label, _, _ in later.ledger())
-    with pytest.raises(ValueError, match="cudagraph_bytes"):
-        plan("llama-3.1-8b", "L4", estimate_cudagraphs=True)
+def test_cuda_graphs_are_inside_the_budget_on_the_pinned_line():
+    base = plan("llama-3.1-8b", "L4", max_model_len=16384)            # default: profiled, vramlab's estimate
+    assert base.estimate_cudagraphs and base.cudagraph_bytes == EST_CUDAGRAPH_BYTES
+    eager = plan("llama-3.1-8b", "L4", max_model_len=16384, enforce_eager=True)
+    assert eager.available_kv_bytes == base.available_kv_bytes + EST_CUDAGRAPH_BYTES   # --enforce-eager frees it
+    measured = plan("llama-3.1-8b", "L4", max_model_len=16384, cudagraph_bytes=GiB)
+    assert measured.available_kv_bytes == eager.available_kv_bytes - GiB
+    assert "cudagraph" not in measured.estimates
+    assert any(label == "CUDA graphs (profiled)" and est for label, _, est in base.ledger())
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (and releases before v0.21.0): captured after sizing
+    off = plan("llama-3.1-8b", "L4", max_model_len=16384, cudagraph_bytes=GiB, estimate_cudagraphs=False)
+    assert off.available_kv_bytes == eager.available_kv_bytes
+    assert not any("CUDA graph" in line for line in off.log_lines())
 
 
 def test_batch_defaults_by_usage_context_and_gpu_tier():
@@ -177,15 +189,15 @@ def test_mla_backends_force_their_block_size():
 
 
 def test_flashinfer_workspace_is_a_budget_term_and_named_when_it_tips_the_check():
-    fa = plan("llama-3.1-8b", "L4", max_model_len=38912)
-    fi = plan("llama-3.1-8b", "L4", max_model_len=38912, attention_backend="FLASHINFER")
+    fa = plan("llama-3.1-8b", "L4", max_model_len=34816)
+    fi = plan("llama-3.1-8b", "L4", max_model_len=34816, attention_backend="FLASHINFER")
     assert fa.ok and not fi.ok
     assert fa.available_kv_bytes - fi.available_kv_bytes == 394 * MiB       # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE
     assert "FLASHINFER" not in fi.check.message                             # vLLM's text does not name it
     assert fi.tipped_by and "FLASHINFER" in fi.log_lines()[-1] and fi.log_lines()[-1].startswith("vramlab:")
-    assert [f.knob for f in fixes("llama-3.1-8b", "L4", max_model_len=38912,
-                                  attention_backend="FLASHINFER")][:4] == \
-        ["max_model_len", "kv_cache_dtype", "gpu_memory_utilization", "attention_backend"]
+    assert [f.knob for f in fixes("llama-3.1-8b", "L4", max_model_len=34816,
+                                  attention_backend="FLASHINFER")][:5] == \
+        ["max_model_len", "kv_cache_dtype", "gpu_memory_utilization", "enforce_eager", "attention_backend"]
     # the article's numbers (vLLM dev build, hybrid model on TP=2): 3.21 GiB needed, 3.06 GiB available
     msg = vllm_error_message(100352, round(3.21 * GiB), round(3.06 * GiB), 0)
     assert "(3.21 GiB KV cache is needed" in msg and "memory (3.06 GiB)" in msg
@@ -195,8 +207,9 @@ def test_another_process_on_the_gpu_gives_the_free_memory_error():
     g = GPUS["T4"]
     p = plan("qwen3-0.6b", "T4", max_model_len=4096, free_bytes=10 * GiB)
     assert not p.ok and p.message == free_memory_message(10 * GiB, g.total_bytes, 0.92)
-    assert p.message.startswith("Free memory on device (10.0/14.56 GiB) on startup is less than desired GPU "
-                                "memory utilization (0.92, 13.4 GiB).")
+    assert p.message.startswith("Free memory on device cuda:0 (10.0/")
+    assert p.message.startswith("Free memory on device cuda:0 (10.0/14.56 GiB) on startup is less than desired "
+                                "GPU memory utilization (0.92, 13.4 GiB).")
     assert plan("qwen3-0.6b", "T4", 0.6, 4096, free_bytes=10 * GiB).ok
 
 
@@ -247,7 +260,7 @@ def test_gpu_totals_are_what_pytorch_reports_with_nvidia_smi_beside_them():
     assert round(t4.total_bytes / GiB, 2) == 14.56 and t4.nvidia_smi_mib == 15360 and t4.torch_total_known
     assert "PyTorch sees 14.56 GiB (nvidia-smi 15,360 MiB = 15.00 GiB" in t4.describe()
     assert round(GPUS["RTX 4090"].total_bytes / GiB, 2) == 23.99     # the article's "total capacity of 23.99 GiB"
-    assert [round(GPUS[g].total_gib, 2) for g in ("H100 80GB", "A100 80GB", "A100 40GB")] == [79.19, 79.25, 39.5]
+    assert [round(GPUS[g].total_gib, 2) for g in ("H100 80GB", "A100 80GB", "A100 40GB")] == [79.19, 79.25, 39.39]
     assert all(GPUS[g].total_bytes < GPUS[g].nvidia_smi_mib * MiB for g in ("T4", "H100 80GB", "A100 80GB"))
     assert GPUS["H200"].total_bytes == 143771 * MiB and not GPUS["H200"].torch_total_known
     assert set(GPUS) == {"T4", "L4", "A10G", "RTX 4090", "A100 40GB", "A100 80GB", "H100 80GB", "H200"}
@@ -298,3 +311,27 @@ def test_quantized_weights_are_labelled_estimates():
     assert "weights" not in plan("qwen3-8b", "H100 80GB").estimates
     q = plan("qwen3-8b", "H100 80GB", weight_bits=4)
     assert "weights" in q.estimates and q.weights_bytes == 8_190_735_360 // 2
+
+
+def test_every_pinned_file_belongs_to_the_pinned_line():
+    """Each PINNED file carries the line of source that places it on the v0.21.0+ line, and the module uses
+    what that file says: 0.92, the "model's" / CPU-backend wording, the device in the free-memory message,
+    CUDA graphs counted by default. The older wordings live apart, in PINNED.older."""
+    assert PINNED.line == "v0.21.0+" and "could not be confirmed" in PINNED.release
+    files = PINNED.files
+    assert set(files) == {"vllm/config/cache.py", "vllm/v1/core/kv_cache_utils.py", "vllm/v1/worker/utils.py",
+                          "vllm/v1/worker/gpu_worker.py"}
+    old_commits = {k.split("@")[1] for k in PINNED.older}
+    for path, src in files.items():
+        assert src.marker and src.where, path
+        assert src.commit is None or (len(src.commit) == 40 and src.commit not in old_commits), path
+    assert files["vllm/config/cache.py"].marker.endswith(f"= {DEFAULT_UTILIZATION}") and DEFAULT_UTILIZATION == 0.92
+    assert files["vllm/v1/core/kv_cache_utils.py"].marker in ONE_REQUEST_FORMAT
+    assert "model's max seq len" in ONE_REQUEST_FORMAT and "despite its name" in NO_CACHE_BLOCKS_MESSAGE
+    assert "{device}" in FREE_MEMORY_FORMAT and "device_" in files["vllm/v1/worker/utils.py"].marker
+    assert "default since v0.21.0" in files["vllm/v1/worker/gpu_worker.py"].marker
+    import inspect
+
+    assert inspect.signature(plan).parameters["estimate_cudagraphs"].default is True
+    assert "nvfp4_ds_mla" not in VLLM_KV_CACHE_DTYPES and "turboquant_k8v4" in VLLM_KV_CACHE_DTYPES
+    assert all("models's" in v or "device name" in v for v in PINNED.older.values())

@@ -14,22 +14,39 @@ from vramlab.vllm_memory import PINNED, check_kv_cache, free_memory_message, pla
 
 # (file @ commit, the format string as written in that file: f-string pieces joined, or a %-format)
 SOURCE = {
-    "no_cache_blocks": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+    "no_cache_blocks": ("vllm/v1/core/kv_cache_utils.py",
                         "No available memory for the cache blocks. "
-                        "Try increasing `gpu_memory_utilization` when initializing the engine. "
+                        "Try increasing `gpu_memory_utilization` when initializing the engine "
+                        "(this flag also controls CPU memory reservation on the CPU "
+                        "backend, despite its name). "
                         "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
                         "for more details."),
-    "one_request": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
-                    "To serve at least one request with the models's max seq len "
+    "one_request": ("vllm/v1/core/kv_cache_utils.py",
+                    "To serve at least one request with the model's max seq len "
                     "({max_model_len}), ({format_gib(needed_memory)} GiB KV "
                     "cache is needed, which is larger than the available KV cache "
                     "memory ({format_gib(available_memory)} GiB). {estimated_msg}"
-                    "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                    "Try increasing `gpu_memory_utilization` (which also controls "
+                    "CPU memory on the CPU backend) or decreasing `max_model_len` "
                     "when initializing the engine. "
                     "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
                     "for more details."),
-    "estimated": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+    "estimated": ("vllm/v1/core/kv_cache_utils.py",
                   "Based on the available memory, the estimated maximum model length is {estimated_max_len}. "),
+    "format_gib_no_cache_blocks": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+                                   "No available memory for the cache blocks. "
+                                   "Try increasing `gpu_memory_utilization` when initializing the engine. "
+                                   "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                                   "for more details."),
+    "format_gib_one_request": ("vllm/v1/core/kv_cache_utils.py@001cabc1",
+                               "To serve at least one request with the models's max seq len "
+                               "({max_model_len}), ({format_gib(needed_memory)} GiB KV "
+                               "cache is needed, which is larger than the available KV cache "
+                               "memory ({format_gib(available_memory)} GiB). {estimated_msg}"
+                               "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                               "when initializing the engine. "
+                               "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                               "for more details."),
     "old_no_cache_blocks": ("vllm/v1/core/kv_cache_utils.py@bbf906a8",
                             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                             "when initializing the engine."),
@@ -41,15 +58,23 @@ SOURCE = {
                         "{estimated_msg} "
                         "Try increasing `gpu_memory_utilization` or decreasing "
                         "`max_model_len` when initializing the engine."),
-    "free_memory": ("vllm/v1/worker/gpu_worker.py@35d5cda",
-                    "Free memory on device "
-                    "({GiB(self.init_snapshot.free_memory)}/"
-                    "{GiB(self.init_snapshot.total_memory)} GiB) on startup "
+    "free_memory": ("vllm/v1/worker/utils.py (request_memory)",
+                    "Free memory on device {init_snapshot.device_} "
+                    "({format_gib(init_snapshot.free_memory)}/"
+                    "{format_gib(init_snapshot.total_memory)} GiB) on startup "
                     "is less than desired GPU memory utilization "
-                    "({self.cache_config.gpu_memory_utilization}, "
-                    "{GiB(self.requested_memory)} GiB). Decrease GPU memory "
+                    "({cache_config.gpu_memory_utilization}, "
+                    "{format_gib(requested_memory)} GiB). Decrease GPU memory "
                     "utilization or reduce GPU memory used by other processes."),
-    "available": ("vllm/v1/worker/gpu_worker.py@35d5cda", "Available KV cache memory: %.2f GiB"),
+    "cudagraph_profiling": ("vllm/v1/worker/gpu_worker.py",
+                            "CUDA graph memory profiling is enabled (default since "
+                            "v0.21.0). The current --gpu-memory-utilization=%.4f is "
+                            "equivalent to --gpu-memory-utilization=%.4f without "
+                            "CUDA graph memory profiling. To maintain the same "
+                            "effective KV cache size as before, increase "
+                            "--gpu-memory-utilization to %.4f. To disable, set "
+                            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."),
+    "available": ("vllm/v1/worker/gpu_worker.py", "Available KV cache memory: %s GiB"),
     "cache_size": ("vllm/v1/core/kv_cache_utils.py", "GPU KV cache size: %s tokens"),
     "concurrency": ("vllm/v1/core/kv_cache_utils.py", "Maximum concurrency for %s tokens per request: %.2fx"),
     "v0_preemption": ("vllm/core/scheduler.py (V0, _preempt)",
@@ -74,11 +99,14 @@ def _matches(key: str, text: str) -> bool:
 
 
 def test_the_source_commits_are_the_pinned_ones():
+    """A format with a commit is one of PINNED.older; one without comes from a PINNED (pinned-line) file."""
     for _, (where, _fmt) in SOURCE.items():
+        path = where.split(" ")[0].split("@")[0]
         if "@" in where:
-            path, commit = where.split("@")
-            assert any(p == path and c.startswith(commit) for p, c in
-                       ((k.split(" ")[0], v) for k, v in PINNED.files.items())), where
+            commit = where.split("@")[1]
+            assert any(k.startswith(f"{path}@{commit}") for k in PINNED.older), where
+        elif path.startswith("vllm/v1/") and "scheduler" not in path:
+            assert path in PINNED.files, where
 
 
 def test_start_up_errors_pinned_and_old():
@@ -86,8 +114,11 @@ def test_start_up_errors_pinned_and_old():
     fail = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
     assert _matches("one_request", fail) and _regex(SOURCE["estimated"][1]).search(fail)
     none_fits = plan("llama-3.1-8b", "L4", max_model_len=8192, weights_bytes=int(GPUS_L4 * 0.92) - 1_000_000,
-                     non_torch_bytes=0, activation_bytes=0).check.message
+                     non_torch_bytes=0, activation_bytes=0, enforce_eager=True).check.message
     assert _matches("one_request", none_fits) and "estimated" not in none_fits
+    assert _matches("format_gib_no_cache_blocks", check_kv_cache("qwen3-8b", 40960, 0, wording="format_gib").message)
+    assert _matches("format_gib_one_request",
+                    check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="format_gib").message)
     assert _matches("old_no_cache_blocks", check_kv_cache("qwen3-8b", 40960, 0, wording="old").message)
     assert _matches("old_one_request", check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="old").message)
 
@@ -102,9 +133,10 @@ def test_free_memory_error():
 
 def test_start_up_log_lines():
     lines = plan("llama-3.1-8b", "H100 80GB", max_model_len=32768).log_lines()
-    assert _matches("available", lines[0]) and _matches("cache_size", lines[1]) and _matches("concurrency", lines[2])
+    assert _matches("available", lines[0]) and _matches("cudagraph_profiling", lines[1])
+    assert _matches("cache_size", lines[2]) and _matches("concurrency", lines[3])
     failing = plan("llama-3.1-8b", "L4", max_model_len=65536).log_lines()
-    assert _matches("available", failing[0]) and _matches("one_request", failing[1][len("ValueError: "):])
+    assert _matches("available", failing[0]) and _matches("one_request", failing[2][len("ValueError: "):])
 
 
 def test_v0_preemption_warnings():

@@ -57,4 +57,8 @@ def test_gpu_ledger_is_measured(tiny):
     ledger = memory_ledger(tiny, torch.zeros(2, 16, dtype=torch.long))
     rows = {r.item: r for r in ledger.rows}
     assert ledger.mode.startswith("GPU") and rows["weights"].measured >= rows["weights"].computed
-    assert rows["KV cache"].measured == rows["KV cache"].computed
+    # measured by torch.cuda.memory_allocated around the cache (not numel x element size): at least the tensor
+    # bytes, at most the allocator's 512-byte rounding per cache tensor above them
+    kv, computed = rows["KV cache"].measured, rows["KV cache"].computed
+    n_tensors = 2 * tiny.config.num_hidden_layers
+    assert computed <= kv <= computed + 512 * n_tensors

@@ -6,10 +6,10 @@ is often preceded by harmless warnings. :func:`diagnose` first collapses whitesp
 prefixes, then looks for **crashes** before **warnings**, the most specific first:
 
 Crashes
-* ``startup_free_memory`` - vLLM's "Free memory on device (F/T GiB) on startup is less than desired
-  GPU memory utilization (u, R GiB)": another process already holds the GPU.
+* ``startup_free_memory`` - vLLM's "Free memory on device cuda:0 (F/T GiB) on startup is less than desired
+  GPU memory utilization (u, R GiB)" (older releases: no device name): another process already holds the GPU.
 * ``startup_kv_capacity`` - one request at ``max_model_len`` does not fit ("To serve at least one
-  request with the models's max seq len ..."; "model's" in later releases; V0: "The model's max seq
+  request with the model's max seq len ..."; "models's" in older releases; V0: "The model's max seq
   len (X) is larger than the maximum number of tokens that can be stored in KV cache (Y)").
 * ``no_cache_blocks`` - "No available memory for the cache blocks": nothing left for KV blocks.
 * ``engine_dead`` - ``EngineDeadError`` (V1) or ``AsyncEngineDeadError: Background loop has errored
@@ -83,7 +83,8 @@ CAUSES = {
                       "allocator: the headroom outside gpu_memory_utilization is too small.",
     "kv_preemption": "KV block pressure under load: running requests needed more blocks than the pool had, so the "
                      "scheduler preempted one and will recompute it (latency, not a crash). V1 does this silently "
-                     "(metric vllm:num_preemptions) and never swaps, so --swap-space does not help on V1.",
+                     "(metric vllm:num_preemptions) and preempts by recompute only (it has no swap preemption mode), so "
+                     "--swap-space does not help on V1.",
     "unknown": "Not one of the vLLM memory failures vramlab knows.",
 }
 
@@ -145,7 +146,8 @@ _CAP_FIX = Remedy("memory is free on the device yet PyTorch refused: look for a 
                   "(torch.cuda.set_per_process_memory_fraction, a workshop memory guard, a MIG slice) and raise it", L)
 
 _PATTERNS: list[tuple[str, str]] = [
-    ("startup_free_memory", r"Free memory on device \(.{0,40}?\) on startup is less than desired GPU memory utilization"),
+    ("startup_free_memory", r"Free memory on device (?:\S+ )?\(.{0,40}?\) on startup is less than desired GPU memory "
+                            r"utilization"),
     ("startup_kv_capacity", r"To serve at least one request with the models?'s max seq len"),
     ("startup_kv_capacity", r"is larger than the maximum number of tokens that can be stored in KV cache"),
     ("startup_kv_capacity", r"Cannot auto-fit max_model_len"),
@@ -247,17 +249,48 @@ def _startup_numbers(text: str) -> dict:
 
 
 def _free_memory_numbers(text: str) -> dict:
-    m = re.search(r"Free memory on device \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than desired "
-                  r"GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", text)
+    # "device (F/T GiB)"; later releases name the device: "device cuda:0 (F/T GiB)"
+    m = re.search(r"Free memory on device (?:\S+ )?\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than "
+                  r"desired GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", text, flags=re.IGNORECASE)
     if not m:
         return {}
     return {"free_gib": float(m.group(1)), "total_gib": float(m.group(2)), "gpu_memory_utilization": float(m.group(3)),
             "requested_gib": float(m.group(4))}
 
 
-def diagnose(text: str) -> Diagnosis:
+CONTEXTS = ("vllm", "pytorch")
+
+# A plain PyTorch job (training or a notebook), not a vLLM server: its allocator OOM has other levers.
+PYTORCH_FIXES: dict[str, list[Remedy]] = {
+    "allocator_oom": [
+        Remedy("make the step smaller: a smaller batch (gradient accumulation keeps the effective batch), "
+               "shorter sequences", R),
+        Remedy("hold less per step: 16-bit autocast, activation (gradient) checkpointing, "
+               "del tensors you no longer need", R),
+        Remedy("check for other processes on the GPU (nvidia-smi)", L),
+        Remedy("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts)", D),
+        Remedy("a GPU with more memory, or shard the model (FSDP, device_map)", R),
+    ],
+    "cuda_error_oom": [
+        Remedy("a library outside PyTorch's cache ran out (cuBLAS, NCCL): make the step smaller and leave headroom", R),
+        Remedy("check for other processes on the GPU (nvidia-smi)", L),
+        Remedy("rerun with CUDA_LAUNCH_BLOCKING=1 to see which call failed", R),
+    ],
+}
+PYTORCH_CAUSES = {
+    "allocator_oom": "A PyTorch allocation failed: the step (batch x sequence x model) needs more than the GPU has "
+                     "free, or the free memory is in pieces, or a per-process cap refused it.",
+}
+
+
+def diagnose(text: str, context: str = "vllm") -> Diagnosis:
     """Classify a vLLM / PyTorch log or traceback (any length, wrapped or not) and return the cause and
-    the ordered fixes. A crash anywhere in the log wins over preemption warnings before it."""
+    the ordered fixes. A crash anywhere in the log wins over preemption warnings before it.
+    ``context="pytorch"`` is for a plain PyTorch job (training, a notebook): the allocator-OOM cause and
+    fixes are PyTorch's (smaller batch, checkpointing, ...), not vLLM server flags."""
+    if context not in CONTEXTS:
+        raise ValueError(f"`context` must be one of {', '.join(CONTEXTS)} (got {context!r}): "
+                         "'vllm' for a vLLM server log, 'pytorch' for a plain PyTorch job.")
     flat = normalize_log(text)
     found = None
     for kind, pattern in _PATTERNS:
@@ -268,7 +301,8 @@ def diagnose(text: str) -> Diagnosis:
     if found is None:
         return Diagnosis("unknown", CAUSES["unknown"], "", list(FIXES["unknown"]))
     kind, m = found
-    fixes = list(FIXES[kind])
+    fixes = list(PYTORCH_FIXES.get(kind, FIXES[kind]) if context == "pytorch" else FIXES[kind])
+    cause = PYTORCH_CAUSES.get(kind, CAUSES[kind]) if context == "pytorch" else CAUSES[kind]
     details: dict = {}
     notes: list[str] = []
     oom = None
@@ -278,7 +312,9 @@ def diagnose(text: str) -> Diagnosis:
         details = _free_memory_numbers(flat)
     elif kind == "allocator_oom":
         oom = parse_oom_message(flat)
-        verdict = oom_verdict(oom.tried_bytes, oom.free_bytes, oom.reserved_unallocated_bytes)
+        # the report knows its format: old messages (PyTorch 1.0-1.7) predate per-process caps, so their
+        # "free" figure is not read as one (same rule as OOMReport.verdict everywhere in the lab)
+        verdict = oom.verdict
         details = {k: v for k, v in (("tried_bytes", oom.tried_bytes), ("free_bytes", oom.free_bytes),
                                       ("verdict", verdict)) if v is not None}
         if verdict == "fragmentation":  # the cache holds enough, just not in one piece
@@ -294,8 +330,8 @@ def diagnose(text: str) -> Diagnosis:
             notes.append("'Unable to allocate memory for KV cache block ... free blocks: 0' is not printed by any "
                          "vLLM release (it comes from a generated error catalogue); the real signal is the V0 "
                          "preemption warning or V1's vllm:num_preemptions metric.")
-    return Diagnosis(kind, CAUSES[kind], m.group(0), fixes, details, oom, notes)
+    return Diagnosis(kind, cause, m.group(0), fixes, details, oom, notes)
 
 
 __all__ = ["KINDS", "CRASH_KINDS", "VERDICTS", "Remedy", "Diagnosis", "diagnose", "normalize_log", "oom_verdict",
-           "FIXES", "CAUSES", "NOT_VLLM_BLOCK_LINE"]
+           "FIXES", "CAUSES", "NOT_VLLM_BLOCK_LINE", "CONTEXTS", "PYTORCH_FIXES"]

@@ -1,38 +1,45 @@
-"""vLLM's start-up memory arithmetic, reproduced without a GPU, pinned to one vLLM source.
+"""vLLM's start-up memory arithmetic, reproduced without a GPU, pinned to one vLLM release line.
 
-**Pinned source.** The code index this project reads holds vLLM's files one version each, at
-different commits; the lab pins the *start-up check* to the newest version of it that can be read:
+**Pinned line.** vLLM V1 on the *CUDA-graph-profiling* line: v0.21.0 and later, where the profile run
+counts CUDA-graph memory inside ``gpu_memory_utilization`` by default (vLLM's own start-up log says
+"CUDA graph memory profiling is enabled (default since v0.21.0)"). Messages, default utilization,
+``--kv-cache-dtype`` values and CUDA-graph handling all come from this line. The code index this lab
+reads stores vLLM files without release tags, so **the exact tag of the files read could not be
+confirmed**; :data:`PINNED` lists each file, the commit where the index records one, and the line of
+source that places it on this line (``tests/test_vllm_memory.py`` checks the module against them):
 
-* ``vllm/v1/core/kv_cache_utils.py`` @ ``001cabc1be16a59a70d720ed61a13b678c060a18`` (the
-  ``format_gib`` release line, v0.11.1 and later; messages, estimate, blocks, concurrency);
-* ``vllm/v1/worker/gpu_worker.py`` @ ``35d5cda123ec28581759b6d34cde8052314fb1e6`` (same line:
-  ``MemorySnapshot``/``memory_profiling``, "Free memory on device" check, no CUDA-graph term);
-* ``vllm/utils/mem_utils.py`` @ ``a6d5c39009eb73797b276cc557ca9659c396ca14`` (``format_gib``,
-  ``memory_profiling``);
-* ``vllm/engine/arg_utils.py`` (``get_batch_defaults``: ``max_num_seqs`` / ``max_num_batched_tokens``
-  by usage context and GPU tier), ``vllm/platforms/cuda.py`` (forced MLA block sizes),
-  ``vllm/envs.py`` (``VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE``), ``vllm/config/cache.py``
-  @ ``002f10e0cfa1373a19a0d2756598a34b700d20e5`` (``CacheDType``, ``gpu_memory_utilization``).
+* ``vllm/config/cache.py`` @ ``50bfb2498d917860a37b6e14ba2829dd24905e18`` (read in a GitHub mirror of vLLM):
+  ``DEFAULT_GPU_MEMORY_UTILIZATION = 0.92``, ``CacheDType``. That snapshot also has an *extensible KV
+  cache* that sizes the pool from memory measured after warm-up where the driver supports it; this lab
+  models the profiling path that source falls back to (``disable_extensible_kv_cache``: back to 0.92).
+* ``vllm/v1/core/kv_cache_utils.py`` (index copy, commit not recorded): the "model's max seq len ...
+  (which also controls CPU memory on the CPU backend)" and "No available memory ... despite its name"
+  wording, ``format_gib`` numbers, the docs link.
+* ``vllm/v1/worker/utils.py`` ``request_memory`` (index copies, commit not recorded): ``requested =
+  ceil(total * gpu_memory_utilization)``; "Free memory on device cuda:0 (F/T GiB) ...".
+* ``vllm/v1/worker/gpu_worker.py`` (index copy, commit not recorded): "Available KV cache memory: %s GiB"
+  (``format_gib``) and the CUDA-graph line quoted above.
 
-The older ``{:.2f}`` wording comes from ``kv_cache_utils.py`` @ ``bbf906a88ba1a39104884c88c9811a4f968e4659``.
-:data:`PINNED` names all of this; ``tests/test_vllm_memory.py`` holds every message against a copy of
-the format string with the file it came from.
+The older wordings stay as ``wording="format_gib"`` (``kv_cache_utils.py`` @ ``001cabc1``, "models's", e.g.
+vLLM 0.15.2 in vllm-project/vllm#34076) and ``wording="old"`` (@ ``bbf906a8``, ``{:.2f}``, no docs link);
+:func:`vramlab.oom.diagnose` reads all three. Other constants cite their own files (``vllm/engine/arg_utils.py``
+batch defaults, ``vllm/platforms/cuda.py`` block sizes, ``vllm/envs.py`` FlashInfer workspace).
 
 What vLLM (V1 engine) does at start-up, and what this module mirrors:
 
-1. ``requested_memory = total * gpu_memory_utilization`` where ``total`` is what
+1. ``requested_memory = ceil(total * gpu_memory_utilization)`` where ``total`` is what
    ``torch.cuda.mem_get_info`` reports (a T4 is 14.56 GiB to PyTorch; nvidia-smi says 15,360 MiB);
-   if less than that is free: "Free memory on device (...) on startup is less than desired GPU
+   if less than that is free: "Free memory on device cuda:0 (...) on startup is less than desired GPU
    memory utilization (...)".
 2. ``determine_available_memory``: load the weights, run one dummy forward pass of
    ``max_num_batched_tokens`` tokens (``memory_profiling``: torch peak increase + non-torch increase +
    weights); ``available = requested - non_kv_cache_memory``. Attention-backend buffers allocated in
-   the profile run (FlashInfer's workspace) are part of it. In the pinned release **CUDA graphs are
-   not counted**: they are captured after the KV cache is sized, out of the slice outside
-   ``gpu_memory_utilization``. (Releases from v0.21.0 profile them first when
-   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``, their default: ``plan(estimate_cudagraphs=True,
-   cudagraph_bytes=...)``.) This module cannot measure, so the activation and non-torch lines are
-   *estimates*, labelled as such and overridable.
+   the profile run (FlashInfer's workspace) are part of it. On the pinned line **CUDA graphs are
+   counted too**: their memory is estimated before the KV cache is sized
+   (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``, the default; ``plan(estimate_cudagraphs=False)`` is the
+   ``=0`` setting, and what releases before v0.21.0 did: graphs captured afterwards, out of the slice
+   outside ``gpu_memory_utilization``). This module cannot measure, so the activation, non-torch and
+   CUDA-graph lines are *estimates*, labelled as such and overridable with measured bytes.
 3. Page size per layer (``kv_cache_interface.py``): ``block_size * num_kv_heads * (head_size +
    head_size_v) * dtype_bytes``; MLA: ``block_size * 1 * (kv_lora_rank + qk_rope_head_dim) *
    dtype_bytes``. One request at ``max_model_len`` needs ``cdiv(max_model_len, block_size) * page``
@@ -56,35 +63,61 @@ from vramlab.kvcache import GiB, MiB, attention_shape, cdiv, dtype_bits, load_co
 
 
 @dataclass(frozen=True)
+class SourceFile:
+    """One vLLM file read for the pin: the commit where the code index records one (else None) and a
+    line of it that places it on the pinned release line."""
+
+    commit: str | None
+    marker: str
+    where: str
+
+
+@dataclass(frozen=True)
 class Pin:
-    """The vLLM source this module reproduces (see the module docstring)."""
+    """The vLLM release line this module reproduces (see the module docstring)."""
 
     release: str
-    files: dict
+    line: str
+    files: dict           # path -> SourceFile, all on ``line``
+    older: dict           # the older wordings still parsed ("format_gib", "old"): path@commit -> what it gives
 
 
 PINNED = Pin(
-    release="vLLM V1 engine, format_gib release line (v0.11.1 and later, before the 'model's' / CPU-backend "
-            "rewording); the exact tag is not recorded in the code index",
+    release="vLLM V1, CUDA-graph-profiling line (v0.21.0 and later); the exact tag of the files read could not "
+            "be confirmed (the code index stores them without release tags)",
+    line="v0.21.0+",
     files={
-        "vllm/v1/core/kv_cache_utils.py": "001cabc1be16a59a70d720ed61a13b678c060a18",
-        "vllm/v1/worker/gpu_worker.py": "35d5cda123ec28581759b6d34cde8052314fb1e6",
-        "vllm/utils/mem_utils.py": "a6d5c39009eb73797b276cc557ca9659c396ca14",
-        "vllm/config/cache.py": "002f10e0cfa1373a19a0d2756598a34b700d20e5",
-        "vllm/v1/core/kv_cache_utils.py (older {:.2f} wording)": "bbf906a88ba1a39104884c88c9811a4f968e4659",
+        "vllm/config/cache.py": SourceFile(
+            "50bfb2498d917860a37b6e14ba2829dd24905e18",
+            "DEFAULT_GPU_MEMORY_UTILIZATION: ClassVar[float] = 0.92", "GitHub mirror Chessing234/vllm"),
+        "vllm/v1/core/kv_cache_utils.py": SourceFile(
+            None, "(which also controls CPU memory on the CPU backend)", "code-index copy, commit not recorded"),
+        "vllm/v1/worker/utils.py": SourceFile(
+            None, 'f"Free memory on device {init_snapshot.device_} "', "code-index copies of request_memory"),
+        "vllm/v1/worker/gpu_worker.py": SourceFile(
+            None, "CUDA graph memory profiling is enabled (default since v0.21.0)", "code-index copy, commit not recorded"),
+    },
+    older={
+        "vllm/v1/core/kv_cache_utils.py@001cabc1be16a59a70d720ed61a13b678c060a18":
+            "wording='format_gib': \"models's\", format_gib numbers, docs link (e.g. vLLM 0.15.2)",
+        "vllm/v1/core/kv_cache_utils.py@bbf906a88ba1a39104884c88c9811a4f968e4659":
+            "wording='old': \"models's\", {:.2f} numbers, no docs link",
+        "vllm/v1/worker/gpu_worker.py@35d5cda123ec28581759b6d34cde8052314fb1e6":
+            "the free-memory message without the device name ('Free memory on device (F/T GiB)')",
     },
 )
 
-# vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE = 16 (CUDA attention backends).
+# vllm/config/cache.py @50bfb249: CacheConfig.DEFAULT_BLOCK_SIZE = 16 (CUDA attention backends).
 DEFAULT_BLOCK_SIZE = 16
-# vllm/config/cache.py @002f10e0 (the only stored version, newer than the pinned check): gpu_memory_utilization
-# Field(default=0.92); older releases used 0.9, and the pinned line may too: pass it explicitly to compare.
+# vllm/config/cache.py @50bfb249: DEFAULT_GPU_MEMORY_UTILIZATION = 0.92 (older releases used 0.9: pass it
+# explicitly to compare). The same file's extensible KV cache raises it to 1.0 where the driver supports that
+# path; this lab models the profiling path (disable_extensible_kv_cache puts 0.92 back).
 DEFAULT_UTILIZATION = 0.92
 CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
-# vllm/config/cache.py @002f10e0: CacheDType, every value --kv-cache-dtype accepts.
+# vllm/config/cache.py @50bfb249: CacheDType, every value --kv-cache-dtype accepts.
 VLLM_KV_CACHE_DTYPES = (
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
     "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "int4_per_token_head",
     "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
 )
@@ -99,11 +132,18 @@ BATCH_DEFAULTS = {
 }
 USAGE_CONTEXTS = ("openai_api_server", "llm_class")
 
-# CUDA graphs: gpu_worker.py @35d5cda subtracts none before KV sizing (they are captured afterwards, in
-# compile_or_warm_up_model). Later releases profile them first; vLLM's own start-up log (v0.27.1) reads
-# "CUDA graph memory profiling is enabled (default since v0.21.0). ... To disable, set
-# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0." -> plan(estimate_cudagraphs=True, cudagraph_bytes=measured).
+# CUDA graphs on the pinned line: gpu_worker.py estimates them in the profile run and counts them before KV
+# sizing, then logs (logger.info, format copied from the source):
+CUDAGRAPH_PROFILING_FORMAT = ("CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+                              "--gpu-memory-utilization={current:.4f} is equivalent to "
+                              "--gpu-memory-utilization={equivalent:.4f} without CUDA graph memory profiling. To "
+                              "maintain the same effective KV cache size as before, increase "
+                              "--gpu-memory-utilization to {suggested:.4f}. To disable, set "
+                              "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.")
 CUDAGRAPH_PROFILING_DEFAULT_SINCE = "v0.21.0"
+# vramlab's estimate when no measurement is given: public start-up logs of single-GPU servers print
+# "Estimated CUDA graph memory: 0.36 ... 0.65 GiB total" (up to ~2 GiB for large MoE models); vLLM measures it.
+EST_CUDAGRAPH_BYTES = 512 * MiB
 
 # Estimates (vramlab's, not vLLM's): vLLM measures these lines at start-up.
 EST_NON_TORCH_BYTES = 512 * MiB          # CUDA context + cuBLAS workspaces, one GPU (vramlab estimate)
@@ -206,16 +246,20 @@ class GPU:
 # torch OOM message shows it ("GPU 0 has a total capacity of T", two decimals): T4 on Colab "14.56 GiB" (public
 # Colab logs); RTX 4090 "23.99 GiB" (the troubleshooting article's torch OOM; = 24,564 MiB); H100 80GB HBM3
 # "79.19 GiB" (public benchmark logs naming the card, H100 PCIe alike); A100 80GB "79.25 GiB total capacity"
-# (levihsu/OOTDiffusion issue #235); A100 40GB "39.50 GiB" (TianheWu/CoSeR issue #10, "one A100").
+# (levihsu/OOTDiffusion issue #235); A100 40GB "GPU 0 has a total capacity of 39.39 GiB" (the figure most public
+# torch OOM logs from 40 GB A100 nodes print, e.g. multi-GPU RL training logs "GPU 2 has a total capacity of
+# 39.39 GiB"; the 39.50 GiB of TianheWu/CoSeR issue #10 matches a MIG 4g.40gb slice rather than a full card).
+# The total PyTorch sees varies with the driver (it keeps a different reserve): threestudio-project/threestudio
+# issue #402 shows an A100-SXM4-40GB on driver 535 printing 39.56 GiB, and a T4 prints 14.56 or 14.74 GiB.
 GPUS: dict[str, GPU] = {
     "T4": GPU("T4", 15360, round(14.56 * GiB), "16 GB GDDR6",
-              "torch OOM on Colab T4: 'total capacity of 14.56 GiB'; nvidia-smi 15360 MiB"),
+              "torch OOM on Colab T4: 'total capacity of 14.56 GiB' (14.74 GiB on other drivers); nvidia-smi 15360 MiB"),
     "L4": GPU("L4", 23034, None, "24 GB GDDR6", "nvidia-smi memory.total 23034 MiB (NVIDIA L4)"),
     "A10G": GPU("A10G", 23028, None, "24 GB GDDR6", "nvidia-smi memory.total 23028 MiB (AWS g5 A10G)"),
     "RTX 4090": GPU("RTX 4090", 24564, 24564 * MiB, "24 GB GDDR6X",
                     "torch OOM 'total capacity of 23.99 GiB'; nvidia-smi 24564 MiB"),
-    "A100 40GB": GPU("A100 40GB", 40960, round(39.50 * GiB), "40 GB HBM2",
-                     "torch OOM 'total capacity of 39.50 GiB'; nvidia-smi 40960 MiB (A100-SXM4-40GB)"),
+    "A100 40GB": GPU("A100 40GB", 40960, round(39.39 * GiB), "40 GB HBM2",
+                     "torch OOM 'total capacity of 39.39 GiB' (varies by driver); nvidia-smi 40960 MiB (A100-SXM4-40GB)"),
     "A100 80GB": GPU("A100 80GB", 81920, round(79.25 * GiB), "80 GB HBM2e",
                      "torch OOM '79.25 GiB total capacity'; nvidia-smi 81920 MiB (A100-SXM4-80GB)"),
     "H100 80GB": GPU("H100 80GB", 81559, round(79.19 * GiB), "80 GB HBM3",
@@ -371,19 +415,34 @@ class KVCheck:
 
 
 # The format strings, copied from the pinned source (tests hold the printed text against them).
-# vllm/v1/core/kv_cache_utils.py @001cabc1, _check_enough_kv_cache_memory:
+# vllm/v1/core/kv_cache_utils.py (pinned line), _check_enough_kv_cache_memory:
 NO_CACHE_BLOCKS_MESSAGE = ("No available memory for the cache blocks. "
-                           "Try increasing `gpu_memory_utilization` when initializing the engine. "
+                           "Try increasing `gpu_memory_utilization` when initializing the engine "
+                           "(this flag also controls CPU memory reservation on the CPU "
+                           "backend, despite its name). "
                            f"See {CONSERVING_MEMORY_URL} for more details.")
-ONE_REQUEST_FORMAT = ("To serve at least one request with the models's max seq len "
+ONE_REQUEST_FORMAT = ("To serve at least one request with the model's max seq len "
                       "({max_model_len}), ({needed} GiB KV "
                       "cache is needed, which is larger than the available KV cache "
                       "memory ({available} GiB). {estimated_msg}"
-                      "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                      "Try increasing `gpu_memory_utilization` (which also controls "
+                      "CPU memory on the CPU backend) or decreasing `max_model_len` "
                       "when initializing the engine. "
                       f"See {CONSERVING_MEMORY_URL} "
                       "for more details.")
 ESTIMATED_FORMAT = "Based on the available memory, the estimated maximum model length is {estimated}. "
+# vllm/v1/core/kv_cache_utils.py @001cabc1 (wording="format_gib": "models's", format_gib, docs link):
+FORMAT_GIB_NO_CACHE_BLOCKS_MESSAGE = ("No available memory for the cache blocks. "
+                                      "Try increasing `gpu_memory_utilization` when initializing the engine. "
+                                      f"See {CONSERVING_MEMORY_URL} for more details.")
+FORMAT_GIB_ONE_REQUEST_FORMAT = ("To serve at least one request with the models's max seq len "
+                                 "({max_model_len}), ({needed} GiB KV "
+                                 "cache is needed, which is larger than the available KV cache "
+                                 "memory ({available} GiB). {estimated_msg}"
+                                 "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                                 "when initializing the engine. "
+                                 f"See {CONSERVING_MEMORY_URL} "
+                                 "for more details.")
 # vllm/v1/core/kv_cache_utils.py @bbf906a8 (older releases, "{:.2f}" GiB, no docs link):
 OLD_NO_CACHE_BLOCKS_MESSAGE = ("No available memory for the cache blocks. "
                                "Try increasing `gpu_memory_utilization` when initializing the engine.")
@@ -395,12 +454,13 @@ OLD_ONE_REQUEST_FORMAT = ("To serve at least one request with the models's max s
                           "Try increasing `gpu_memory_utilization` or decreasing "
                           "`max_model_len` when initializing the engine.")
 OLD_ESTIMATED_FORMAT = "Based on the available memory, the estimated maximum model length is {estimated}."
-# vllm/v1/worker/gpu_worker.py @35d5cda, Worker.init_device (GiB = round(b / GiB_bytes, 2)):
-FREE_MEMORY_FORMAT = ("Free memory on device ({free}/{total} GiB) on startup is less than desired GPU memory "
-                      "utilization ({utilization}, {requested} GiB). Decrease GPU memory utilization or reduce "
-                      "GPU memory used by other processes.")
-# gpu_worker.py (logger.info_once) and kv_cache_utils.py (logger.info) start-up lines:
-AVAILABLE_FORMAT = "Available KV cache memory: {gib:.2f} GiB"
+# vllm/v1/worker/utils.py, request_memory (format_gib numbers; device_ is e.g. cuda:0):
+FREE_MEMORY_FORMAT = ("Free memory on device {device} ({free}/{total} GiB) on startup is less than desired GPU "
+                      "memory utilization ({utilization}, {requested} GiB). Decrease GPU memory utilization or "
+                      "reduce GPU memory used by other processes.")
+# gpu_worker.py (logger.info_once, format_gib) and kv_cache_utils.py (logger.info) start-up lines; the two
+# kv_cache_utils lines as public v0.21+ logs print them ("[kv_cache_utils.py:2235] GPU KV cache size: ...").
+AVAILABLE_FORMAT = "Available KV cache memory: {gib} GiB"
 CACHE_SIZE_FORMAT = "GPU KV cache size: {tokens:,} tokens"
 CONCURRENCY_FORMAT = "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
 # V0 scheduler (vllm/core/scheduler.py, _preempt; logged on the 1st, 51st, 101st ... preemption):
@@ -412,15 +472,22 @@ V0_PREEMPTION_FORMAT = ("Sequence group {request_id} is preempted by PreemptionM
 # scraped as vllm:num_preemptions_total.
 V1_PREEMPTION_METRIC = "vllm:num_preemptions"
 
-WORDINGS = ("pinned", "old")
+WORDINGS = ("pinned", "format_gib", "old")
 
 
 def vllm_error_message(max_model_len: int, needed: int, available: int, estimated: int,
                        wording: str = "pinned") -> str:
-    """The text of vLLM's ValueError from ``_check_enough_kv_cache_memory``: the pinned release's
-    (``format_gib``, docs link) or, with ``wording="old"``, the older ``{:.2f}`` one."""
+    """The text of vLLM's ValueError from ``_check_enough_kv_cache_memory``: the pinned line's ("model's",
+    CPU-backend note, ``format_gib``, docs link); ``wording="format_gib"``: the earlier "models's" one with
+    ``format_gib`` and the docs link; ``wording="old"``: the oldest ``{:.2f}`` one."""
     if wording not in WORDINGS:
         raise ValueError(f"`wording` must be one of {', '.join(WORDINGS)} (got {wording!r}).")
+    if wording == "format_gib":
+        if available <= 0:
+            return FORMAT_GIB_NO_CACHE_BLOCKS_MESSAGE
+        est = ESTIMATED_FORMAT.format(estimated=estimated) if estimated > 0 else ""
+        return FORMAT_GIB_ONE_REQUEST_FORMAT.format(max_model_len=max_model_len, needed=format_gib(needed),
+                                                    available=format_gib(available), estimated_msg=est)
     if wording == "old":
         if available <= 0:
             return OLD_NO_CACHE_BLOCKS_MESSAGE
@@ -434,13 +501,19 @@ def vllm_error_message(max_model_len: int, needed: int, available: int, estimate
                                      available=format_gib(available), estimated_msg=est)
 
 
-def free_memory_message(free_bytes: int, total_bytes: int, gpu_memory_utilization: float) -> str:
-    """vLLM's start-up ValueError when another process already holds the GPU (``gpu_worker.py``)."""
+def requested_bytes(total_bytes: int, gpu_memory_utilization: float) -> int:
+    """vLLM's budget: ``ceil(total * gpu_memory_utilization)`` (``vllm/v1/worker/utils.py`` request_memory)."""
+    return math.ceil(total_bytes * gpu_memory_utilization)
+
+
+def free_memory_message(free_bytes: int, total_bytes: int, gpu_memory_utilization: float,
+                        device: str = "cuda:0") -> str:
+    """vLLM's start-up ValueError when another process already holds the GPU (``request_memory``)."""
     free_bytes, total_bytes = _nonneg("free_bytes", free_bytes), _nonneg("total_bytes", total_bytes)
     _check_utilization(gpu_memory_utilization)
-    requested = total_bytes * gpu_memory_utilization
-    return FREE_MEMORY_FORMAT.format(free=round(free_bytes / GiB, 2), total=round(total_bytes / GiB, 2),
-                                     utilization=gpu_memory_utilization, requested=round(requested / GiB, 2))
+    requested = requested_bytes(total_bytes, gpu_memory_utilization)
+    return FREE_MEMORY_FORMAT.format(device=device, free=format_gib(free_bytes), total=format_gib(total_bytes),
+                                     utilization=gpu_memory_utilization, requested=format_gib(requested))
 
 
 def _bytes_arg(name: str, value: Any) -> int:
@@ -551,7 +624,12 @@ class Plan:
         this lab's own remark, not vLLM's."""
         if self.startup_message:
             return [f"ValueError: {self.startup_message}"]
-        lines = [AVAILABLE_FORMAT.format(gib=self.available_kv_bytes / GiB)]
+        lines = [AVAILABLE_FORMAT.format(gib=format_gib(self.available_kv_bytes))]
+        if self.estimate_cudagraphs and self.cudagraph_bytes > 0:
+            delta = self.cudagraph_bytes / self.gpu.total_bytes     # gpu_worker.py: estimate / total_memory
+            u = self.gpu_memory_utilization
+            lines.append(CUDAGRAPH_PROFILING_FORMAT.format(current=u, equivalent=round(u - delta, 4),
+                                                           suggested=min(round(u + delta, 4), 1.0)))
         if not self.ok:
             lines.append(f"ValueError: {self.check.message}")
             if self.tipped_by:
@@ -571,7 +649,7 @@ class Plan:
             (f"{self.attention_backend} workspace", self.workspace_bytes, False),
         ]
         if self.estimate_cudagraphs:
-            rows.append(("CUDA graphs (profiled)", self.cudagraph_bytes, False))
+            rows.append(("CUDA graphs (profiled)", self.cudagraph_bytes, "cudagraph" in self.estimates))
         rows += [("KV cache pool", kv, False),
                  ("outside gpu_memory_utilization" + ("" if self.estimate_cudagraphs
                                                       else " (CUDA graphs are captured here)"), unreserved, False)]
@@ -589,7 +667,7 @@ class Plan:
             lines.append(f"  {'~' if est else ' '}{n / GiB:8.2f} GiB  {label}")
         if self.available_kv_bytes < 0:
             lines.append(f"   overheads exceed the budget by {-self.available_kv_bytes / GiB:.2f} GiB")
-        lines += ["  " + s for s in self.log_lines()]
+        lines += ["  [vramlab estimate] " + s for s in self.log_lines()]   # vLLM's format, vramlab's numbers
         return "\n".join(lines)
 
     def figure(self):
@@ -656,7 +734,7 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
          max_model_len: int | None = None, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
          block_size: int = DEFAULT_BLOCK_SIZE, weight_bits: float = 16, max_num_seqs: int | None = None,
          max_num_batched_tokens: int | None = None, enforce_eager: bool = False, attention_backend: str | None = None,
-         usage_context: str = "openai_api_server", estimate_cudagraphs: bool = False, free_bytes: int | None = None,
+         usage_context: str = "openai_api_server", estimate_cudagraphs: bool = True, free_bytes: int | None = None,
          weights_bytes: int | None = None, non_torch_bytes: int | None = None,
          activation_bytes: int | None = None, cudagraph_bytes: int | None = None,
          wording: str = "pinned") -> Plan:
@@ -667,8 +745,10 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     (:func:`batch_defaults`). Weights are ``parameters * weight_bits / 8 / tensor_parallel_size``; the
     non-torch and activation lines are vramlab estimates unless you pass measured bytes.
     ``attention_backend`` adds its workspace (FLASHINFER: 394 MiB) and may force the block size
-    (FLASHMLA: 64). CUDA graphs (``cudagraph_bytes``, measured) are subtracted before KV sizing only
-    with ``estimate_cudagraphs=True`` (vLLM v0.21.0+ default); the pinned release captures them
+    (FLASHMLA: 64). CUDA graphs are subtracted before KV sizing (``estimate_cudagraphs=True``, the pinned
+    line's default): ``cudagraph_bytes`` measured, else vramlab's estimate (512 MiB, labelled);
+    ``enforce_eager=True`` captures none. ``estimate_cudagraphs=False`` is
+    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`` (and releases before v0.21.0): graphs are captured
     afterwards, outside ``gpu_memory_utilization``. ``free_bytes`` is the memory free at start-up
     (default: all of it); less than the requested share gives vLLM's "Free memory on device" error.
     """
@@ -702,8 +782,7 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     block_size = backend.block_size(block_size)
 
     estimates = []
-    requested_float = g.total_bytes * u          # gpu_worker.py: total_memory * gpu_memory_utilization
-    requested = int(requested_float)
+    requested = requested_bytes(g.total_bytes, u)   # worker/utils.py: ceil(total_memory * utilization)
     if weights_bytes is None:
         weights_bytes = int(num_parameters(cfg) * weight_bits / 8 / tensor_parallel_size)
         # an estimate when the count is derived, or when quantized (real checkpoints add scales and
@@ -723,19 +802,20 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
         cudagraph_bytes = _nonneg("cudagraph_bytes", cudagraph_bytes)
     if enforce_eager:
         cudagraph_bytes = 0
-    if estimate_cudagraphs and cudagraph_bytes is None:
-        raise ValueError("`cudagraph_bytes` is needed with estimate_cudagraphs=True: pass what vLLM logged as "
-                         "'Estimated CUDA graph memory: X GiB total' (in bytes), or enforce_eager=True.")
+    if cudagraph_bytes is None:
+        # vramlab's estimate; pass what vLLM logged as "Estimated CUDA graph memory: X GiB total" to replace it
+        cudagraph_bytes = EST_CUDAGRAPH_BYTES
+        estimates.append("cudagraph")
     counted_graphs = cudagraph_bytes if estimate_cudagraphs else 0
     free = g.total_bytes if free_bytes is None else _nonneg("free_bytes", free_bytes)
     if free > g.total_bytes:
         raise ValueError(f"`free_bytes` ({free:,}) cannot exceed the GPU's total ({g.total_bytes:,} bytes).")
 
     non_kv = weights_bytes + non_torch_bytes + activation_bytes + backend.workspace_bytes + counted_graphs
-    available = int(requested_float - non_kv)
+    available = requested - non_kv
     page = page_size_bytes(cfg, block_size, kv_cache_dtype, tensor_parallel_size)
     chk = _kv_check(cfg, max_model_len, max(available, 0), block_size, kv_cache_dtype, tensor_parallel_size, wording)
-    startup = free_memory_message(free, g.total_bytes, u) if free < requested_float else ""
+    startup = free_memory_message(free, g.total_bytes, u) if free < requested else ""
     num_blocks = max(available, 0) // page // shape.layers if chk.ok and not startup else 0
     tipped = ""
     if not chk.ok and backend.workspace_bytes and not startup:
@@ -772,7 +852,7 @@ class Fix:
 def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: float = 0.95, **plan_kwargs) -> list[Fix]:
     """The smallest single change that passes, per knob, in the order: max_model_len,
     kv_cache_dtype fp8, gpu_memory_utilization (up to ``max_utilization``; about 0.95 on a dedicated
-    GPU), the attention backend (FLASHINFER -> FLASH_ATTN), tensor_parallel_size (2, 4, 8), weight
+    GPU), enforce_eager (no CUDA graphs to count), the attention backend (FLASHINFER -> FLASH_ATTN), tensor_parallel_size (2, 4, 8), weight
     quantization (8 then 4 bits). A knob that cannot fix it alone is left out. Empty when the plan
     already passes."""
     if isinstance(max_utilization, bool) or not isinstance(max_utilization, (int, float)) or not 0 < max_utilization <= 1:
@@ -799,6 +879,10 @@ def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: floa
         if p.ok:
             out.append(Fix("gpu_memory_utilization", pct / 100, f"--gpu-memory-utilization {pct / 100:.2f}", p))
             break
+    if not kw.get("enforce_eager") and base.estimate_cudagraphs and base.cudagraph_bytes:
+        p = plan(config, gpu, **{**kw, "enforce_eager": True})
+        if p.ok:
+            out.append(Fix("enforce_eager", True, "--enforce-eager (no CUDA graphs)", p))
     if base.workspace_bytes and base.attention_backend == "FLASHINFER":
         p = plan(config, gpu, **{**kw, "attention_backend": "FLASH_ATTN"})
         if p.ok:
@@ -832,4 +916,5 @@ __all__ = [
     "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
     "estimate_activation_bytes", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
     "VLLM_KV_CACHE_DTYPES", "MODELLED_KV_CACHE_DTYPES", "V0_PREEMPTION_FORMAT", "V1_PREEMPTION_METRIC",
+    "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS",
 ]

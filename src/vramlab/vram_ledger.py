@@ -7,7 +7,8 @@ arithmetic, the same on every machine) and, on a CUDA GPU, a *measured* value:
 * weights - computed: :func:`vramlab.footprint.total_bytes`; measured: ``memory_allocated`` grows by
   this much when the model moves to the GPU.
 * KV cache - computed: :func:`vramlab.kvcache.kv_cache_bytes` for ``batch x tokens`` in the model's
-  dtype; measured: the bytes of the tensors in the returned cache.
+  dtype; measured: ``memory_allocated`` still held once everything the forward returned except the cache
+  is freed, minus what was allocated before the forward (the allocator's view, 512-byte rounding included).
 * activations (transient) - computed: the logits tensor ``batch x tokens x vocab x 4`` bytes (the
   largest single activation of a prefill for a small model with a large vocabulary; a lower bound);
   measured: ``max_memory_allocated`` during the forward minus what is still allocated afterwards.
@@ -155,7 +156,13 @@ def memory_ledger(model, input_ids) -> Ledger:
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     after = torch.cuda.memory_allocated()
-    kv = _cache_tensor_bytes(out.past_key_values)
+    # KV cache, measured by the allocator (not numel x element size): free everything the forward returned
+    # except the cache; what is still allocated above `before` is the cache (plus the allocator's rounding
+    # of each block to 512 bytes).
+    cache = out.past_key_values
+    del out
+    torch.cuda.synchronize()
+    kv = torch.cuda.memory_allocated() - before
     reserved = torch.cuda.memory_reserved()
     from vramlab.vram_monitor import _Nvml
 
@@ -164,7 +171,7 @@ def memory_ledger(model, input_ids) -> Ledger:
     nvml.close()
     non_torch = None if process_used is None else process_used - reserved
     measured = [weights, kv, peak - after, reserved - after, non_torch]
-    del out, ids
+    del cache, ids
     for row, value in zip(rows, measured):
         row.measured = value
     rows[2].how += f"; measured: peak during the forward minus what stayed ({(after - before) / MiB:,.1f} MiB stayed)"

@@ -195,6 +195,11 @@ def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
             check_kv_cache_dtype(kwargs["kv_cache_dtype"])
         except ValueError as exc:
             return report(name, False, "a kv_cache_dtype vLLM accepts", repr(kwargs["kv_cache_dtype"]), str(exc))
+        if kwargs["kv_cache_dtype"] == "fp8_inc":
+            # vllm/config/cache.py (CacheConfig.cache_dtype doc): "Intel Gaudi (HPU) supports fp8 (using fp8_inc)"
+            return report(name, False, "a kv_cache_dtype an NVIDIA L4 can use", "'fp8_inc'",
+                          "fp8_inc is for Intel Gaudi (HPU) only (Intel Neural Compressor); on NVIDIA GPUs "
+                          "use fp8 (= fp8_e4m3) or fp8_e5m2")
     try:
         p = plan(model, gpu, **{"max_model_len": max_model_len, **kwargs})
     except (TypeError, ValueError) as exc:
@@ -204,8 +209,8 @@ def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
                f"{max(p.available_kv_bytes, 0) / GiB:.2f} GiB available")
         hint = "which argument shrinks the bytes per token without touching the context?"
         if kwargs.get("enforce_eager"):
-            hint = ("enforce_eager alone does not help here: this vLLM sizes the KV cache before it captures "
-                    "CUDA graphs, so the graphs never counted against it")
+            hint = ("enforce_eager alone does not help here: it frees only the CUDA-graph memory the profile run "
+                    "counted (about half a GiB), and the request needs several GiB more")
         return report(name, False, "vLLM starts", got, hint)
     return report(name, True, "", f"starts: {p.kv_cache_tokens:,} tokens of KV cache, "
                                   f"{p.max_concurrency:.2f}x concurrency at {p.max_model_len:,} tokens")

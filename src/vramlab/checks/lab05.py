@@ -79,13 +79,17 @@ def _offload_sizes():
 
 def check_offload_device_map(device_map: Any) -> CheckResult:
     """A custom ``device_map`` for SmolLM2 in 8-bit with a 150 MB GPU: covers every weight, uses GPU 0,
-    keeps GPU 0 within the budget bitsandbytes allows (150 MB x 0.90), sends the rest to "cpu"."""
+    keeps GPU 0 within the 150 MB budget, sends the rest to "cpu". A hand-written map is used as given:
+    transformers 5.24 (``integrations/accelerate.py`` ``_get_device_map``) applies ``get_balanced_memory`` and
+    bitsandbytes' ``adjust_max_memory`` (x 0.90) only when ``device_map`` is a string, so the 10% headroom is
+    the planner's, and the check only remarks on it."""
     from accelerate.utils import check_device_map
 
     from vramlab.dispatch import BNB_MAX_MEMORY_FACTOR, parse_max_memory
 
     name = "offload device_map"
-    limit = int(parse_max_memory(OFFLOAD_BUDGET)[0] * BNB_MAX_MEMORY_FACTOR)
+    limit = int(parse_max_memory(OFFLOAD_BUDGET)[0])
+    planner_limit = int(limit * BNB_MAX_MEMORY_FACTOR)   # what device_map="auto" would plan with
     expected = f"a dict covering every module, GPU 0 <= {limit / 1e6:.0f} MB at 8-bit sizes, the rest on 'cpu'"
     if not isinstance(device_map, Mapping) or not device_map:
         return report(name, False, expected, f"{device_map!r}",
@@ -117,13 +121,19 @@ def check_offload_device_map(device_map: Any) -> CheckResult:
                       "that is the map that does not fit: the model needs ~163 MB at 8-bit")
     if on_gpu > limit:
         bf16 = sum(_bf16_sizes().get(k, 0) for k, v in dmap.items() if v == 0)
-        hint = (f"GPU 0 holds {on_gpu / 1e6:.1f} MB at 8-bit sizes; bitsandbytes keeps 10% back, so only "
-                f"{limit / 1e6:.0f} MB of the 150 MB are usable - move a few more layers to 'cpu'")
+        hint = (f"GPU 0 holds {on_gpu / 1e6:.1f} MB at 8-bit sizes, more than the {limit / 1e6:.0f} MB budget "
+                "- move a few more layers to 'cpu'")
         if bf16 <= parse_max_memory(OFFLOAD_BUDGET)[0] < on_gpu * 2:
             hint += " (the 1-byte 8-bit Linear weights are already counted; the embedding stays bf16)"
         return report(name, False, expected, f"{on_gpu / 1e6:.1f} MB on GPU 0", hint)
     layers = gpu_layers(dmap)
-    return report(name, True, "", f"{on_gpu / 1e6:.1f} MB on GPU 0 ({layers} decoder layers), the rest on cpu")
+    note = ""
+    if on_gpu > planner_limit:
+        note = (f"; no headroom left: device_map='auto' would plan with {planner_limit / 1e6:.0f} MB "
+                "(bitsandbytes' adjust_max_memory keeps 10% back for quantization buffers), and activations "
+                "need room too")
+    return report(name, True, "", f"{on_gpu / 1e6:.1f} MB on GPU 0 ({layers} decoder layers), the rest on cpu"
+                  + note)
 
 
 @functools.lru_cache(maxsize=None)
@@ -178,6 +188,9 @@ def check_budget_gib(budget_gib: Any) -> CheckResult:
     if budget_gib is None or value is None:
         return report(name, False, "a budget in GiB", f"{budget_gib!r}", "store a number of GiB in `budget_gib`")
     need = smallest_budget_gib()
+    if abs(value - need * GiB / 1e9) <= 0.02:   # the right bytes, written in GB (10**9) instead of GiB
+        return report(name, False, f"between {need:.3f} and {1.10 * need:.3f} GiB", f"{value:.3f}",
+                      "GB vs GiB: that is the answer in GB (10**9 bytes); the check wants GiB (2**30 bytes)")
     if 0 < value <= 1.10 * need and _fits_on_gpu0(value):
         return report(name, True, "", f"{value:.3f} GiB (the planner needs at least {need:.3f} GiB)")
     total = module_sizes(_meta(BUDGET_CONFIG, "4bit"), quantization="4bit")[""] / GiB
