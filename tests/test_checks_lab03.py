@@ -98,8 +98,8 @@ def test_common_wrong_answers_fail_with_their_own_hint(name, wrong, phrase, caps
 
 
 def test_prediction_reports_how_far_off_without_grading(capsys):
-    assert _prediction(16) and "within 10%" in capsys.readouterr().out
-    assert _prediction(4) and "0.25x the real value" in capsys.readouterr().out
+    assert _prediction(16) and "within 5%" in capsys.readouterr().out
+    assert _prediction(4) and "4x too low" in capsys.readouterr().out
     assert not _prediction(float("nan"))
     assert lab03.check_prediction(12, unit="GiB") and "12 GiB stored" in capsys.readouterr().out
     assert not lab03.check_prediction(None) and "not done yet" in capsys.readouterr().out

@@ -63,7 +63,7 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
-                      value=predicted, untouched_hint="write your guess (a number) in place of None, then run "
+                      value=predicted, untouched_hint="not done yet: write your guess (a number) in place of None, then run "
                                                       "this cell again; any honest guess passes")
     value = as_float(predicted)
     if value is None or not math.isfinite(value):

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
+from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.kvcache import GiB, kv_bytes_per_token
 from vramlab.oom import VERDICTS, oom_verdict
 from vramlab.vllm_memory import check_kv_cache_dtype, estimate_max_model_len, needed_bytes, plan
@@ -75,30 +76,6 @@ def check_mla_bytes_by_hand(fn) -> CheckResult:
                                                "kv_lora_rank": r, "qk_rope_head_dim": p}, kv_bits=8 * b),
         {2.0: "twice too big: MLA caches one latent and one RoPE key, there is no separate value to double"},
         "MLA caches one latent vector plus one shared RoPE key per layer, however many heads there are")
-
-
-def check_prediction(predicted: Any, actual: float | None = None, what: str = "your prediction",
-                     unit: str = "") -> CheckResult:
-    """Compare an honest numeric prediction with the value the lesson then reveals. Any number passes:
-    the line says how far off it was (this teaches, it does not grade). None means no prediction yet.
-    Without ``actual`` it only records that a number was stored (nothing is revealed)."""
-    name = f"prediction: {what}"
-    unit_s = f" {unit}" if unit else ""
-    if predicted is None:
-        return report(name, False, "a number stored before running the next cell", f"None ({NOT_DONE})",
-                      "write down your guess first; any number is fine")
-    value = as_float(predicted)
-    if value is None or math.isnan(value):
-        return report(name, False, "a number", f"{fmt_number(predicted)} (not a number)")
-    if actual is None:
-        return report(name, True, "", f"{fmt_number(value)}{unit_s} stored; the real value comes later")
-    if actual == 0:
-        off = "exact" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
-    else:
-        ratio = value / actual
-        off = ("within 10%" if abs(ratio - 1) <= 0.1 else
-               f"{ratio:.2f}x the real value" if ratio > 0 else "the wrong sign")
-    return report(name, True, "", f"{fmt_number(value)}{unit_s} vs the real {fmt_number(actual)}{unit_s}: {off}")
 
 
 def check_needed_gib(got: Any) -> CheckResult:
