@@ -27,11 +27,15 @@ JUPYTERLAB_SETTINGS_DIR="$settings" JUPYTERLAB_WORKSPACES_DIR="$workspaces" "$VE
 server=$!
 cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$settings" "$workspaces"; }
 trap cleanup EXIT
+up=0
 for _ in $(seq 120); do
-  if curl -sf -o /dev/null "http://127.0.0.1:$PORT/api/status?token=$token"; then break; fi
+  # Python, not curl: curl is missing on minimal machines.
+  if "$VENV/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+       "http://127.0.0.1:$PORT/api/status?token=$token" 2>/dev/null; then up=1; break; fi
   if ! kill -0 "$server" 2>/dev/null; then echo "browser: JupyterLab did not start (port $PORT in use?); see $SMOKE_OUT/jupyterlab.log"; exit 2; fi
   sleep 1
 done
+if [ "$up" != 1 ]; then echo "browser: JupyterLab did not answer within 120 s; see $SMOKE_OUT/jupyterlab.log"; exit 2; fi
 start=$(date +%s)
 status=0
 SMOKE_ROOT="$PWD" node tests/browser/smoke_jupyterlab.mjs --url "http://127.0.0.1:$PORT/lab?token=$token" \
