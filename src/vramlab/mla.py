@@ -218,8 +218,15 @@ class LatentCache:
                         f"kv_lora_rank {self.kv_lora_rank} + qk_rope_head_dim {self.qk_rope_head_dim}")
         new = torch.cat([c_kv, k_rope], dim=-1).to(self.dtype)
         if not self.paged:
-            old = self._rows[layer]
-            self._rows[layer] = new if old is None else torch.cat([old, new], dim=1)
+            # one buffer per layer, grown by doubling, so a decode step copies one row, not the context
+            old, length = self._rows[layer], self._lengths[layer]
+            need = length + new.shape[1]
+            if old is None or old.shape[1] < need:
+                grown = new.new_zeros(new.shape[0], max(need, 2 * (0 if old is None else old.shape[1])), self.width)
+                if old is not None:
+                    grown[:, :length] = old[:, :length]
+                self._rows[layer] = old = grown
+            old[:, length:need] = new
         else:
             pool, pos = self._pool[layer], self._lengths[layer]
             b, t = new.shape[0], new.shape[1]
@@ -239,7 +246,8 @@ class LatentCache:
         """The cached rows of a layer, ``[B, S, d_c + d_r]`` (gathered from the blocks when paged)."""
         layer = self._layer(layer_idx)
         if not self.paged:
-            return self._rows[layer]
+            rows = self._rows[layer]
+            return None if rows is None else rows[:, :self._lengths[layer]]
         if not self._pool[layer]:
             return None
         return torch.cat(self._pool[layer], dim=1)[:, :self._lengths[layer]]
@@ -267,8 +275,9 @@ class LatentCache:
         for layer in range(self.num_layers):
             if self.paged:
                 total += sum(block.numel() for block in self._pool[layer]) * self.element_size
-            elif self._rows[layer] is not None:
-                total += self._rows[layer].numel() * self.element_size
+            elif self._rows[layer] is not None:   # the tokens held (spare capacity not counted)
+                rows = self._rows[layer]
+                total += rows.shape[0] * self._lengths[layer] * self.width * self.element_size
         return total
 
     def bytes_per_token(self) -> int:
@@ -579,6 +588,27 @@ def convert_to_latent_kv(model, rank: int, input_covs: list[torch.Tensor] | None
     return new
 
 
+def conversion_point(model, windows, rank: int, method: str = "weights",
+                     input_covs: list[torch.Tensor] | None = None) -> dict:
+    """Convert ``model`` at ``rank`` and measure it: ``{"method", "rank", "ppl", "bytes_per_token",
+    "measured": True, "seconds"}``. ``method`` "weights" (SVD of [W_K; W_V]) or "activations"
+    (PCA with ``input_covs`` from :func:`collect_input_covariance`)."""
+    import time
+
+    from vramlab.eval import perplexity
+
+    if method not in ("weights", "activations"):
+        raise _fail("method", f"must be 'weights' or 'activations' (got {method!r})")
+    if method == "activations" and input_covs is None:
+        raise _fail("input_covs", "is needed for method='activations' (use collect_input_covariance)")
+    start = time.perf_counter()
+    converted = convert_to_latent_kv(model, rank, input_covs if method == "activations" else None)
+    ppl = perplexity(converted, windows)
+    return {"method": method, "rank": rank, "ppl": ppl,
+            "bytes_per_token": latent_bytes_per_token(model.config.to_dict(), rank),
+            "measured": True, "seconds": round(time.perf_counter() - start, 1)}
+
+
 def latent_bytes_per_token(model_config: Any, rank: int, kv_dtype: str = "bfloat16") -> float:
     """Cache bytes per token (all layers) of a model converted to a rank-``rank`` latent: a latent of
     ``rank`` elements and no separate RoPE key (kv_lora_rank = rank, qk_rope_head_dim = 0)."""
@@ -613,4 +643,4 @@ def load_conversion_results(path: str | Path | None = None) -> dict:
 
 __all__ = ["MLA_BLOCK_SIZE", "MLAConfig", "LatentCache", "RMSNorm", "apply_rope", "MultiHeadLatentAttention",
            "decode", "LatentKV", "latent_kv_factors", "collect_input_covariance", "convert_to_latent_kv",
-           "latent_bytes_per_token", "code_fingerprint", "load_conversion_results", "CONVERSION_RESULTS"]
+           "latent_bytes_per_token", "conversion_point", "code_fingerprint", "load_conversion_results", "CONVERSION_RESULTS"]

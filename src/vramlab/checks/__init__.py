@@ -9,3 +9,4 @@ from vramlab.checks.lab00 import *  # noqa: F401,F403
 from vramlab.checks.lab03 import *  # noqa: F401,F403
 from vramlab.checks.lab02 import *  # noqa: F401,F403
 from vramlab.checks.lab01 import *  # noqa: F401,F403
+from vramlab.checks.lab04 import *  # noqa: F401,F403
