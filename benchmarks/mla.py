@@ -62,7 +62,7 @@ def decode_benchmark(contexts=CONTEXTS) -> list[dict]:
             # one decode step against a cache of ctx tokens (the new row is written, then dropped)
             with torch.no_grad():
                 out = layer(x, position_ids=pos, absorbed=absorbed, cache=cache)[0]
-            cache._lengths[0] -= 1
+            cache.crop(ctx)
             return out
 
         def per_head():

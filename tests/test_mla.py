@@ -170,3 +170,14 @@ def test_cached_conversion_curve_is_current_and_complete():
     for p in points:
         assert p["bytes_per_token"] == kvcache.latent_kv_bytes_per_token(30, p["rank"], 0, "bfloat16")
         assert math.isfinite(p["ppl"]) and p["measured"] is True
+
+
+def test_crop_frees_blocks_and_rewinds():
+    cache = LatentCache(2, 4, 2, paged=True, block_size=4)
+    for layer in range(2):
+        cache.update(layer, torch.randn(1, 9, 4), torch.randn(1, 9, 2))
+    assert cache.blocks_used == 3
+    cache.crop(4)
+    assert cache.get_seq_length(1) == 4 and cache.blocks_used == 1 and cache.nbytes() == 2 * 4 * 6 * 4
+    with pytest.raises(ValueError, match="^`max_length`"):
+        cache.crop(-1)

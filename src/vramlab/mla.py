@@ -38,9 +38,11 @@ from torch import nn
 
 from vramlab import kvcache
 
-# FlashMLA's paged KV cache only supports a block size of 64 (deepseek-ai/FlashMLA README:
-# "Paged kvcache with block size of 64"), so vLLM forces it: vllm/platforms/cuda.py logs
-# "Forcing kv cache block size to 64 for FlashMLA backend." (vLLM v0.8-v0.10 era source).
+# FlashMLA's paged KV cache has a block size of 64 (deepseek-ai/FlashMLA README, first release:
+# "Paged kvcache with block size of 64"), so vLLM forces it for MLA models on that backend:
+# vllm/platforms/cuda.py ``check_and_update_config`` sets ``cache_config.block_size = 64`` and logs
+# "Forcing kv cache block size to 64 for FlashMLA backend." (seen as ``[cuda.py:160]`` in v0.8.3
+# start-up logs; current source does it when ``block_size % 64 != 0``).
 MLA_BLOCK_SIZE = 64
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -241,6 +243,16 @@ class LatentCache:
         self._lengths[layer] += new.shape[1]
         rows = self.rows(layer)
         return rows[..., :self.kv_lora_rank], rows[..., self.kv_lora_rank:]
+
+    def crop(self, max_length: int) -> None:
+        """Keep the first ``max_length`` tokens in every layer (as transformers' ``DynamicCache.crop``);
+        freed paged blocks are returned."""
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0:
+            raise _fail("max_length", f"must be a non-negative integer (got {max_length!r})")
+        for layer in range(self.num_layers):
+            self._lengths[layer] = min(self._lengths[layer], max_length)
+            if self.paged:
+                del self._pool[layer][kvcache.cdiv(self._lengths[layer], self.block_size):]
 
     def rows(self, layer_idx: int = 0) -> torch.Tensor:
         """The cached rows of a layer, ``[B, S, d_c + d_r]`` (gathered from the blocks when paged)."""
