@@ -98,7 +98,6 @@ def decode_benchmark(contexts=CONTEXTS) -> list[dict]:
 
 def conversion_benchmark(ranks=RANKS, out=mla.CONVERSION_RESULTS) -> dict:
     from vramlab.data import token_windows
-    from vramlab.eval import perplexity
     from vramlab.models import load_smollm2
 
     start = time.perf_counter()
@@ -106,7 +105,8 @@ def conversion_benchmark(ranks=RANKS, out=mla.CONVERSION_RESULTS) -> dict:
     windows = token_windows(tok, n_windows=8, length=512)
     calib = token_windows(tok, n_windows=4, length=512, offset=8 * 512)   # disjoint from the evaluation windows
     covs = mla.collect_input_covariance(model, calib)
-    gqa = {"ppl": perplexity(model, windows), "bytes_per_token": kvcache.kv_bytes_per_token("smollm2-135m")}
+    nll, ppl = mla.windows_nll_and_ppl(model, windows)
+    gqa = {"ppl": ppl, "window_nll": nll, "bytes_per_token": kvcache.kv_bytes_per_token("smollm2-135m")}
     print(json.dumps({"bench": "mla_conversion", "point": "GQA original", **gqa}), flush=True)
     points = []
     for method in ("weights", "activations"):

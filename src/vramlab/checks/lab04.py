@@ -170,7 +170,7 @@ def check_absorbed_scores(fn) -> CheckResult:
     return report(name, True, "", "absorbed scores equal q . (W_UK c) for every head (to 1e-9)")
 
 
-def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "weights") -> CheckResult:
+def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "activations") -> CheckResult:
     """Any honest number passes: says how far the predicted perplexity at ``rank`` was from the measurement."""
     from vramlab.mla import load_conversion_results
 
