@@ -181,3 +181,24 @@ def test_crop_frees_blocks_and_rewinds():
     assert cache.get_seq_length(1) == 4 and cache.blocks_used == 1 and cache.nbytes() == 2 * 4 * 6 * 4
     with pytest.raises(ValueError, match="^`max_length`"):
         cache.crop(-1)
+
+
+def test_cached_points_keep_each_window_and_add_up():
+    results = mla.load_conversion_results()
+    for p in results["points"] + [results["gqa"]]:
+        assert len(p["window_nll"]) == 8
+        assert math.exp(sum(p["window_nll"]) / (8 * 511)) == pytest.approx(p["ppl"], rel=1e-12)
+
+
+def test_live_point_reproduces_the_cached_windows(smollm2, windows):
+    """Re-measure one cached point (PCA, rank 128) on the first window: the same NLL."""
+    from vramlab.data import token_windows
+
+    model, tok = smollm2
+    results = mla.load_conversion_results()
+    c = results["calibration"]
+    calib = token_windows(tok, n_windows=c["n"], length=c["length"], offset=c["offset"])
+    covs = mla.collect_input_covariance(model, calib)
+    live = mla.conversion_point(model, windows[:1], 128, "activations", covs)
+    cached = [p for p in results["points"] if p["method"] == "activations" and p["rank"] == 128][0]
+    assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=1e-6)
