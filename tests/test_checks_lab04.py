@@ -40,6 +40,7 @@ SOLUTIONS = {
     "check_v3_per_head_elements": 61 * 128 * (128 + 64 + 128),
     "check_keys_by_hand": keys_by_hand,
     "check_absorbed_scores": lambda q, c, w: torch.einsum("htd,hdc->htc", q, w) @ c.T,
+    "check_prediction_recorded": 20.0,
     "check_conversion_prediction": 20.0,
 }
 WRONG = {
@@ -48,6 +49,7 @@ WRONG = {
     "check_v3_per_head_elements": 61 * 128 * 2 * 64,               # config.head_dim trap
     "check_keys_by_hand": keys_unrotated,                          # RoPE forgotten
     "check_absorbed_scores": lambda q, c, w: (torch.einsum("htd,hdc->htc", q, w) @ c.T).sum(0),  # heads summed
+    "check_prediction_recorded": 0.5,                             # below 1 is not a perplexity
     "check_conversion_prediction": float("nan"),
 }
 STUBS = [None, lambda *a: None, _raises]
@@ -94,5 +96,7 @@ def test_hints_name_the_actual_mistake(capsys):
 
 def test_prediction_accepts_any_honest_number_and_reports_distance(capsys):
     for guess in (14.8, 100, 1e6):
+        assert lab04.check_prediction_recorded(guess)
+        assert "measured" not in capsys.readouterr().out     # nothing revealed before the curve
         assert lab04.check_conversion_prediction(guess)
         assert "measured" in capsys.readouterr().out

@@ -14,7 +14,7 @@ from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number
 from vramlab.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
 __all__ = ["check_v3_latent_elements", "check_v3_latent_bytes", "check_v3_per_head_elements",
-           "check_keys_by_hand", "check_absorbed_scores", "check_conversion_prediction"]
+           "check_keys_by_hand", "check_absorbed_scores", "check_prediction_recorded", "check_conversion_prediction"]
 
 V3 = "deepseek-v3"
 
@@ -170,18 +170,34 @@ def check_absorbed_scores(fn) -> CheckResult:
     return report(name, True, "", "absorbed scores equal q . (W_UK c) for every head (to 1e-9)")
 
 
+def _prediction_value(name: str, prediction: Any) -> tuple[float | None, CheckResult | None]:
+    untouched = _untouched(name, prediction, "your predicted perplexity (a number)")
+    if untouched is not None:
+        return None, untouched
+    value = as_float(prediction)
+    if value is None or not math.isfinite(value) or value < 1:
+        return None, report(name, False, "a perplexity of at least 1", f"{fmt_number(prediction)}",
+                            "perplexity is at least 1 (a perfect model); any honest guess above that is fine")
+    return value, None
+
+
+def check_prediction_recorded(prediction: Any, rank: int = 96) -> CheckResult:
+    """Before the reveal: accepts any perplexity >= 1 and says nothing about the answer."""
+    name = f"prediction at latent rank {rank}"
+    value, failed = _prediction_value(name, prediction)
+    if failed is not None:
+        return failed
+    return report(name, True, "", f"{value:.3g} (stored; the curve below will tell)")
+
+
 def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "activations") -> CheckResult:
     """Any honest number passes: says how far the predicted perplexity at ``rank`` was from the measurement."""
     from vramlab.mla import load_conversion_results
 
     name = f"your prediction of SmolLM2's perplexity at latent rank {rank}"
-    untouched = _untouched(name, prediction, "your predicted perplexity (a number)")
-    if untouched is not None:
-        return untouched
-    value = as_float(prediction)
-    if value is None or not math.isfinite(value) or value <= 0:
-        return report(name, False, "a positive perplexity", f"{fmt_number(prediction)}",
-                      "perplexity is at least 1 (a perfect model)")
+    value, failed = _prediction_value(name, prediction)
+    if failed is not None:
+        return failed
     results = load_conversion_results()
     measured = [p["ppl"] for p in results["points"] if p["rank"] == rank and p["method"] == method][0]
     factor = max(value, measured) / min(value, measured)
