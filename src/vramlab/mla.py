@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -254,8 +254,8 @@ class LatentCache:
             if self.paged:
                 del self._pool[layer][kvcache.cdiv(self._lengths[layer], self.block_size):]
 
-    def rows(self, layer_idx: int = 0) -> torch.Tensor:
-        """The cached rows of a layer, ``[B, S, d_c + d_r]`` (gathered from the blocks when paged)."""
+    def rows(self, layer_idx: int = 0) -> torch.Tensor | None:
+        """The cached rows of a layer, ``[B, S, d_c + d_r]`` (gathered from the blocks when paged); None when empty."""
         layer = self._layer(layer_idx)
         if not self.paged:
             rows = self._rows[layer]
