@@ -355,3 +355,57 @@ __all__ = [
     "mla_vs_mha", "estimate_num_parameters", "num_parameters", "cdiv", "gib",
 ]
 
+
+# --------------------------------------------------------------------------------------------
+# MLA latent caches (Lab 04): the per-head cache MLA avoids, paged latent blocks, converted models
+# --------------------------------------------------------------------------------------------
+
+def _bits(kv_dtype: str | None, kv_bits: float | None, config: Any = None) -> float:
+    if kv_bits is None:
+        return dtype_bits(kv_dtype, config)
+    if isinstance(kv_bits, bool) or not isinstance(kv_bits, (int, float)) or not kv_bits > 0:
+        raise _fail("kv_bits", f"must be a positive number of bits (got {kv_bits!r})")
+    return kv_bits
+
+
+def mla_expanded_kv_bytes_per_token(config: Any, kv_dtype: str = "bfloat16", kv_bits: float | None = None) -> float:
+    """Bytes per token (all layers) of the per-head cache an MLA model would need without its latent:
+    every head's key (``qk_nope_head_dim + qk_rope_head_dim``) and value (``v_head_dim``), as older
+    transformers releases cached them (DeepSeek-V3: 61 x 128 x (192 + 128) x 2 = 4,997,120 bytes in bf16)."""
+    cfg = load_config(config)
+    shape = attention_shape(cfg)
+    if shape.kind != "MLA":
+        raise _fail("kv_lora_rank", "is missing: this is not an MLA config")
+    nope = _positive_int(cfg, "qk_nope_head_dim")
+    v_dim = _positive_int(cfg, "v_head_dim")
+    per_head = AttentionShape(shape.name, "MHA", shape.layers, shape.num_heads, shape.num_heads,
+                              nope + int(shape.qk_rope_head_dim), v_dim)
+    return per_head.elements_per_token * _bits(kv_dtype, kv_bits, cfg) / 8
+
+
+def latent_kv_bytes_per_token(layers: int, kv_lora_rank: int, qk_rope_head_dim: int = 0,
+                              kv_dtype: str = "bfloat16", kv_bits: float | None = None) -> float:
+    """Bytes per token (all layers) of a latent cache of ``kv_lora_rank`` values plus a RoPE key of
+    ``qk_rope_head_dim`` values per layer (0 for a GQA model converted with RoPE kept on the
+    re-expanded keys). Same arithmetic as :class:`AttentionShape` for MLA."""
+    for key, value in (("num_hidden_layers", layers), ("kv_lora_rank", kv_lora_rank)):
+        _positive_int({key: value}, key)
+    if isinstance(qk_rope_head_dim, bool) or not isinstance(qk_rope_head_dim, int) or qk_rope_head_dim < 0:
+        raise _fail("qk_rope_head_dim", f"must be a non-negative integer (got {qk_rope_head_dim!r})")
+    shape = AttentionShape("latent", "MLA", layers, 1, 1, kv_lora_rank + qk_rope_head_dim, 0,
+                           kv_lora_rank, qk_rope_head_dim)
+    return shape.elements_per_token * _bits(kv_dtype, kv_bits) / 8
+
+
+def paged_kv_cache_bytes(config: Any, tokens: int, block_size: int = 64, kv_dtype: str = "bfloat16",
+                         kv_bits: float | None = None) -> float:
+    """Bytes a paged cache holds for one sequence of ``tokens``: whole blocks of ``block_size`` tokens
+    (64 for MLA on FlashMLA) in every layer."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise _fail("tokens", f"must be a non-negative integer (got {tokens!r})")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
+        raise _fail("block_size", f"must be a positive integer (got {block_size!r})")
+    return cdiv(tokens, block_size) * block_size * kv_bytes_per_token(config, kv_dtype, kv_bits)
+
+
+__all__ += ["mla_expanded_kv_bytes_per_token", "latent_kv_bytes_per_token", "paged_kv_cache_bytes"]

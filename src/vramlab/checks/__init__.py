@@ -12,3 +12,4 @@ from vramlab.checks.lab01 import *  # noqa: F401,F403
 from vramlab.checks.lab07 import *  # noqa: F401,F403
 from vramlab.checks.lab05 import *  # noqa: F401,F403
 from vramlab.checks.lab06 import *  # noqa: F401,F403
+from vramlab.checks.lab04 import *  # noqa: F401,F403

@@ -1,0 +1,204 @@
+"""MLA layer against transformers' DeepseekV3Attention, naive vs absorbed, the latent cache, the
+SmolLM2 latent-KV conversion, and the cached conversion curve."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vramlab import kvcache, mla
+from vramlab.mla import LatentCache, MultiHeadLatentAttention, decode
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0, "rope_theta": 10000.0,
+        "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1}
+GEOMETRIES = [
+    dict(hidden_size=48, num_attention_heads=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=6,
+         v_head_dim=10, q_lora_rank=None),
+    dict(hidden_size=64, num_attention_heads=2, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+         v_head_dim=16, q_lora_rank=24, rope_interleave=False),
+    dict(hidden_size=40, num_attention_heads=3, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
+         v_head_dim=6, q_lora_rank=16, rope_parameters=YARN, max_position_embeddings=256),
+    dict(hidden_size=32, num_attention_heads=8, kv_lora_rank=20, qk_nope_head_dim=6, qk_rope_head_dim=2,
+         v_head_dim=4, q_lora_rank=12, attention_bias=True),
+]
+
+
+def _hf_attention(geometry, seed=0):
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
+
+    cfg = DeepseekV3Config(num_key_value_heads=geometry["num_attention_heads"], **geometry)
+    cfg._attn_implementation = "sdpa"   # eager casts softmax to float32; sdpa stays in float64
+    torch.manual_seed(seed)
+    attn = DeepseekV3Attention(cfg, layer_idx=0).double()
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.normal_(0, 0.3)
+    return cfg, attn, DeepseekV3RotaryEmbedding(cfg)
+
+
+@pytest.mark.parametrize("geometry", range(len(GEOMETRIES)))
+def test_from_transformers_matches_prefill_and_decode_and_cache(geometry):
+    from transformers import DynamicCache
+
+    cfg, attn, rotary = _hf_attention(GEOMETRIES[geometry], seed=geometry)
+    mine = MultiHeadLatentAttention.from_transformers(attn)
+    assert mine.scaling == pytest.approx(attn.scaling, rel=1e-15)
+    x = torch.randn(2, 11, cfg.hidden_size, dtype=torch.float64)
+    prefill = 6
+    hf_cache, outs = DynamicCache(config=cfg), []
+    with torch.no_grad():
+        for lo, hi in [(0, prefill)] + [(i, i + 1) for i in range(prefill, 11)]:
+            pos = torch.arange(lo, hi)[None].expand(2, hi - lo)
+            outs.append(attn(x[:, lo:hi], rotary(x, pos), None, cache=hf_cache)[0])
+        want = torch.cat(outs, dim=1)
+        for absorbed in (False, True):
+            for paged in (False, True):
+                cache = LatentCache(1, cfg.kv_lora_rank, cfg.qk_rope_head_dim, paged=paged, block_size=4,
+                                    dtype=torch.float64)
+                got = decode(mine, x, prefill, cache, absorbed=absorbed)
+                assert (got - want).abs().max() < 1e-9, (absorbed, paged)
+                # transformers 5.x caches the normed latent as "keys" and the rotated k_rope as "values"
+                layer = hf_cache.layers[0]
+                assert torch.equal(cache.latent(), layer.keys[:, 0])
+                assert torch.equal(cache.rope_key(), layer.values[:, 0])
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-9), (torch.float32, 1e-4)])
+def test_naive_and_absorbed_agree(dtype, tol):
+    torch.manual_seed(1)
+    layer = MultiHeadLatentAttention(dict(GEOMETRIES[1], hidden_size=64)).to(dtype)
+    x = torch.randn(3, 40, 64, dtype=dtype)
+    with torch.no_grad():
+        naive, absorbed = layer(x), layer(x, absorbed=True)
+        c1, c2 = LatentCache(1, 16, 8, dtype=dtype), LatentCache(1, 16, 8, dtype=dtype, paged=True)
+        step_naive = decode(layer, x, 30, c1)
+        step_absorbed = decode(layer, x, 30, c2, absorbed=True)
+    assert (naive - absorbed).abs().max() < tol
+    assert (step_naive - step_absorbed).abs().max() < tol
+    assert (step_naive - naive).abs().max() < tol   # prefill + decode == one causal forward
+
+
+def test_absorbed_never_expands_per_head_kv(monkeypatch):
+    layer = MultiHeadLatentAttention(GEOMETRIES[0])
+    monkeypatch.setattr(layer, "expand_kv", lambda *a: pytest.fail("absorbed path expanded K/V"))
+    layer(torch.randn(1, 5, 48), absorbed=True)
+
+
+def test_paged_cache_blocks_and_bytes():
+    torch.manual_seed(0)
+    layer = MultiHeadLatentAttention(GEOMETRIES[0])
+    cache = LatentCache(1, 12, 6, paged=True, dtype=torch.float32)
+    assert cache.block_size == mla.MLA_BLOCK_SIZE == 64
+    with torch.no_grad():
+        decode(layer, torch.randn(1, 70, 48), 65, cache)
+    assert cache.get_seq_length() == 70 and cache.blocks_used == 2
+    assert cache.nbytes() == 2 * 64 * 18 * 4
+    contiguous = LatentCache(1, 12, 6)
+    with torch.no_grad():
+        layer(torch.randn(1, 70, 48), cache=contiguous)
+    assert contiguous.nbytes() == 70 * 18 * 4 == 70 * contiguous.bytes_per_token()
+    summary = cache.summary(num_heads=4, qk_nope_head_dim=8, v_head_dim=10)
+    assert summary["per_head_bytes"] == 70 * 4 * (8 + 6 + 10) * 4
+    assert summary["blocks_per_layer"] == 2
+
+
+def test_deepseek_v3_latent_cache_bytes():
+    assert kvcache.kv_bytes_per_token("deepseek-v3", "bfloat16") == 70_272 == 61 * 576 * 2
+    cache = LatentCache.for_config("deepseek-v3", dtype=torch.bfloat16)
+    assert cache.num_layers == 61 and cache.bytes_per_token() == 70_272
+    assert kvcache.mla_expanded_kv_bytes_per_token("deepseek-v3") == 61 * 128 * (192 + 128) * 2
+    assert kvcache.paged_kv_cache_bytes("deepseek-v3", 100, 64) == 128 * 70_272
+    assert kvcache.latent_kv_bytes_per_token(30, 384, 0, "bfloat16") == kvcache.kv_bytes_per_token("smollm2-135m")
+
+
+@pytest.mark.parametrize("change,field", [
+    (dict(kv_lora_rank=500), "kv_lora_rank"),
+    (dict(q_lora_rank=4096), "q_lora_rank"),
+    (dict(qk_rope_head_dim=7), "qk_rope_head_dim"),
+    (dict(qk_nope_head_dim=None, head_dim=8, qk_rope_head_dim=16), "qk_rope_head_dim"),
+    (dict(num_attention_heads=0), "num_attention_heads"),
+    (dict(v_head_dim=-1), "v_head_dim"),
+])
+def test_bad_geometry_names_the_field(change, field):
+    cfg = {**GEOMETRIES[0], **change}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    with pytest.raises(ValueError, match=f"^`{field}`") as err:
+        MultiHeadLatentAttention(cfg)
+    assert err.value.__cause__ is None and str(err.value).count(".") >= 1
+
+
+def test_latent_factors_exact_at_full_rank_and_bad_rank():
+    torch.manual_seed(0)
+    wk, wv = torch.randn(12, 20, dtype=torch.float64), torch.randn(12, 20, dtype=torch.float64)
+    down, up_k, up_v = mla.latent_kv_factors(wk, wv, 20)
+    assert torch.allclose(up_k @ down, wk) and torch.allclose(up_v @ down, wv)
+    with pytest.raises(ValueError, match="^`rank`"):
+        mla.latent_kv_factors(wk, wv, 21)
+    # lower rank: the error is the tail of the singular values (Eckart-Young)
+    down, up_k, up_v = mla.latent_kv_factors(wk, wv, 5)
+    s = torch.linalg.svdvals(torch.cat([wk, wv]))
+    err = torch.linalg.matrix_norm(torch.cat([up_k, up_v]) @ down - torch.cat([wk, wv]))
+    assert err.item() == pytest.approx(s[5:].square().sum().sqrt().item(), rel=1e-9)
+
+
+def test_smollm2_full_rank_conversion_reproduces_perplexity(smollm2, windows):
+    from vramlab.eval import perplexity
+
+    model, _ = smollm2
+    with pytest.raises(ValueError, match="^`rank`"):
+        mla.convert_to_latent_kv(model, 385)
+    full = mla.convert_to_latent_kv(model, 384)
+    assert full.model.layers[0].self_attn.latent_kv.rank == 384
+    original, converted = perplexity(model, windows), perplexity(full, windows)
+    assert abs(converted / original - 1) < 1e-3, (original, converted)
+
+
+def test_cached_conversion_curve_is_current_and_complete():
+    results = mla.load_conversion_results()
+    assert results["fingerprint"] == mla.code_fingerprint(), \
+        "mla/eval/data code changed: rerun `python benchmarks/mla.py --conversion` to refresh the cached curve"
+    assert results["windows"] == {"n": 8, "length": 512}
+    points = results["points"]
+    for method in ("weights", "activations"):
+        ranks = sorted(p["rank"] for p in points if p["method"] == method)
+        assert len(ranks) >= 5 and ranks[-1] == 384
+        full = [p for p in points if p["method"] == method and p["rank"] == 384][0]
+        assert abs(full["ppl"] / results["gqa"]["ppl"] - 1) < 1e-3
+    for p in points:
+        assert p["bytes_per_token"] == kvcache.latent_kv_bytes_per_token(30, p["rank"], 0, "bfloat16")
+        assert math.isfinite(p["ppl"]) and p["measured"] is True
+
+
+def test_crop_frees_blocks_and_rewinds():
+    cache = LatentCache(2, 4, 2, paged=True, block_size=4)
+    for layer in range(2):
+        cache.update(layer, torch.randn(1, 9, 4), torch.randn(1, 9, 2))
+    assert cache.blocks_used == 3
+    cache.crop(4)
+    assert cache.get_seq_length(1) == 4 and cache.blocks_used == 1 and cache.nbytes() == 2 * 4 * 6 * 4
+    with pytest.raises(ValueError, match="^`max_length`"):
+        cache.crop(-1)
+
+
+def test_cached_points_keep_each_window_and_add_up():
+    results = mla.load_conversion_results()
+    for p in results["points"] + [results["gqa"]]:
+        assert len(p["window_nll"]) == 8
+        assert math.exp(sum(p["window_nll"]) / (8 * 511)) == pytest.approx(p["ppl"], rel=1e-12)
+
+
+def test_live_point_reproduces_the_cached_windows(smollm2, windows):
+    """Re-measure one cached point (PCA, rank 128) on the first window: the same NLL."""
+    from vramlab.data import token_windows
+
+    model, tok = smollm2
+    results = mla.load_conversion_results()
+    c = results["calibration"]
+    calib = token_windows(tok, n_windows=c["n"], length=c["length"], offset=c["offset"])
+    covs = mla.collect_input_covariance(model, calib)
+    live = mla.conversion_point(model, windows[:1], 128, "activations", covs)
+    cached = [p for p in results["points"] if p["method"] == "activations" and p["rank"] == 128][0]
+    assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=1e-6)
