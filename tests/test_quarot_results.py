@@ -47,6 +47,44 @@ def test_w4a4kv4_hadamard_gptq_under_3x_fp32_and_20x_better_than_unrotated():
     assert plain / rotated >= 20, (plain, rotated)
 
 
+def test_table_fingerprint_matches_the_code():
+    """The table was computed by the current code: same source fingerprint, complete, clean tree.
+
+    Fails when quant/rotate/hadamard/attention/eval/data/models or the evaluation text changed after
+    the table was written: rerun ``python benchmarks/rotation.py`` from a clean, committed tree.
+    """
+    assert quant.table_fingerprint_problems(TABLE) == []
+
+
+def test_fingerprint_notices_a_changed_file(monkeypatch):
+    stored = quant.code_fingerprint()
+    fake = {**TABLE, "code_fingerprint": {**stored, "files": {**stored["files"], "quant.py": "0" * 64}},
+            "complete": True, "dirty": None}
+    problems = quant.table_fingerprint_problems(fake)
+    assert len(problems) == 1 and "quant.py changed" in problems[0]
+    assert "partial" in " ".join(quant.table_fingerprint_problems({**fake, "complete": False}))
+    assert "uncommitted" in " ".join(quant.table_fingerprint_problems({**fake, "dirty": ["src/x.py"]}))
+    assert "no code fingerprint" in quant.table_fingerprint_problems({"rows": [], "summary": []})[0]
+
+
+@pytest.mark.slow
+def test_live_quantized_row_matches_the_table_to_1e-3(smollm2, windows):
+    """Recompute W4A4KV4, Hadamard seed 0, RTN weights (every quantizer and the rotation) on the 8
+    evaluation windows with the settings recorded in the table: within 1e-3 relative of the table."""
+    from vramlab.eval import perplexity
+    from vramlab.rotate import rotate_model
+
+    row = next(r for r in TABLE["rows"] if (r["setting"], r["rotation"], r["weights"], r["seed"],
+                                            r["group_size"]) == ("W4A4KV4", "hadamard", "rtn", 0, None))
+    st = TABLE["settings"]
+    model, _ = smollm2
+    assert (TABLE["windows"]["n"], TABLE["windows"]["length"]) == tuple(windows.shape)
+    q = quant.quantize_model(rotate_model(model, "hadamard", seed=0), 4, 4, 4, weight_method="rtn",
+                             act_clip=st["act_clip"], kv_clip=st["kv_clip"], progress=False)
+    live = perplexity(q, windows)
+    assert abs(live - row["ppl"]) / row["ppl"] < 1e-3, (live, row["ppl"])
+
+
 def test_live_w16a4_row_matches_the_cached_direction(smollm2, windows):
     """Recompute W16A4 none vs hadamard (seed 0) on one window: rotation must win by far."""
     from vramlab.eval import perplexity
