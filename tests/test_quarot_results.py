@@ -68,7 +68,7 @@ def test_fingerprint_notices_a_changed_file(monkeypatch):
 
 
 @pytest.mark.slow
-def test_live_quantized_row_matches_the_table_to_1e-3(smollm2, windows):
+def test_live_quantized_row_matches_the_table_to_1e_3(smollm2, windows):
     """Recompute W4A4KV4, Hadamard seed 0, RTN weights (every quantizer and the rotation) on the 8
     evaluation windows with the settings recorded in the table: within 1e-3 relative of the table."""
     from vramlab.eval import perplexity
@@ -97,3 +97,45 @@ def test_live_w16a4_row_matches_the_cached_direction(smollm2, windows):
     rotated = perplexity(quant.quantize_model(rotate_model(model, "hadamard", seed=0), 16, 4, 16), one)
     assert plain / rotated >= 20, (plain, rotated)
     assert rotated < 2.5 * fp32, (rotated, fp32)
+
+
+def _benchmark_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rotation.py"
+    spec = importlib.util.spec_from_file_location("_rotation_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_reads_git_at_the_repository_root_and_refuses_a_dirty_tree(tmp_path, monkeypatch):
+    import subprocess
+
+    bench = _benchmark_module()
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "benchmarks").mkdir()
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(bench, "REPO_ROOT", repo)
+    monkeypatch.chdir(repo / "benchmarks")  # the old code ran git here and missed src/ changes
+    out = repo / "src" / "table.json"
+    clean = bench.git_state(out)
+    assert len(clean["commit"]) == 40 and clean["dirty"] == []
+    out.write_text("{}")  # the table being written does not make the tree dirty
+    (repo / "src" / "a.py").write_text("x = 2\n")
+    assert bench.git_state(out)["dirty"] == ["src/a.py"]
+    with pytest.raises(SystemExit, match="Refusing to write .*uncommitted changes \\(src/a.py\\).*--allow-dirty"):
+        bench.main(["--out", str(out)])
+
+
+def test_benchmark_check_reports_the_fingerprint(capsys):
+    bench = _benchmark_module()
+    rc = bench.main(["--check"])
+    out = capsys.readouterr().out
+    assert "fingerprint: table" in out and ("OK:" in out) == (rc == 0)
