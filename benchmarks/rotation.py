@@ -7,6 +7,9 @@ partial run still leaves a usable, honest file (``"complete": false`` until the 
 
     python benchmarks/rotation.py                    # the full table (~30-60 min on 2 shared cores)
     python benchmarks/rotation.py --quick            # 2 windows, 4 calibration windows, one seed: a smoke run
+    python benchmarks/rotation.py --phases rtn gptq4 &                                 # two processes,
+    python benchmarks/rotation.py --phases seeds_rtn seeds_gptq group128 gptq8 --out part2.json
+    python benchmarks/rotation.py --merge part2.json # ... joined (same commit and fingerprint only)
     python benchmarks/rotation.py --check            # does the table match the current code? (exit 1 if not)
     python benchmarks/rotation.py --check --live     # ... and recompute one quantized row (~1 min)
 
@@ -88,6 +91,9 @@ def parse_args(argv=None):
                         "fingerprint only; the command is recorded)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="write the table even with uncommitted changes in the repository (recorded in the table)")
+    p.add_argument("--merge", type=Path, default=None,
+                   help="add the rows of another table of this benchmark (other phases, same commit, code "
+                        "fingerprint, versions and settings) to --out; complete when every phase is done")
     p.add_argument("--check", action="store_true",
                    help="only check that --out matches the current code (fingerprint, complete, clean); exit 1 if not")
     p.add_argument("--live", action="store_true",
@@ -241,6 +247,41 @@ def check(args) -> int:
     return 0 if not problems else 1
 
 
+def merge(args) -> int:
+    """--merge: join two tables computed by separate processes (disjoint phases) of the same commit."""
+    a = json.loads(args.out.read_text())
+    b = json.loads(args.merge.read_text())
+    for key in ("code_fingerprint", "git", "versions", "windows", "calibration", "seeds", "settings"):
+        if a.get(key) != b.get(key):
+            raise SystemExit(f"--merge: {key} differs between {args.out} and {args.merge}; they are not "
+                             f"parts of one run")
+    if a.get("dirty") or b.get("dirty"):
+        raise SystemExit("--merge: a part was written from a dirty tree")
+    if not (a.get("finished") and b.get("finished")):
+        raise SystemExit("--merge: a part did not finish (its process stopped early); rerun or resume it first")
+    done = list(a.get("phases_done") or []) + list(b.get("phases_done") or [])
+    if len(set(done)) != len(done):
+        raise SystemExit(f"--merge: the parts overlap (phases {done})")
+    key = lambda r: (r["setting"], r["rotation"], r["weights"], r.get("group_size"), r.get("seed"))  # noqa: E731
+    if {key(r) for r in a["rows"]} & {key(r) for r in b["rows"]}:
+        raise SystemExit("--merge: the parts share rows")
+    merged = dict(a)
+    merged["runs"] = [{k: part.get(k) for k in ("command", "date", "git", "elapsed_s", "phases_done")}
+                      for part in (a, b)]
+    merged["rows"] = a["rows"] + b["rows"]
+    merged["phases_done"] = done
+    merged["phases_skipped_for_time"] = (a.get("phases_skipped_for_time") or []) + \
+        (b.get("phases_skipped_for_time") or [])
+    merged["complete"] = {f"phase_{p}" for p in PHASES} <= set(done) and not merged["phases_skipped_for_time"]
+    merged["elapsed_s"] = max(a.get("elapsed_s", 0), b.get("elapsed_s", 0))
+    table = Table.__new__(Table)
+    table.rows = merged["rows"]
+    merged["summary"] = table.summary()
+    args.out.write_text(json.dumps(merged, indent=1) + "\n")
+    print(json.dumps({"merged": str(args.merge), "rows": len(merged["rows"]), "complete": merged["complete"]}))
+    return 0
+
+
 def live_row(table: dict, setting: str = "W4A4KV4", rotation: str = "hadamard", weights: str = "rtn",
              seed: int = 0) -> tuple[float, float]:
     """(table value, recomputed value) of one row, with the settings recorded in the table."""
@@ -262,6 +303,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.check:
         return check(args)
+    if args.merge:
+        return merge(args)
     args.git = git_state(args.out)
     if args.git["dirty"] and not args.allow_dirty:
         raise SystemExit(f"Refusing to write {args.out}: the repository has uncommitted changes "
@@ -390,7 +433,8 @@ def main(argv=None) -> int:
         done = [d for run in table.meta["runs"] for d in (run.get("phases_done") or [])]
     table.meta["phases_done"] = done
     table.meta["phases_skipped_for_time"] = skipped
-    table.write(complete=True)
+    table.meta["finished"] = True  # this process ran to the end (complete: every phase of the table is in)
+    table.write(complete={f"phase_{p}" for p in PHASES} <= set(done) and not skipped)
     print(json.dumps({"done": True, "elapsed_s": round(time.time() - table.t0, 1), "out": str(args.out)}))
     # The online Hadamard's cost: fwht against the dense matmul, side by side in this run
     # (acceptance: >= 1.5x at n = 4096 on [2048, 4096] float32; benchmarks/fwht.py has more widths).

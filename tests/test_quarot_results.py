@@ -139,3 +139,30 @@ def test_benchmark_check_reports_the_fingerprint(capsys):
     rc = bench.main(["--check"])
     out = capsys.readouterr().out
     assert "fingerprint: table" in out and ("OK:" in out) == (rc == 0)
+
+
+def test_benchmark_merges_two_parts_of_one_run_only(tmp_path):
+    import json
+
+    bench = _benchmark_module()
+    base = {k: TABLE.get(k) for k in ("code_fingerprint", "git", "versions", "windows", "calibration", "seeds",
+                                       "settings", "command", "date")}
+    row = lambda setting, rot: {"setting": setting, "rotation": rot, "weights": "-", "group_size": None,  # noqa: E731
+                                "seed": 0, "ppl": 20.0}
+    a = {**base, "dirty": None, "finished": True, "complete": False, "rows": [row("FP32", "none")],
+         "phases_done": [f"phase_{p}" for p in ("rtn", "gptq4")], "phases_skipped_for_time": []}
+    b = {**a, "rows": [row("W16A4", "hadamard")],
+         "phases_done": [f"phase_{p}" for p in ("seeds_rtn", "seeds_gptq", "group128", "gptq8")]}
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps({**b, "git": "another commit"}))
+    with pytest.raises(SystemExit, match="git differs"):
+        bench.main(["--out", str(pa), "--merge", str(pb)])
+    pb.write_text(json.dumps({**b, "finished": False}))
+    with pytest.raises(SystemExit, match="did not finish"):
+        bench.main(["--out", str(pa), "--merge", str(pb)])
+    pb.write_text(json.dumps(b))
+    assert bench.main(["--out", str(pa), "--merge", str(pb)]) == 0
+    merged = json.loads(pa.read_text())
+    assert merged["complete"] and len(merged["rows"]) == 2 and len(merged["runs"]) == 2
+    assert {r["setting"] for r in merged["summary"]} == {"FP32", "W16A4"}
