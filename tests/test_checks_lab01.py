@@ -177,3 +177,8 @@ def test_hints_name_the_mistake(capsys):
     assert "FAIL" in out
     lab01.check_sylvester_hadamard(WRONG["check_sylvester_hadamard"][1])
     assert "not in Sylvester's order" in capsys.readouterr().out
+
+
+def test_prediction_without_a_measurement_fails_politely(capsys):
+    assert not lab01.prediction_report("p", 3.0, None, "the perplexity", log=True)
+    assert "measurement is missing" in capsys.readouterr().out

@@ -153,6 +153,10 @@ def prediction_report(name: str, predicted, measured: float, what: str, log: boo
     if failed is not None:
         return failed
     p = as_float(predicted)
+    if as_float(measured) is None:
+        return report(name, False, f"a measurement of {what} to compare with", f"{measured!r}",
+                      hint="the measurement is missing (a partial table?); rerun the cells above")
+    measured = as_float(measured)
     if log:
         if p <= 0:
             return report(name, False, f"a positive prediction of {what}", fmt_number(p),
