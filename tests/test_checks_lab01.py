@@ -182,3 +182,15 @@ def test_hints_name_the_mistake(capsys):
 def test_prediction_without_a_measurement_fails_politely(capsys):
     assert not lab01.prediction_report("p", 3.0, None, "the perplexity", log=True)
     assert "measurement is missing" in capsys.readouterr().out
+
+
+def test_prediction_stored(capsys):
+    for stub in (None, ..., "lots"):
+        assert not lab01.check_prediction_stored(stub)
+        assert capsys.readouterr().out.startswith("FAIL")
+    assert lab01.check_prediction_stored(0.9, 0, 100)
+    assert "now run the next cell" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored(-1, 0, 100)
+    assert "between 0 and 100" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored(0.5, low=1)
+    assert "at least 1" in capsys.readouterr().out

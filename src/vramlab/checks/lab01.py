@@ -7,7 +7,7 @@ import math
 from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
-           "check_zero_fraction_prediction", "check_no_online_hadamard_prediction"]
+           "check_zero_fraction_prediction", "check_no_online_hadamard_prediction", "check_prediction_stored"]
 
 
 def _as_tensor(x):
@@ -140,6 +140,25 @@ def _no_prediction(name: str, predicted, what: str) -> CheckResult | None:
         return report(name, False, f"your prediction of {what} as a number", f"{fmt_number(predicted)} (not a number)",
                       hint="store a plain number, e.g. 0.5")
     return None
+
+
+def check_prediction_stored(predicted, low: float | None = None, high: float | None = None) -> CheckResult:
+    """The prediction cell's check: a number (within ``[low, high]`` when given) was stored.
+
+    Reveals nothing about the measurement; the cell that measures compares afterwards.
+    """
+    name = "prediction stored"
+    failed = _no_prediction(name, predicted, "the quantity asked for")
+    if failed is not None:
+        return failed
+    p = as_float(predicted)
+    if (low is not None and p < low) or (high is not None and p > high):
+        rng = f"between {fmt_number(low)} and {fmt_number(high)}" if low is not None and high is not None else \
+            (f"at least {fmt_number(low)}" if low is not None else f"at most {fmt_number(high)}")
+        return report(name, False, f"a number {rng}", fmt_number(p), hint="read the question again: what are the units?")
+    result = PredictionResult(name, True, "", f"{fmt_number(p, 4)}; now run the next cell to measure it.")
+    print(result.message)
+    return result
 
 
 def prediction_report(name: str, predicted, measured: float, what: str, log: bool = False,
