@@ -94,6 +94,9 @@ def parse_args(argv=None):
     p.add_argument("--merge", type=Path, default=None,
                    help="add the rows of another table of this benchmark (other phases, same commit, code "
                         "fingerprint, versions and settings) to --out; complete when every phase is done")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="with --merge: accept a part whose process stopped early (its rows are kept; the "
+                        "merged table then says complete: false and names the unfinished part)")
     p.add_argument("--check", action="store_true",
                    help="only check that --out matches the current code (fingerprint, complete, clean); exit 1 if not")
     p.add_argument("--live", action="store_true",
@@ -257,8 +260,10 @@ def merge(args) -> int:
                              f"parts of one run")
     if a.get("dirty") or b.get("dirty"):
         raise SystemExit("--merge: a part was written from a dirty tree")
-    if not (a.get("finished") and b.get("finished")):
-        raise SystemExit("--merge: a part did not finish (its process stopped early); rerun or resume it first")
+    unfinished = [str(path) for path, part in ((args.out, a), (args.merge, b)) if not part.get("finished")]
+    if unfinished and not args.allow_partial:
+        raise SystemExit(f"--merge: {', '.join(unfinished)} did not finish (its process stopped early); rerun "
+                         f"or resume it first, or pass --allow-partial (the merged table is then partial)")
     done = list(a.get("phases_done") or []) + list(b.get("phases_done") or [])
     if len(set(done)) != len(done):
         raise SystemExit(f"--merge: the parts overlap (phases {done})")
@@ -266,13 +271,18 @@ def merge(args) -> int:
     if {key(r) for r in a["rows"]} & {key(r) for r in b["rows"]}:
         raise SystemExit("--merge: the parts share rows")
     merged = dict(a)
-    merged["runs"] = [{k: part.get(k) for k in ("command", "date", "git", "elapsed_s", "phases_done")}
-                      for part in (a, b)]
+    merged["runs"] = [{**{k: part.get(k) for k in ("command", "date", "git", "elapsed_s", "phases_done")},
+                       "finished": bool(part.get("finished")), "rows": len(part["rows"])} for part in (a, b)]
     merged["rows"] = a["rows"] + b["rows"]
     merged["phases_done"] = done
     merged["phases_skipped_for_time"] = (a.get("phases_skipped_for_time") or []) + \
         (b.get("phases_skipped_for_time") or [])
-    merged["complete"] = {f"phase_{p}" for p in PHASES} <= set(done) and not merged["phases_skipped_for_time"]
+    merged["complete"] = {f"phase_{p}" for p in PHASES} <= set(done) and not merged["phases_skipped_for_time"] \
+        and not unfinished
+    merged["finished"] = not unfinished
+    if unfinished:
+        merged["partial_note"] = (f"{', '.join(unfinished)} stopped before its last phase; its rows so far are "
+                                  f"kept (measured by the same code), the remaining rows are missing")
     merged["elapsed_s"] = max(a.get("elapsed_s", 0), b.get("elapsed_s", 0))
     table = Table.__new__(Table)
     table.rows = merged["rows"]

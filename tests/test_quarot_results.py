@@ -161,6 +161,12 @@ def test_benchmark_merges_two_parts_of_one_run_only(tmp_path):
     pb.write_text(json.dumps({**b, "finished": False}))
     with pytest.raises(SystemExit, match="did not finish"):
         bench.main(["--out", str(pa), "--merge", str(pb)])
+    pc = tmp_path / "c.json"
+    pc.write_text(json.dumps(a))
+    assert bench.main(["--out", str(pc), "--merge", str(pb), "--allow-partial"]) == 0
+    partial = json.loads(pc.read_text())
+    assert not partial["complete"] and "stopped before its last phase" in partial["partial_note"]
+    assert quant.table_fingerprint_problems(partial)  # a partial table never passes the fingerprint test
     pb.write_text(json.dumps(b))
     assert bench.main(["--out", str(pa), "--merge", str(pb)]) == 0
     merged = json.loads(pa.read_text())
