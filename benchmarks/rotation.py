@@ -7,6 +7,17 @@ partial run still leaves a usable, honest file (``"complete": false`` until the 
 
     python benchmarks/rotation.py                    # the full table (~30-60 min on 2 shared cores)
     python benchmarks/rotation.py --quick            # 2 windows, 4 calibration windows, one seed: a smoke run
+    python benchmarks/rotation.py --phases rtn gptq4 &                                 # two processes,
+    python benchmarks/rotation.py --phases seeds_rtn seeds_gptq group128 gptq8 --out part2.json
+    python benchmarks/rotation.py --merge part2.json # ... joined (same commit and fingerprint only)
+    python benchmarks/rotation.py --check            # does the table match the current code? (exit 1 if not)
+    python benchmarks/rotation.py --check --live     # ... and recompute one quantized row (~1 min)
+
+Provenance: the table records the git commit it was computed at and ``code_fingerprint`` (SHA-256 of
+the source files that produce the numbers, ``vramlab.quant.FINGERPRINT_FILES``). The benchmark refuses
+to write from a tree with uncommitted changes unless ``--allow-dirty`` (the dirty files are then
+recorded in the table, and ``--check`` reports them). ``--append`` (resume) only adds rows to a table
+of the same commit and fingerprint.
 
 Settings (QuaRot, arXiv 2404.00456): activations per-token symmetric, clip 0.9; weights symmetric per
 output channel with the MSE clip search, RTN or GPTQ (act-order, 1% damping, calibration windows that
@@ -76,21 +87,51 @@ def parse_args(argv=None):
     p.add_argument("--phases", nargs="+", default=None, choices=PHASES,
                    help="run only these phases (default: all, in the order listed)")
     p.add_argument("--append", action="store_true",
-                   help="keep the rows already in --out and add this run's rows (the command is recorded)")
+                   help="keep the rows already in --out and add this run's rows (same commit and code "
+                        "fingerprint only; the command is recorded)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="write the table even with uncommitted changes in the repository (recorded in the table)")
+    p.add_argument("--merge", type=Path, default=None,
+                   help="add the rows of another table of this benchmark (other phases, same commit, code "
+                        "fingerprint, versions and settings) to --out; complete when every phase is done")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="with --merge: accept a part whose process stopped early (its rows are kept; the "
+                        "merged table then says complete: false and names the unfinished part)")
+    p.add_argument("--check", action="store_true",
+                   help="only check that --out matches the current code (fingerprint, complete, clean); exit 1 if not")
+    p.add_argument("--live", action="store_true",
+                   help="with --check: also recompute the W4A4KV4 Hadamard RTN seed-0 row and compare (1e-3 relative)")
     return p.parse_args(argv)
 
 
-def _git_describe() -> str:
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_state(out: Path = DEFAULT_OUT) -> dict:
+    """``{"commit": full SHA or None, "dirty": [paths with uncommitted changes]}`` of the repository
+    root (git runs with ``-C <root>``, whatever the current directory). The output table itself does
+    not count as a change. Outside a git checkout: commit None, dirty ["<not a git checkout>"]."""
     import subprocess
 
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks"], capture_output=True,
-                               text=True, cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
-        return head + (" (uncommitted changes in src/ or benchmarks/)" if dirty else "")
-    except Exception:  # noqa: BLE001 - not a checkout
-        return "unknown"
+        commit = git("rev-parse", "HEAD").strip()
+        lines = git("status", "--porcelain", "--untracked-files=all").splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": ["<not a git checkout>"]}
+    try:
+        out_rel = Path(out).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        out_rel = None
+    dirty = []
+    for line in lines:
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if path != out_rel and not path.endswith(".json.part"):
+            dirty.append(path)
+    return {"commit": commit, "dirty": dirty}
 
 
 class Table:
@@ -104,11 +145,13 @@ class Table:
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "transformers": transformers.__version__,
                          "vramlab": getattr(vramlab, "__version__", "?")},
-            "git": _git_describe(),
+            "git": args.git["commit"],
+            "dirty": args.git["dirty"] or None,
+            "code_fingerprint": quant.code_fingerprint(),
             "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(), "device": "cpu", "dtype": "float32"},
             "model": MODEL_NAME + " - weights were Q4_1 in the GGUF, so W4 re-quantizes 4-bit weights",
-            "windows": {"text": "pydoc topics (vramlab.data.token_windows)", "n": args.windows, "length": 512,
+            "windows": {"text": "Python 3.11.7 pydoc topics frozen in the package (vramlab.data.token_windows)", "n": args.windows, "length": 512,
                         "offset_tokens": 0},
             "calibration": {"n": args.calib, "length": 512, "offset_tokens": quant.EVAL_WINDOWS * 512,
                             "note": "GPTQ calibration windows start after the 8 evaluation windows"},
@@ -135,6 +178,13 @@ class Table:
     def load_previous(self) -> None:
         """--append: keep the rows (and the first run's metadata) of the existing table."""
         old = json.loads(self.args.out.read_text())
+        if old.get("code_fingerprint") != self.meta["code_fingerprint"]:
+            raise SystemExit("--append: the code fingerprint differs from the table's (the code changed); "
+                             "regenerate the whole table instead")
+        if old.get("git") != self.meta["git"] or old.get("dirty") != self.meta["dirty"]:
+            raise SystemExit(f"--append: the table was computed at commit {old.get('git')} "
+                             f"(dirty: {old.get('dirty')}), this tree is {self.meta['git']} "
+                             f"(dirty: {self.meta['dirty']}); resume only from the same clean commit")
         first = {"command": old["command"], "date": old["date"], "git": old.get("git", "unknown"),
                  "phases_done": old.get("phases_done")}
         if not old.get("complete"):
@@ -180,9 +230,97 @@ class Table:
         tmp.replace(self.args.out)
 
 
+def check(args) -> int:
+    """--check: report whether the table at --out is what the current code computes."""
+    table = quant.load_quarot_table(args.out)
+    problems = quant.table_fingerprint_problems(table)
+    print(f"table: {args.out}\n  commit {table.get('git')}, {len(table['rows'])} rows, complete: {table.get('complete')}")
+    print(f"  fingerprint: table {(table.get('code_fingerprint') or {}).get('sha256')}\n"
+          f"               code  {quant.code_fingerprint()['sha256']}")
+    if args.live:
+        torch.set_num_threads(args.threads)
+        stored, live = live_row(table)
+        rel = abs(live - stored) / stored
+        print(f"  live W4A4KV4 hadamard RTN seed 0: table {stored:.4f}, recomputed {live:.4f} (rel diff {rel:.1e})")
+        if rel > 1e-3:
+            problems.append(f"the recomputed row differs by {rel:.1e} relative (> 1e-3)")
+    for p in problems:
+        print("  PROBLEM:", p)
+    print("OK: the table matches the current code" if not problems else "NOT OK")
+    return 0 if not problems else 1
+
+
+def merge(args) -> int:
+    """--merge: join two tables computed by separate processes (disjoint phases) of the same commit."""
+    a = json.loads(args.out.read_text())
+    b = json.loads(args.merge.read_text())
+    for key in ("code_fingerprint", "git", "versions", "windows", "calibration", "seeds", "settings"):
+        if a.get(key) != b.get(key):
+            raise SystemExit(f"--merge: {key} differs between {args.out} and {args.merge}; they are not "
+                             f"parts of one run")
+    if a.get("dirty") or b.get("dirty"):
+        raise SystemExit("--merge: a part was written from a dirty tree")
+    unfinished = [str(path) for path, part in ((args.out, a), (args.merge, b)) if not part.get("finished")]
+    if unfinished and not args.allow_partial:
+        raise SystemExit(f"--merge: {', '.join(unfinished)} did not finish (its process stopped early); rerun "
+                         f"or resume it first, or pass --allow-partial (the merged table is then partial)")
+    done = list(a.get("phases_done") or []) + list(b.get("phases_done") or [])
+    if len(set(done)) != len(done):
+        raise SystemExit(f"--merge: the parts overlap (phases {done})")
+    key = lambda r: (r["setting"], r["rotation"], r["weights"], r.get("group_size"), r.get("seed"))  # noqa: E731
+    if {key(r) for r in a["rows"]} & {key(r) for r in b["rows"]}:
+        raise SystemExit("--merge: the parts share rows")
+    merged = dict(a)
+    merged["runs"] = [{**{k: part.get(k) for k in ("command", "date", "git", "elapsed_s", "phases_done")},
+                       "finished": bool(part.get("finished")), "rows": len(part["rows"])} for part in (a, b)]
+    merged["rows"] = a["rows"] + b["rows"]
+    merged["phases_done"] = done
+    merged["phases_skipped_for_time"] = (a.get("phases_skipped_for_time") or []) + \
+        (b.get("phases_skipped_for_time") or [])
+    merged["complete"] = {f"phase_{p}" for p in PHASES} <= set(done) and not merged["phases_skipped_for_time"] \
+        and not unfinished
+    merged["finished"] = not unfinished
+    if unfinished:
+        merged["partial_note"] = (f"{', '.join(unfinished)} stopped before its last phase; its rows so far are "
+                                  f"kept (measured by the same code), the remaining rows are missing")
+    merged["elapsed_s"] = max(a.get("elapsed_s", 0), b.get("elapsed_s", 0))
+    table = Table.__new__(Table)
+    table.rows = merged["rows"]
+    merged["summary"] = table.summary()
+    args.out.write_text(json.dumps(merged, indent=1) + "\n")
+    print(json.dumps({"merged": str(args.merge), "rows": len(merged["rows"]), "complete": merged["complete"]}))
+    return 0
+
+
+def live_row(table: dict, setting: str = "W4A4KV4", rotation: str = "hadamard", weights: str = "rtn",
+             seed: int = 0) -> tuple[float, float]:
+    """(table value, recomputed value) of one row, with the settings recorded in the table."""
+    row = next(r for r in table["rows"] if r["setting"] == setting and r["rotation"] == rotation
+               and r["weights"] == weights and r.get("seed") == seed and r.get("group_size") is None)
+    st = table["settings"]
+    model, tok = load_smollm2()
+    windows = token_windows(tok, table["windows"]["n"], table["windows"]["length"])
+    base = rotate_model(model, rotation, seed=seed) if rotation != "none" else model
+    a = row["a_bits"]
+    q = quant.quantize_model(base, row["w_bits"], a, row["kv_bits"], weight_method=weights,
+                             act_clip=st["act_clip"] if a <= 4 else st["act_clip_8"], kv_clip=st["kv_clip"],
+                             progress=False)
+    return row["ppl"], perplexity(q, windows)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.check:
+        return check(args)
+    if args.merge:
+        return merge(args)
+    args.git = git_state(args.out)
+    if args.git["dirty"] and not args.allow_dirty:
+        raise SystemExit(f"Refusing to write {args.out}: the repository has uncommitted changes "
+                         f"({', '.join(args.git['dirty'][:8])}{' ...' if len(args.git['dirty']) > 8 else ''}); "
+                         f"commit them first (the table records the commit), or pass --allow-dirty "
+                         f"(recorded in the table).")
     if args.quick:
         args.windows, args.calib, args.seeds, args.skip_extras = 2, 4, [0], True
     torch.set_num_threads(args.threads)
@@ -305,7 +443,8 @@ def main(argv=None) -> int:
         done = [d for run in table.meta["runs"] for d in (run.get("phases_done") or [])]
     table.meta["phases_done"] = done
     table.meta["phases_skipped_for_time"] = skipped
-    table.write(complete=True)
+    table.meta["finished"] = True  # this process ran to the end (complete: every phase of the table is in)
+    table.write(complete={f"phase_{p}" for p in PHASES} <= set(done) and not skipped)
     print(json.dumps({"done": True, "elapsed_s": round(time.time() - table.t0, 1), "out": str(args.out)}))
     # The online Hadamard's cost: fwht against the dense matmul, side by side in this run
     # (acceptance: >= 1.5x at n = 4096 on [2048, 4096] float32; benchmarks/fwht.py has more widths).

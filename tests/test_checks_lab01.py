@@ -43,6 +43,8 @@ def fold_solution(norm_weight, linear_weight):
     return linear_weight * norm_weight[None, :]
 
 
+# check_rotation_placement, check_zero_fraction_prediction and check_no_online_hadamard_prediction
+# are tested below (test_rotation_placement_*, test_predictions_*).
 SOLUTIONS = {
     "check_sylvester_hadamard": sylvester_solution,
     "check_butterfly": butterfly_solution,
@@ -70,6 +72,67 @@ WRONG = {
 
 def call(name, answer):
     return getattr(lab01, name)(answer)
+
+
+# --- Exercise 4 (where Q goes) and the predictions --------------------------------------------
+
+PLACEMENT_SOLUTION = {"embed_tokens": "W Q", "q_proj": "W Q", "k_proj": "W Q", "v_proj": "W Q",
+                      "o_proj": "Q^T W", "gate_proj": "W Q", "up_proj": "W Q", "down_proj": "Q^T W",
+                      "lm_head": "W Q"}
+
+
+def test_rotation_placement_solution_and_spellings_pass(capsys):
+    assert lab01.check_rotation_placement(PLACEMENT_SOLUTION)
+    spelled = {k: ("W @ Q" if v == "W Q" else "Qᵀ W") for k, v in PLACEMENT_SOLUTION.items()}
+    assert lab01.check_rotation_placement(spelled)
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+@pytest.mark.parametrize("change, hint", [
+    ({"embed_tokens": "Q^T W"}, "stored [vocab, hidden]"),
+    ({k: ("Q^T W" if v == "W Q" else "W Q") for k, v in PLACEMENT_SOLUTION.items()}, "swapped"),
+    ({"lm_head": "Q^T W"}, "lm_head reads"),
+    ({"down_proj": "W Q"}, "write into the stream"),
+    ({"q_proj": "Q W"}, "stored [out, in]"),
+    ({"v_proj": "Q^T W"}, "reads the stream sees x Q"),
+])
+def test_rotation_placement_common_mistakes_get_their_hint(change, hint, capsys):
+    result = lab01.check_rotation_placement({**PLACEMENT_SOLUTION, **change})
+    out = capsys.readouterr().out
+    assert not result and out.startswith("FAIL") and hint in out, out
+
+
+@pytest.mark.parametrize("stub", [None, ..., {}, "W Q"])
+def test_rotation_placement_stubs_fail(stub, capsys):
+    assert not lab01.check_rotation_placement(stub)
+    assert capsys.readouterr().out.startswith("FAIL")
+
+
+@pytest.mark.parametrize("check, args", [
+    (lab01.check_zero_fraction_prediction, (0.956,)),
+    (lab01.check_no_online_hadamard_prediction, (21.3, 4.4)),
+])
+def test_predictions_never_reveal_the_measurement_before_a_guess(check, args, capsys):
+    for stub in (None, ...):
+        assert not check(stub, *args)
+        out = capsys.readouterr().out
+        assert out.startswith("FAIL") and "0.956" not in out and "21.3" not in out and "4.4" not in out, out
+    assert not check("a lot", *args)
+    assert "not a number" in capsys.readouterr().out
+
+
+def test_predictions_accept_any_honest_number_and_say_how_far_off(capsys):
+    assert lab01.check_zero_fraction_prediction(0.5, 0.956)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "you predicted 0.5, measured 0.956" in out and "too low" in out
+    assert lab01.check_zero_fraction_prediction(95, 0.956)  # percent is read as percent
+    out = capsys.readouterr().out
+    assert "spot on" in out and "percent" in out
+    assert not lab01.check_zero_fraction_prediction(-3, 0.956)
+    capsys.readouterr()
+    assert lab01.check_no_online_hadamard_prediction(5, 21.3, 4.4)
+    out = capsys.readouterr().out
+    assert "4.3x too low" in out and "online Hadamard" in out
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
@@ -114,3 +177,20 @@ def test_hints_name_the_mistake(capsys):
     assert "FAIL" in out
     lab01.check_sylvester_hadamard(WRONG["check_sylvester_hadamard"][1])
     assert "not in Sylvester's order" in capsys.readouterr().out
+
+
+def test_prediction_without_a_measurement_fails_politely(capsys):
+    assert not lab01.prediction_report("p", 3.0, None, "the perplexity", log=True)
+    assert "measurement is missing" in capsys.readouterr().out
+
+
+def test_prediction_stored(capsys):
+    for stub in (None, ..., "lots"):
+        assert not lab01.check_prediction_stored(stub)
+        assert capsys.readouterr().out.startswith("FAIL")
+    assert lab01.check_prediction_stored(0.9, 0, 100)
+    assert "now run the next cell" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored(-1, 0, 100)
+    assert "between 0 and 100" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored(0.5, low=1)
+    assert "at least 1" in capsys.readouterr().out

@@ -67,7 +67,7 @@ STUBS = [None, lambda *a: None, _raises]
 
 
 def test_every_check_is_exported_and_covered():
-    assert set(lab02.__all__) == set(SOLUTIONS) == set(WRONG)
+    assert set(lab02.__all__) == set(SOLUTIONS) | {"check_w16a4_prediction"} and set(SOLUTIONS) == set(WRONG)
     for name in lab02.__all__:
         assert getattr(checks, name) is getattr(lab02, name)
 
@@ -127,3 +127,66 @@ def test_in_place_solution_does_not_corrupt_later_cases():
         return x
 
     assert check_per_token_quantizer(in_place)
+
+
+@pytest.mark.parametrize("value, hint", [
+    (5760, "also stores a float16 scale"),
+    (3240, "the cache holds K and V"),
+    (19440, "9 is the number of query heads"),
+    (23040, "that is float16"),
+])
+def test_kv4_bytes_hint_matches_the_mistake(value, hint, capsys):
+    assert not lab02.check_kv4_bytes_per_token(value)
+    out = capsys.readouterr().out
+    assert hint in out and "6,480" not in out, out
+
+
+def test_untouched_value_stub_does_not_reveal_the_answer(capsys):
+    assert not lab02.check_kv4_bytes_per_token(None)
+    out = capsys.readouterr().out
+    assert "not done yet" in out and "6,480" not in out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (per_token_whole_tensor, "one scale for the whole tensor"),
+    (per_token_no_clamp, "clamp the integers"),
+])
+def test_per_token_hint_matches_the_mistake(wrong, hint, capsys):
+    assert not lab02.check_per_token_quantizer(wrong)
+    assert hint in capsys.readouterr().out
+
+
+def test_per_token_hint_for_the_unsigned_range_and_missing_dequantize(capsys):
+    def unsigned(x, bits, clip):
+        qmax = 2 ** bits - 1
+        s = (x.abs().amax(-1, keepdim=True) * clip / qmax).clamp_min(1e-12)
+        return torch.clamp(torch.round(x / s), -qmax - 1, qmax) * s
+
+    def integers(x, bits, clip):
+        qmax = 2 ** (bits - 1) - 1
+        s = (x.abs().amax(-1, keepdim=True) * clip / qmax).clamp_min(1e-12)
+        return torch.clamp(torch.round(x / s), -qmax - 1, qmax)
+
+    assert not lab02.check_per_token_quantizer(unsigned)
+    assert "positive side (7 at 4 bits)" in capsys.readouterr().out
+    assert not lab02.check_per_token_quantizer(integers)
+    assert "multiply them back" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (kv_symmetric, "zero point"),
+    (kv_per_token_not_grouped, "one range per group"),
+])
+def test_kv_hint_matches_the_mistake(wrong, hint, capsys):
+    assert not lab02.check_kv_quantizer(wrong)
+    assert hint in capsys.readouterr().out
+
+
+def test_w16a4_prediction(capsys):
+    assert not lab02.check_w16a4_prediction(None, 2379.4, 14.7)
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL") and "2,379" not in out and "2379" not in out
+    assert lab02.check_w16a4_prediction(30, 2379.4, 14.7)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "79.3x too low" in out
+    assert not lab02.check_w16a4_prediction(-1, 2379.4, 14.7)

@@ -140,3 +140,25 @@ def test_random_orthogonal():
     assert not torch.allclose(Q, H.random_orthogonal(96, seed=2))
     Q9 = H.random_orthogonal(9, seed=0)  # any order works, Hadamard or not
     assert torch.allclose(Q9.T @ Q9, torch.eye(9, dtype=torch.float64), atol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [H.random_hadamard, H.random_signs, H.random_orthogonal, H.sylvester])
+@pytest.mark.parametrize("n", [-4, 0])
+def test_random_rotations_reject_bad_orders_in_one_sentence(fn, n):
+    with pytest.raises(ValueError, match=f"must be a positive integer .*not {n}"):
+        fn(n)
+
+
+def test_bad_seed_radix_and_input_one_sentence():
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        H.random_hadamard(4, seed="a")
+    with pytest.raises(TypeError, match="n must be a positive integer"):
+        H.random_orthogonal(4.0)
+    with pytest.raises(ValueError, match="No Hadamard matrix of order 6"):
+        H.random_hadamard(6)
+    with pytest.raises(TypeError, match="needs a torch.Tensor"):
+        H.fwht([1.0, 2.0])
+    with pytest.raises(ValueError, match="radix must be a power of two"):
+        H.fwht(torch.ones(4), radix=3)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        H.fwht(torch.tensor(1.0))

@@ -108,3 +108,26 @@ def test_load_on_gpu_in_float16_applies_the_guard():
     assert next(model.parameters()).is_cuda
     assert device.summary()["gpu_fraction"] == device.gpu_fraction_from_env()
     assert torch.cuda.memory_allocated() >= 2 * sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"dtype": "float7"}, ValueError, "dtype='float7' is not a dtype"),
+    ({"dtype": 3}, TypeError, "dtype must be a torch.dtype"),
+    ({"device": "gpu"}, ValueError, "device='gpu' is not a device name; use 'cpu' or 'cuda'"),
+    ({"device": "mps"}, ValueError, "not supported here"),
+])
+def test_load_smollm2_bad_arguments_one_sentence(kwargs, error, match):
+    from vramlab.models import load_smollm2
+
+    with pytest.raises(error, match=match):
+        load_smollm2(**kwargs)
+
+
+def test_load_smollm2_accepts_dtype_names():
+    import torch
+
+    from vramlab.models import _resolve_device, _resolve_dtype
+
+    assert _resolve_dtype("bfloat16") is torch.bfloat16 and _resolve_dtype(None) is torch.float32
+    assert _resolve_dtype("torch.float16") is torch.float16
+    assert _resolve_device("cuda:0").type == "cuda"

@@ -232,3 +232,74 @@ def test_real_model_w8a8_close_to_fp32_and_w16a4_breaks(smollm2, windows):
     x = quant.capture_inputs(model, windows[0, :128], ["model.layers.29.mlp.down_proj"])
     x = x["model.layers.29.mlp.down_proj"]
     assert x.shape == (128, 1536) and quant.outlier_stats(x)["max_over_rms_max"] > 10  # Gaussian: ~4
+
+
+# --- bad input: one sentence naming the problem -------------------------------------------------
+
+def test_load_quarot_table_names_the_broken_file(tmp_path):
+    bad = tmp_path / "quarot_table.json"
+    bad.write_text('{"rows": [1,')
+    with pytest.raises(ValueError, match=r"quarot_table.json is not valid JSON \(line 1"):
+        quant.load_quarot_table(bad)
+    with pytest.raises(FileNotFoundError, match="No QuaRot table at .*missing.json"):
+        quant.load_quarot_table(tmp_path / "missing.json")
+    other = tmp_path / "other.json"
+    other.write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="other.json is JSON but not a QuaRot table"):
+        quant.load_quarot_table(other)
+
+
+def test_table_ppl_rejects_unknown_names_and_returns_none_only_for_unmeasured():
+    table = quant.load_quarot_table()
+    with pytest.raises(ValueError, match="setting='W3A3' is not in the QuaRot table; use one of 'FP32'"):
+        quant.table_ppl(table, "W3A3")
+    with pytest.raises(ValueError, match="rotation='hadamrd'"):
+        quant.table_ppl(table, "W4A4", "hadamrd")
+    with pytest.raises(ValueError, match="weights='awq'"):
+        quant.table_ppl(table, "W4A4", "hadamard", "awq")
+    with pytest.raises(ValueError, match="stat='mean'"):
+        quant.table_ppl(table, "W4A4", stat="mean")
+    with pytest.raises(ValueError, match="group_size must be None"):
+        quant.table_ppl(table, "W4A4", group_size=0)
+    with pytest.raises(TypeError, match="load_quarot_table"):
+        quant.table_ppl([], "W4A4")
+    assert quant.table_ppl(table, "W4A4KV4", "random", "gptq", group_size=128) is None
+
+
+def test_format_table_lists_every_setting_and_rotation():
+    table = quant.load_quarot_table()
+    text = quant.format_table(table)
+    lines = text.splitlines()
+    assert lines[0].split()[:2] == ["setting", "weights"] and lines[0].split()[2:] == ["none", "random", "hadamard"]
+    for setting in quant.TABLE_SETTINGS:
+        assert any(line.startswith(setting + " ") for line in lines), setting
+    fp32 = f"{quant.table_ppl(table, 'FP32'):9.2f}".strip()
+    assert fp32 in lines[1]
+    assert "group 128" in text
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: quant.quantize_per_token_sym([1.0, 2.0], 4), TypeError, "x must be a torch.Tensor"),
+    (lambda: quant.quantize_per_token_sym(torch.ones(2, 4), "four"), TypeError, "bits must be an integer"),
+    (lambda: quant.quantize_per_token_sym(torch.ones(2, 4), 4, 0), ValueError, r"clip_ratio must be a number in \(0, 1\]"),
+    (lambda: quant.quantize_per_token_sym(torch.ones(2, 4), 4, 1.5), ValueError, "clip_ratio must be"),
+    (lambda: quant.quantize_groupwise_asym(torch.ones(2, 4), 4, 0), ValueError, "group_size must be a positive"),
+    (lambda: quant.quantize_weight_sym(torch.ones(8), 4), ValueError, r"w must be 2-D \[out, in\]"),
+    (lambda: quant.quantize_weight_sym(torch.ones(8, 8), 4, group_size=-1), ValueError, "group_size must be None"),
+    (lambda: quant.gptq_quantize_matrix(torch.ones(4, 8), torch.eye(5), 4), ValueError, r"hessian must be \[in, in\] = \[8, 8\]"),
+    (lambda: quant.hessian_from_inputs(torch.ones(5)), ValueError, r"x must be \[N, in\]"),
+    (lambda: quant.outlier_stats([1, 2]), TypeError, "x must be a torch.Tensor"),
+])
+def test_elementary_functions_reject_bad_input_in_one_sentence(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_quantize_model_and_capture_reject_bad_input(smollm2):
+    model, _ = smollm2
+    with pytest.raises(ValueError, match="act_clip must be a number"):
+        quant.quantize_model(model, 16, 4, 16, act_clip=9)
+    with pytest.raises(TypeError, match="pass a Llama-style causal LM"):
+        quant.quantize_model("model", 4)
+    with pytest.raises(ValueError, match="has no submodule 'bogus'"):
+        quant.capture_inputs(model, torch.zeros(1, 4, dtype=torch.long), ["bogus"])

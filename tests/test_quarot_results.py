@@ -47,6 +47,44 @@ def test_w4a4kv4_hadamard_gptq_under_3x_fp32_and_20x_better_than_unrotated():
     assert plain / rotated >= 20, (plain, rotated)
 
 
+def test_table_fingerprint_matches_the_code():
+    """The table was computed by the current code: same source fingerprint, complete, clean tree.
+
+    Fails when quant/rotate/hadamard/attention/eval/data/models or the evaluation text changed after
+    the table was written: rerun ``python benchmarks/rotation.py`` from a clean, committed tree.
+    """
+    assert quant.table_fingerprint_problems(TABLE) == []
+
+
+def test_fingerprint_notices_a_changed_file(monkeypatch):
+    stored = quant.code_fingerprint()
+    fake = {**TABLE, "code_fingerprint": {**stored, "files": {**stored["files"], "quant.py": "0" * 64}},
+            "complete": True, "dirty": None}
+    problems = quant.table_fingerprint_problems(fake)
+    assert len(problems) == 1 and "quant.py changed" in problems[0]
+    assert "partial" in " ".join(quant.table_fingerprint_problems({**fake, "complete": False}))
+    assert "uncommitted" in " ".join(quant.table_fingerprint_problems({**fake, "dirty": ["src/x.py"]}))
+    assert "no code fingerprint" in quant.table_fingerprint_problems({"rows": [], "summary": []})[0]
+
+
+@pytest.mark.slow
+def test_live_quantized_row_matches_the_table_to_1e_3(smollm2, windows):
+    """Recompute W4A4KV4, Hadamard seed 0, RTN weights (every quantizer and the rotation) on the 8
+    evaluation windows with the settings recorded in the table: within 1e-3 relative of the table."""
+    from vramlab.eval import perplexity
+    from vramlab.rotate import rotate_model
+
+    row = next(r for r in TABLE["rows"] if (r["setting"], r["rotation"], r["weights"], r["seed"],
+                                            r["group_size"]) == ("W4A4KV4", "hadamard", "rtn", 0, None))
+    st = TABLE["settings"]
+    model, _ = smollm2
+    assert (TABLE["windows"]["n"], TABLE["windows"]["length"]) == tuple(windows.shape)
+    q = quant.quantize_model(rotate_model(model, "hadamard", seed=0), 4, 4, 4, weight_method="rtn",
+                             act_clip=st["act_clip"], kv_clip=st["kv_clip"], progress=False)
+    live = perplexity(q, windows)
+    assert abs(live - row["ppl"]) / row["ppl"] < 1e-3, (live, row["ppl"])
+
+
 def test_live_w16a4_row_matches_the_cached_direction(smollm2, windows):
     """Recompute W16A4 none vs hadamard (seed 0) on one window: rotation must win by far."""
     from vramlab.eval import perplexity
@@ -59,3 +97,78 @@ def test_live_w16a4_row_matches_the_cached_direction(smollm2, windows):
     rotated = perplexity(quant.quantize_model(rotate_model(model, "hadamard", seed=0), 16, 4, 16), one)
     assert plain / rotated >= 20, (plain, rotated)
     assert rotated < 2.5 * fp32, (rotated, fp32)
+
+
+def _benchmark_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rotation.py"
+    spec = importlib.util.spec_from_file_location("_rotation_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_reads_git_at_the_repository_root_and_refuses_a_dirty_tree(tmp_path, monkeypatch):
+    import subprocess
+
+    bench = _benchmark_module()
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "benchmarks").mkdir()
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(bench, "REPO_ROOT", repo)
+    monkeypatch.chdir(repo / "benchmarks")  # the old code ran git here and missed src/ changes
+    out = repo / "src" / "table.json"
+    clean = bench.git_state(out)
+    assert len(clean["commit"]) == 40 and clean["dirty"] == []
+    out.write_text("{}")  # the table being written does not make the tree dirty
+    (repo / "src" / "a.py").write_text("x = 2\n")
+    assert bench.git_state(out)["dirty"] == ["src/a.py"]
+    with pytest.raises(SystemExit, match="Refusing to write .*uncommitted changes \\(src/a.py\\).*--allow-dirty"):
+        bench.main(["--out", str(out)])
+
+
+def test_benchmark_check_reports_the_fingerprint(capsys):
+    bench = _benchmark_module()
+    rc = bench.main(["--check"])
+    out = capsys.readouterr().out
+    assert "fingerprint: table" in out and ("OK:" in out) == (rc == 0)
+
+
+def test_benchmark_merges_two_parts_of_one_run_only(tmp_path):
+    import json
+
+    bench = _benchmark_module()
+    base = {k: TABLE.get(k) for k in ("code_fingerprint", "git", "versions", "windows", "calibration", "seeds",
+                                       "settings", "command", "date")}
+    row = lambda setting, rot: {"setting": setting, "rotation": rot, "weights": "-", "group_size": None,  # noqa: E731
+                                "seed": 0, "ppl": 20.0}
+    a = {**base, "dirty": None, "finished": True, "complete": False, "rows": [row("FP32", "none")],
+         "phases_done": [f"phase_{p}" for p in ("rtn", "gptq4")], "phases_skipped_for_time": []}
+    b = {**a, "rows": [row("W16A4", "hadamard")],
+         "phases_done": [f"phase_{p}" for p in ("seeds_rtn", "seeds_gptq", "group128", "gptq8")]}
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps({**b, "git": "another commit"}))
+    with pytest.raises(SystemExit, match="git differs"):
+        bench.main(["--out", str(pa), "--merge", str(pb)])
+    pb.write_text(json.dumps({**b, "finished": False}))
+    with pytest.raises(SystemExit, match="did not finish"):
+        bench.main(["--out", str(pa), "--merge", str(pb)])
+    pc = tmp_path / "c.json"
+    pc.write_text(json.dumps(a))
+    assert bench.main(["--out", str(pc), "--merge", str(pb), "--allow-partial"]) == 0
+    partial = json.loads(pc.read_text())
+    assert not partial["complete"] and "stopped before its last phase" in partial["partial_note"]
+    assert quant.table_fingerprint_problems(partial)  # a partial table never passes the fingerprint test
+    pb.write_text(json.dumps(b))
+    assert bench.main(["--out", str(pa), "--merge", str(pb)]) == 0
+    merged = json.loads(pa.read_text())
+    assert merged["complete"] and len(merged["rows"]) == 2 and len(merged["runs"]) == 2
+    assert {r["setting"] for r in merged["summary"]} == {"FP32", "W16A4"}

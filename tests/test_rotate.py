@@ -210,3 +210,17 @@ def test_contract_for_the_quantizer(tiny, ids):
         del attn.vramlab_k_quantizer
         attn.vramlab_qk_transform = qk
     assert torch.allclose(ks[0], fwht(raw[0]), atol=1e-5)
+
+
+def test_rotate_functions_reject_bad_input_in_one_sentence(smollm2):
+    from vramlab import rotate
+
+    model, _ = smollm2
+    with pytest.raises(TypeError, match="model must be a Llama-style causal LM"):
+        rotate.rotate_model("model")
+    with pytest.raises(ValueError, match="rotation must be one of"):
+        rotate.rotate_model(model, "bogus")
+    with pytest.raises(ValueError, match=r"norm_weight \[in\] must match linear_weight"):
+        rotate.fold_rmsnorm_into_linear(torch.ones(3), torch.ones(4, 5))
+    with pytest.raises(TypeError, match="integer token ids"):
+        rotate.check_invariance(model, model, torch.zeros(1, 3))

@@ -88,6 +88,8 @@ def enable(model):
     Uses ``model.set_attn_implementation`` (transformers >= 4.56/5.x) and falls back to setting
     ``config._attn_implementation`` directly.
     """
+    if not hasattr(model, "config"):
+        raise TypeError(f"model must be a transformers model with a config (got {type(model).__name__}).")
     register()
     if getattr(model.config, "_attn_implementation", None) == NAME:
         return model

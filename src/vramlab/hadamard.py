@@ -36,6 +36,25 @@ __all__ = ["hadamard_matrix", "sylvester", "paley1", "paley2", "is_hadamard_orde
 _DENSE_BLOCK = 64
 
 
+# --------------------------------------------------------------------------- argument checks
+def _check_size(n, what: str = "n") -> int:
+    """A positive integer size, or one sentence naming the problem."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{what} must be a positive integer (a matrix order), not {n!r}.")
+    if n < 1:
+        raise ValueError(f"{what} must be a positive integer (a matrix order), not {n}.")
+    return n
+
+
+def _check_seed(seed) -> int:
+    import operator
+
+    try:
+        return operator.index(seed)
+    except TypeError:
+        raise TypeError(f"seed must be an integer, not {seed!r}.") from None
+
+
 # --------------------------------------------------------------------------- number theory
 def _prime_power(q: int) -> tuple[int, int] | None:
     """``(p, m)`` with ``q = p**m`` for a prime ``p``, or None."""
@@ -126,7 +145,8 @@ def sylvester(n: int):
     """Sylvester's Hadamard matrix of order ``n = 2^k`` (float64 ±1)."""
     import torch
 
-    if n < 1 or n & (n - 1):
+    _check_size(n)
+    if n & (n - 1):
         raise ValueError(f"Sylvester's construction needs a power of two, not {n}; use hadamard_matrix({n}) "
                          f"for other orders.")
     H = torch.ones(1, 1, dtype=torch.float64)
@@ -261,15 +281,19 @@ def random_signs(n: int, seed: int = 0):
     """``n`` random ±1 (float64) from a private generator seeded with ``seed``."""
     import torch
 
-    g = torch.Generator().manual_seed(int(seed))
+    _check_size(n)
+    g = torch.Generator().manual_seed(_check_seed(seed))
     return torch.randint(0, 2, (n,), generator=g).to(torch.float64) * 2 - 1
 
 
 def random_hadamard(n: int, seed: int = 0):
     """A randomized Hadamard rotation: ``diag(s) H / sqrt(n)`` with random signs ``s`` (float64).
 
-    Orthonormal. With this ordering ``x @ random_hadamard(n, seed) == fwht(x * s)``.
+    Orthonormal. With this ordering ``x @ random_hadamard(n, seed) == fwht(x * s)``. Raises
+    ValueError for an order with no Hadamard matrix (see :func:`decompose`).
     """
+    _check_size(n)
+    decompose(n)
     s = random_signs(n, seed)
     return s[:, None] * hadamard_matrix(n) / math.sqrt(n)
 
@@ -278,7 +302,8 @@ def random_orthogonal(n: int, seed: int = 0):
     """A Haar-random orthogonal matrix (float64): QR of a Gaussian matrix, signs fixed by diag(R)."""
     import torch
 
-    g = torch.Generator().manual_seed(int(seed))
+    _check_size(n)
+    g = torch.Generator().manual_seed(_check_seed(seed))
     A = torch.randn(n, n, generator=g, dtype=torch.float64)
     Q, R = torch.linalg.qr(A)
     return Q * torch.sign(torch.diagonal(R))[None, :]
@@ -324,6 +349,13 @@ def fwht(x, normalize: bool = True, radix: int = _DENSE_BLOCK):
     """
     import torch
 
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"fwht needs a torch.Tensor (the transform runs over its last dimension), "
+                        f"not {type(x).__name__}; wrap it with torch.as_tensor(...).")
+    if x.dim() == 0:
+        raise ValueError("fwht needs a tensor with at least one dimension (got a 0-d scalar).")
+    if isinstance(radix, bool) or not isinstance(radix, int) or radix < 2 or radix & (radix - 1):
+        raise ValueError(f"radix must be a power of two >= 2, not {radix!r}.")
     n = x.shape[-1]
     last, factors = _plan(n, radix)
     K = decompose(n)[0]
@@ -357,5 +389,9 @@ hadamard_transform = fwht
 
 def fwht_reference(x):
     """The dense reference ``x @ hadamard_matrix(n) / sqrt(n)`` (what :func:`fwht` must equal)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"fwht_reference needs a torch.Tensor, not {type(x).__name__}.")
     n = x.shape[-1]
     return x @ (hadamard_matrix(n) / math.sqrt(n)).to(dtype=x.dtype, device=x.device)

@@ -159,11 +159,47 @@ def ensure_converted(cache: Path | None = None, wheel: str | Path | None = None)
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
+_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _resolve_dtype(dtype):
+    """``None`` -> float32; a floating ``torch.dtype`` or its name; one sentence otherwise."""
+    import torch
+
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str):
+        name = dtype.removeprefix("torch.")
+        if name not in _DTYPES:
+            raise ValueError(f"dtype={dtype!r} is not a dtype this model loads in; use one of "
+                             f"{', '.join(_DTYPES)} (or the torch.dtype itself).")
+        return getattr(torch, name)
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype={dtype} is not a floating-point dtype; use one of {', '.join(_DTYPES)}.")
+        return dtype
+    raise TypeError(f"dtype must be a torch.dtype or one of {', '.join(_DTYPES)} (got {dtype!r}).")
+
+
+def _resolve_device(device):
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device`` of those kinds; one sentence otherwise."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r} is not a device name; use 'cpu' or 'cuda' (or 'cuda:0').") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} is not supported here; use 'cpu' or 'cuda' (or 'cuda:0').")
+    return dev
+
 
 def load_smollm2(dtype=None, device: str = "cpu"):
     """Load the real SmolLM2-135M (LLaMA architecture) offline; returns ``(model, tokenizer)``.
 
-    ``dtype`` defaults to ``torch.float32``; ``device`` is ``"cpu"`` or a CUDA device. On CUDA the
+    ``dtype`` defaults to ``torch.float32`` (a ``torch.dtype`` or its name: ``"float32"``,
+    ``"float16"``, ``"bfloat16"``); ``device`` is ``"cpu"`` or a CUDA device (``"cuda"``,
+    ``"cuda:0"``); anything else raises ValueError/TypeError with one sentence. On CUDA the
     workshop guard (:func:`vramlab.device.apply_workshop_guard`) caps this process first. The model
     is in eval mode. Config: hidden 576, 30 layers, 9 heads / 3 KV heads, head_dim 64, vocab 49152,
     tied embeddings.
@@ -174,8 +210,9 @@ def load_smollm2(dtype=None, device: str = "cpu"):
 
     from vramlab import device as vdevice
 
-    dtype = torch.float32 if dtype is None else dtype
-    if str(device).startswith("cuda"):
+    dtype = _resolve_dtype(dtype)
+    device = _resolve_device(device)
+    if device.type == "cuda":
         vdevice.require_cuda("load_smollm2(device='cuda')")
         vdevice.apply_workshop_guard()
     path = ensure_converted()

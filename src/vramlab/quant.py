@@ -54,6 +54,10 @@ __all__ = [
     "per_token_relative_error",
     "load_quarot_table",
     "table_ppl",
+    "format_table",
+    "code_fingerprint",
+    "table_fingerprint_problems",
+    "FINGERPRINT_FILES",
     "EVAL_WINDOWS",
     "WINDOW_LENGTH",
 ]
@@ -62,10 +66,40 @@ EVAL_WINDOWS = 8  # the evaluation windows are token_windows(tok, 8, 512): token
 WINDOW_LENGTH = 512
 
 
+def _tensor(x, name: str, dims: int | None = None, what: str = "") -> torch.Tensor:
+    """``x`` if it is a tensor (with ``dims`` dimensions when given); one clear sentence otherwise."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor{what} (got {type(x).__name__}); "
+                        f"wrap it with torch.as_tensor(...).")
+    if dims is not None and x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D{what} (got shape {tuple(x.shape)}).")
+    return x
+
+
+def _clip(value, name: str) -> float:
+    """A clip ratio in (0, 1]; one clear sentence otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1] (1 = no clipping, QuaRot uses 0.9 for "
+                         f"activations and 0.95 for the KV cache), not {value!r}.")
+    return value
+
+
+def _group(value, name: str = "group_size", allow_none: bool = True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be " + ("None or " if allow_none else "")
+                         + f"a positive integer such as 64 or 128 (got {value!r}).")
+    return value
+
+
 def is_quantized_bits(bits) -> bool:
     """True when ``bits`` asks for quantization: ``None`` or >= 16 mean "keep in float"."""
     if bits is None:
         return False
+    if isinstance(bits, bool) or not isinstance(bits, (int, float)) or bits != int(bits):
+        raise TypeError(f"bits must be an integer bit width such as 4 or 8 (16 or None: not quantized), "
+                        f"not {bits!r}.")
     bits = int(bits)
     if bits < 1:
         raise ValueError(f"bits={bits} is not a bit width; pass an integer >= 1, or 16/None for no quantization.")
@@ -85,6 +119,8 @@ def quantize_per_token_sym(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) 
     ``x``). With ``clip_ratio = 1`` no element is clipped and ``|x - Q(x)| <= s / 2`` everywhere.
     At most ``2^b`` distinct values per row. All-zero rows stay zero.
     """
+    _tensor(x, "x", what=" of activations [..., features]")
+    _clip(clip_ratio, "clip_ratio")
     if not is_quantized_bits(bits):
         return x
     qmax = 2 ** (int(bits) - 1) - 1
@@ -108,6 +144,9 @@ def quantize_groupwise_asym(x: torch.Tensor, bits: int, group_size: int = 64,
     ``(q - z) * s``. The range always contains 0 (as in QuaRot), so 0 is exact. Without clipping
     ``|x - Q(x)| <= s / 2``. At most ``2^b`` distinct values per group.
     """
+    _tensor(x, "x")
+    _group(group_size, allow_none=False)
+    _clip(clip_ratio, "clip_ratio")
     if not is_quantized_bits(bits):
         return x
     d = x.shape[-1]
@@ -135,6 +174,9 @@ def weight_scales_mse(w: torch.Tensor, bits: int, mse: bool = True, grid: int = 
     try clip ratios ``p = 1, 0.99, ..., 1 - max_shrink`` and keep, per row, the one minimising
     ``sum |w - Q_p(w)|^norm``.
     """
+    _tensor(w, "w", 2, " [rows, cols]")
+    if not is_quantized_bits(bits):
+        raise ValueError(f"weight_scales_mse needs a bit width below 16 (got {bits!r}).")
     qmax = 2 ** (int(bits) - 1) - 1
     wf = w.float()
     amax = wf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
@@ -171,6 +213,8 @@ def quantize_weight_sym(w: torch.Tensor, bits: int, group_size: int | None = Non
     SmolLM2's 576 inputs, group 128 means 4 x 128 + 64). ``mse`` turns on the clip search
     of :func:`weight_scales_mse`. Returns a tensor of ``w``'s shape and dtype.
     """
+    _tensor(w, "w", 2, " [out, in]")
+    _group(group_size)
     if not is_quantized_bits(bits):
         return w
     qmax = 2 ** (int(bits) - 1) - 1
@@ -292,6 +336,15 @@ def gptq_quantize_matrix(w: torch.Tensor, hessian: torch.Tensor, bits: int, grou
     the weights before error feedback ("static groups", what a g_idx-free kernel can run).
     Computed in float32 on ``w``'s device.
     """
+    _tensor(w, "w", 2, " [out, in]")
+    _tensor(hessian, "hessian", 2, " [in, in]")
+    if tuple(hessian.shape) != (w.shape[1], w.shape[1]):
+        raise ValueError(f"hessian must be [in, in] = [{w.shape[1]}, {w.shape[1]}] for w of shape "
+                         f"{tuple(w.shape)} (got {tuple(hessian.shape)}); build it from this layer's inputs "
+                         f"with hessian_from_inputs.")
+    _group(group_size)
+    if not is_quantized_bits(bits):
+        raise ValueError(f"gptq_quantize_matrix needs a bit width below 16 (got {bits!r}).")
     qmax = 2 ** (int(bits) - 1) - 1
     W = w.detach().float().clone()
     rows, cols = W.shape
@@ -496,6 +549,11 @@ def quantize_model(model, w_bits: int | None = 16, a_bits: int | None = 16, kv_b
 
     Bits of ``16`` or ``None`` mean "not quantized". Runs on whatever device the model is on.
     """
+    _clip(act_clip, "act_clip")
+    _clip(kv_clip, "kv_clip")
+    _group(group_size)
+    _group(kv_group_size, "kv_group_size")
+    layers = _layers(model)  # one clear sentence for something that is not a Llama-style model
     new = copy.deepcopy(model)
     layers = _layers(new)
     qw = is_quantized_bits(w_bits)
@@ -536,12 +594,19 @@ def capture_inputs(model, input_ids: torch.Tensor, names: list[str]) -> dict[str
     e.g. ``"model.layers.29.mlp.down_proj"`` (for a rotated model use ``"...down_proj.1"`` to get the
     post-Hadamard input of the inner Linear).
     """
+    _tensor(input_ids, "input_ids", what=" of token ids [batch, seq]")
     if input_ids.dim() == 1:
         input_ids = input_ids.unsqueeze(0)
+    if isinstance(names, str):
+        names = [names]
     got: dict[str, torch.Tensor] = {}
     handles = []
     for name in names:
-        module = model.get_submodule(name)
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            raise ValueError(f"{type(model).__name__} has no submodule {name!r}; use a qualified name such as "
+                             f"'model.layers.0.mlp.down_proj' (see [n for n, _ in model.named_modules()]).") from None
 
         def hook(_m, args, name=name):
             got[name] = args[0].detach().float().reshape(-1, args[0].shape[-1]).cpu()
@@ -558,6 +623,9 @@ def capture_inputs(model, input_ids: torch.Tensor, names: list[str]) -> dict[str
 
 def hessian_from_inputs(x: torch.Tensor) -> torch.Tensor:
     """GPTQ's proxy Hessian ``2/N X^T X`` for inputs ``x [N, in]`` (float32)."""
+    _tensor(x, "x", what=" of layer inputs [N, in]")
+    if x.dim() < 2 or x.numel() == 0:
+        raise ValueError(f"x must be [N, in] with at least one token (got shape {tuple(x.shape)}).")
     x = x.float().reshape(-1, x.shape[-1])
     return 2 * x.T @ x / x.shape[0]
 
@@ -570,6 +638,9 @@ def outlier_stats(x: torch.Tensor) -> dict[str, float]:
     ``sqrt(features)``; a Gaussian gives about 3.6 at 576 features); ``max_over_rms_max``: its largest
     value over tokens.
     """
+    _tensor(x, "x", what=" of activations [tokens, features]")
+    if x.dim() < 1 or x.numel() == 0 or x.shape[-1] < 2:
+        raise ValueError(f"x must be [tokens, features] with at least 2 features (got shape {tuple(x.shape)}).")
     x = x.double().reshape(-1, x.shape[-1])
     centred = x - x.mean(-1, keepdim=True)
     var = centred.pow(2).mean(-1)
@@ -590,31 +661,148 @@ def per_token_relative_error(x: torch.Tensor, bits: int, clip_ratio: float = 1.0
 # The cached benchmark table (benchmarks/rotation.py -> vramlab/results/quarot_table.json)
 # --------------------------------------------------------------------------------------------
 
-def load_quarot_table(path=None) -> dict:
-    """The perplexity table written by ``benchmarks/rotation.py`` (a dict; see its ``command``,
-    ``date``, ``versions``, ``settings``, ``rows`` and per-setting ``summary`` medians)."""
-    import json
+# The files whose code produces the table's numbers: a change to any of them means the table must be
+# regenerated (tests/test_quarot_results.py and `python benchmarks/rotation.py --check` compare).
+# The benchmark's own settings (clip ratios, windows, seeds) are recorded in the table and used by the
+# live test, so benchmarks/rotation.py (not part of the installed package) is not hashed.
+FINGERPRINT_FILES = ("quant.py", "rotate.py", "hadamard.py", "attention.py", "eval.py", "data.py",
+                     "models.py", "texts/pydoc_topics_3.11.7.txt.gz")
+TABLE_SETTINGS = ("FP32", "W8A8", "W4A16", "W16A4", "W4A4", "W4A4KV4")
+TABLE_ROTATIONS = ("none", "random", "hadamard")
+TABLE_WEIGHTS = ("rtn", "gptq")
+_TABLE_STATS = ("ppl_median", "ppl_min", "ppl_max")
+
+
+def code_fingerprint() -> dict:
+    """SHA-256 of the source files that produce the QuaRot table (:data:`FINGERPRINT_FILES`).
+
+    Returns ``{"sha256": <combined hex digest>, "files": {relative path: hex digest}}``. Line endings
+    of ``.py`` files are normalised to ``\\n`` (a Windows checkout hashes the same).
+    """
+    import hashlib
     from importlib import resources
 
-    if path is None:
-        text = (resources.files("vramlab") / "results" / "quarot_table.json").read_text()
-    else:
-        from pathlib import Path
+    root = resources.files("vramlab")
+    files = {}
+    for rel in FINGERPRINT_FILES:
+        node = root
+        for part in rel.split("/"):
+            node = node / part
+        data = node.read_bytes()
+        if rel.endswith(".py"):
+            data = data.replace(b"\r\n", b"\n")
+        files[rel] = hashlib.sha256(data).hexdigest()
+    combined = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in files.items()).encode()).hexdigest()
+    return {"sha256": combined, "files": files}
 
-        text = Path(path).read_text()
-    return json.loads(text)
+
+def table_fingerprint_problems(table: dict) -> list[str]:
+    """What makes ``table`` not the output of the current code (empty list: it is).
+
+    Compares the table's ``code_fingerprint`` with :func:`code_fingerprint` file by file, and reports
+    a table that is marked incomplete or was written from a tree with uncommitted changes.
+    """
+    problems = []
+    stored = table.get("code_fingerprint")
+    if not isinstance(stored, dict) or "files" not in stored:
+        return ["the table has no code fingerprint: it predates fingerprinting; regenerate it with "
+                "python benchmarks/rotation.py"]
+    now = code_fingerprint()
+    for rel, digest in now["files"].items():
+        if stored["files"].get(rel) != digest:
+            problems.append(f"{rel} changed since the table was computed; regenerate it with "
+                            f"python benchmarks/rotation.py")
+    if not table.get("complete"):
+        problems.append("the table is partial (complete: false): the run did not finish")
+    if table.get("dirty"):
+        problems.append(f"the table was written from a tree with uncommitted changes ({table['dirty']})")
+    return problems
+
+
+def load_quarot_table(path=None) -> dict:
+    """The perplexity table written by ``benchmarks/rotation.py`` (a dict; see its ``command``,
+    ``date``, ``versions``, ``settings``, ``code_fingerprint``, ``rows`` and per-setting ``summary``
+    medians). Raises FileNotFoundError / ValueError (one sentence naming the file) when the file is
+    missing, is not JSON or is not such a table."""
+    import json
+    from importlib import resources
+    from pathlib import Path
+
+    if path is None:
+        resource = resources.files("vramlab") / "results" / "quarot_table.json"
+        name = "vramlab/results/quarot_table.json"
+    else:
+        if not isinstance(path, (str, Path)):
+            raise TypeError(f"path must be a file path (str or pathlib.Path), not {type(path).__name__}.")
+        resource = Path(path)
+        name = str(path)
+    try:
+        text = resource.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No QuaRot table at {name}; write one with python benchmarks/rotation.py "
+                                f"or pass the path of an existing quarot_table.json.") from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name} is not a readable JSON text file ({type(exc).__name__}).") from None
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                         f"regenerate it with python benchmarks/rotation.py or restore it from git.") from None
+    if not isinstance(table, dict) or not isinstance(table.get("summary"), list) \
+            or not isinstance(table.get("rows"), list):
+        raise ValueError(f"{name} is JSON but not a QuaRot table (it needs 'rows' and 'summary' lists, as "
+                         f"benchmarks/rotation.py writes).")
+    return table
 
 
 def table_ppl(table: dict, setting: str, rotation: str = "none", weights: str = "rtn",
               group_size: int | None = None, stat: str = "ppl_median") -> float | None:
-    """Median (or ``ppl_min`` / ``ppl_max``) perplexity of one table entry, or None if not measured.
+    """Median (or ``ppl_min`` / ``ppl_max``) perplexity of one table entry.
 
     Rows without quantized weights (FP32, W16A4) are stored with ``weights="-"`` and are returned for
-    any ``weights``.
+    any ``weights``. An unknown setting, rotation, weights method or stat raises ValueError naming the
+    valid ones; a valid combination that this table did not measure returns None (e.g. group 128 with
+    the random rotation, or a partial table).
     """
-    for row in table.get("summary", []):
+    if not isinstance(table, dict) or not isinstance(table.get("summary"), list):
+        raise TypeError("table must be the dict from vramlab.quant.load_quarot_table().")
+    for name, value, valid in (("setting", setting, TABLE_SETTINGS), ("rotation", rotation, TABLE_ROTATIONS),
+                               ("weights", weights, TABLE_WEIGHTS + ("-",)), ("stat", stat, _TABLE_STATS)):
+        if value not in valid:
+            raise ValueError(f"{name}={value!r} is not in the QuaRot table; use one of "
+                             f"{', '.join(map(repr, valid))}.")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                   or group_size < 1):
+        raise ValueError(f"group_size must be None (per output channel) or a positive integer such as 128 "
+                         f"(got {group_size!r}).")
+    for row in table["summary"]:
         if row["setting"] != setting or row["rotation"] != rotation or row.get("group_size") != group_size:
             continue
         if row["weights"] in (weights, "-"):
             return row[stat]
     return None
+
+
+def format_table(table: dict, settings=TABLE_SETTINGS, rotations=TABLE_ROTATIONS) -> str:
+    """The table's summary as aligned text: one line per (setting, weights), one column per rotation.
+
+    Each cell is the median perplexity and, in brackets, the number of seeds measured; ``-`` where the
+    combination was not measured. Group-wise weight rows (e.g. group 128) follow, one line each.
+    """
+    lines = [f"{'setting':9s} {'weights':7s} " + " ".join(f"{r:>17s}" for r in rotations)]
+    for setting in settings:
+        for weights in TABLE_WEIGHTS:
+            if setting in ("FP32", "W16A4") and weights == "gptq":
+                continue  # no quantized weights: one row
+            cells = []
+            for rot in rotations:
+                row = next((r for r in table["summary"] if r["setting"] == setting and r["rotation"] == rot
+                            and r["weights"] in (weights, "-") and r.get("group_size") is None), None)
+                cells.append(f"{row['ppl_median']:9.2f} (n={row['n']})" if row else "-")
+            label = "-" if setting in ("FP32", "W16A4") else weights
+            lines.append(f"{setting:9s} {label:7s} " + " ".join(f"{c:>17s}" for c in cells))
+    for r in table["summary"]:
+        if r.get("group_size"):
+            lines.append(f"{r['setting']:9s} {r['weights']:7s} group {r['group_size']}, {r['rotation']}: "
+                         f"{r['ppl_median']:.2f} (n={r['n']})")
+    return "\n".join(lines)

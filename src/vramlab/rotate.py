@@ -101,6 +101,12 @@ def fold_rmsnorm_into_linear(norm_weight, linear_weight):
 
 def _fold_rmsnorm_f64(norm_weight, linear_weight):
     """``W diag(γ)`` in float64 (what :func:`rotate_model` fuses further before casting back)."""
+    for name, t in (("norm_weight", norm_weight), ("linear_weight", linear_weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (got {type(t).__name__}).")
+    if linear_weight.dim() != 2 or norm_weight.dim() != 1 or norm_weight.shape[0] != linear_weight.shape[1]:
+        raise ValueError(f"norm_weight [in] must match linear_weight [out, in] (got {tuple(norm_weight.shape)} "
+                         f"and {tuple(linear_weight.shape)}).")
     W = linear_weight.detach().double()
     return W * norm_weight.detach().double().to(W.device)[None, :]
 
@@ -181,6 +187,9 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
     """
     if rotation not in ROTATIONS:
         raise ValueError(f"rotation must be one of {ROTATIONS}, not {rotation!r}.")
+    if not isinstance(model, nn.Module) or not hasattr(getattr(model, "config", None), "hidden_size"):
+        raise TypeError(f"model must be a Llama-style causal LM such as load_smollm2()'s model "
+                        f"(got {type(model).__name__}).")
     if not inplace:
         model = copy.deepcopy(model)
     cfg = model.config
@@ -263,6 +272,9 @@ def check_invariance(a, b, windows) -> dict:
     """
     import torch.nn.functional as F
 
+    from vramlab.eval import _check_windows
+
+    _check_windows(windows)
     dev_a = next(a.parameters()).device
     dev_b = next(b.parameters()).device
     max_diff, nll_a, nll_b, count = 0.0, 0.0, 0.0, 0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import CheckResult, call_learner, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
 
-__all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm"]
+__all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
+           "check_zero_fraction_prediction", "check_no_online_hadamard_prediction", "check_prediction_stored"]
 
 
 def _as_tensor(x):
@@ -116,3 +117,184 @@ def check_fold_rmsnorm(fn) -> CheckResult:
         return report(name, False, want, f"max abs difference {float((y - ref).abs().max()):.3g}",
                       hint="linear(x * gamma) = x @ (W * gamma).T: broadcast gamma over W's last dimension")
     return report(name, True, want, "linear(rmsnorm(x) * gamma) == linear'(rmsnorm(x))")
+
+
+# --------------------------------------------------------------------------- predictions
+class PredictionResult(CheckResult):
+    """A prediction compared with the measurement: the PASS line reads "you predicted ..., measured ..."."""
+
+    @property
+    def message(self) -> str:
+        if self.passed:
+            return f"PASS {self.name}: {self.got}"
+        return super().message
+
+
+def _no_prediction(name: str, predicted, what: str) -> CheckResult | None:
+    """A failing result when no numeric prediction was stored (without revealing the measurement)."""
+    if predicted is None or predicted is Ellipsis:
+        return report(name, False, f"your prediction of {what} (a number), stored before the reveal",
+                      "None (no prediction yet)",
+                      hint="write your guess in the prediction cell above, run it, then run this cell again")
+    if as_float(predicted) is None or not math.isfinite(as_float(predicted)):
+        return report(name, False, f"your prediction of {what} as a number", f"{fmt_number(predicted)} (not a number)",
+                      hint="store a plain number, e.g. 0.5")
+    return None
+
+
+def check_prediction_stored(predicted, low: float | None = None, high: float | None = None) -> CheckResult:
+    """The prediction cell's check: a number (within ``[low, high]`` when given) was stored.
+
+    Reveals nothing about the measurement; the cell that measures compares afterwards.
+    """
+    name = "prediction stored"
+    failed = _no_prediction(name, predicted, "the quantity asked for")
+    if failed is not None:
+        return failed
+    p = as_float(predicted)
+    if (low is not None and p < low) or (high is not None and p > high):
+        rng = f"between {fmt_number(low)} and {fmt_number(high)}" if low is not None and high is not None else \
+            (f"at least {fmt_number(low)}" if low is not None else f"at most {fmt_number(high)}")
+        return report(name, False, f"a number {rng}", fmt_number(p), hint="read the question again: what are the units?")
+    result = PredictionResult(name, True, "", f"{fmt_number(p, 4)}; now run the next cell to measure it.")
+    print(result.message)
+    return result
+
+
+def prediction_report(name: str, predicted, measured: float, what: str, log: bool = False,
+                      lesson: str = "") -> CheckResult:
+    """Compare an honest numeric prediction with the measurement: always passes, says how far off it was.
+
+    ``log``: report the ratio (for quantities that span orders of magnitude, e.g. perplexities)
+    instead of the difference. Fails only when no number was stored (then nothing is revealed).
+    """
+    failed = _no_prediction(name, predicted, what)
+    if failed is not None:
+        return failed
+    p = as_float(predicted)
+    if as_float(measured) is None:
+        return report(name, False, f"a measurement of {what} to compare with", f"{measured!r}",
+                      hint="the measurement is missing (a partial table?); rerun the cells above")
+    measured = as_float(measured)
+    if log:
+        if p <= 0:
+            return report(name, False, f"a positive prediction of {what}", fmt_number(p),
+                          hint="this quantity is always positive")
+        ratio = max(p, measured) / min(p, measured)
+        off = "spot on (within 10%)" if ratio < 1.1 else \
+            f"{ratio:.1f}x {'too high' if p > measured else 'too low'}"
+    else:
+        diff = p - measured
+        rel = abs(diff) / abs(measured) if measured else abs(diff)
+        off = "spot on (within 10%)" if rel < 0.1 else \
+            f"off by {fmt_number(abs(diff), 3)} ({'too high' if diff > 0 else 'too low'})"
+    result = PredictionResult(name, True, "", f"you predicted {fmt_number(p, 4)}, measured "
+                              f"{fmt_number(measured, 4)}: {off}" + (f". Why: {lesson}." if lesson else "."))
+    print(result.message)
+    return result
+
+
+def check_zero_fraction_prediction(predicted, measured: float) -> CheckResult:
+    """Prediction: the fraction of the outlier token's 1536 values that INT4 rounds to zero (0..1).
+
+    A prediction in percent (1 < p <= 100) is read as percent and said so.
+    """
+    name = "prediction: values rounded to zero"
+    failed = _no_prediction(name, predicted, "the fraction of values rounded to zero (0 to 1)")
+    if failed is not None:
+        return failed
+    p = as_float(predicted)
+    note = ""
+    if 1 < p <= 100:
+        p, note = p / 100, f" (read {fmt_number(as_float(predicted))} as percent)"
+    if not 0 <= p <= 1:
+        return report(name, False, "a fraction between 0 and 1", fmt_number(p),
+                      hint="0.5 means half of the 1536 values become zero")
+    lesson = ("the step s = max|x| / 7 is set by the outlier; a value rounds to zero when |x| < s / 2, "
+              "and almost every ordinary value of this token is that small")
+    if note:
+        lesson = note.strip(" ()") + "; " + lesson
+    return prediction_report(name, p, measured, "the fraction of zeros", lesson=lesson)
+
+
+def check_no_online_hadamard_prediction(predicted, measured: float, rotated_value: float) -> CheckResult:
+    """Ablation prediction: the largest per-token max/RMS at layer 29's down_proj input when the residual
+    stream is rotated but the online Hadamard before down_proj is dropped."""
+    name = "prediction: no online Hadamard"
+    failed = _no_prediction(name, predicted, "the largest per-token max/RMS")
+    if failed is not None:
+        return failed
+    lesson = (f"with the online Hadamard it is {rotated_value:.1f}: the residual rotation Q never reaches "
+              "down_proj's input (the SwiGLU product sits in between), so only the online Hadamard "
+              "removes the outliers there")
+    return prediction_report(name, predicted, measured, "max/RMS", log=True, lesson=lesson)
+
+
+# --------------------------------------------------------------------------- invariance reasoning
+_READS = "W Q"
+_WRITES = "Q^T W"
+PLACEMENT = {
+    "embed_tokens": _READS,  # weight [vocab, hidden]: its rows are written to the stream, x -> x Q = E[t] Q
+    "q_proj": _READS, "k_proj": _READS, "v_proj": _READS,
+    "o_proj": _WRITES,
+    "gate_proj": _READS, "up_proj": _READS,
+    "down_proj": _WRITES,
+    "lm_head": _READS,
+}
+
+
+def _normalise_side(value) -> str | None:
+    if not isinstance(value, str):
+        return None
+    v = value.replace(" ", "").replace("@", "").replace("*", "").replace("ᵀ", "^T").replace(".T", "^T")
+    v = v.replace("'", "^T").upper()
+    if v in ("WQ",):
+        return _READS
+    if v in ("Q^TW", "QTW"):
+        return _WRITES
+    if v in ("QW", "WQ^T", "WQT"):
+        return v
+    return None
+
+
+def check_rotation_placement(answer) -> CheckResult:
+    """``answer``: dict weight name -> ``"W Q"`` or ``"Q^T W"``: how each weight ([out, in], or the
+    embedding's [vocab, hidden]) changes when the residual stream ``x`` becomes ``x Q``."""
+    name = "where Q goes"
+    want = f"a dict with a \"W Q\" or \"Q^T W\" for each of {', '.join(PLACEMENT)}"
+    if answer is None or answer is Ellipsis:
+        return report(name, False, want, "None (not done yet)", hint="fill in the dict in the exercise cell")
+    if not isinstance(answer, dict):
+        return report(name, False, want, f"{type(answer).__name__}", hint="use a dict, e.g. {\"q_proj\": \"W Q\", ...}")
+    missing = [k for k in PLACEMENT if k not in answer or answer[k] in (None, "", Ellipsis)]
+    if missing:
+        return report(name, False, want, f"no answer for {', '.join(missing)}",
+                      hint="every weight that touches the residual stream gets Q on one side")
+    parsed = {k: _normalise_side(answer[k]) for k in PLACEMENT}
+    odd = [k for k, v in parsed.items() if v not in (_READS, _WRITES)]
+    if odd:
+        k = odd[0]
+        if parsed[k] in ("QW", "WQ^T"):
+            hint = ("weights are stored [out, in] and y = x W^T: a reader's W becomes W Q because "
+                    "(x Q)(W Q)^T = x W^T; a writer's output z W^T must become z W^T Q = z (Q^T W)^T")
+        else:
+            hint = 'write "W Q" or "Q^T W"'
+        return report(name, False, want, f"{answer[k]!r} for {k}", hint=hint)
+    wrong = [k for k in PLACEMENT if parsed[k] != PLACEMENT[k]]
+    if not wrong:
+        return report(name, True, want, "readers get W Q, writers (o_proj, down_proj) get Q^T W, "
+                                        "and the embedding's rows become E Q")
+    got = ", ".join(f"{k}: {answer[k]}" for k in wrong)
+    if wrong == ["embed_tokens"]:
+        hint = ("the embedding writes the stream, but its weight is stored [vocab, hidden] (one row per "
+                "token, no transpose): the row E[t] must become E[t] Q")
+    elif {"o_proj", "down_proj", "q_proj", "gate_proj"} <= set(wrong):
+        hint = ("readers and writers are swapped: o_proj and down_proj write the stream (their output is "
+                "added to it), q/k/v, gate/up and lm_head read it")
+    elif "lm_head" in wrong:
+        hint = "lm_head reads the (final-normed) stream like q_proj does"
+    elif any(k in wrong for k in ("o_proj", "down_proj")):
+        hint = "o_proj and down_proj write into the stream: their output y must become y Q = x (Q^T W)^T"
+    else:
+        hint = "a layer that reads the stream sees x Q and must undo it: (x Q)(W Q)^T = x W^T"
+    return report(name, False, "readers W Q, writers Q^T W", got, hint=hint)
