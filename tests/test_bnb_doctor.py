@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +34,31 @@ def test_corpus_has_enough_sourced_logs_in_both_formats():
     assert {"old", "current"} <= formats
     # every label except none is represented by at least one real log
     assert set(LABELS) == {e["label"] for e in CORPUS}
-    # the article's logs are in (quoted verbatim from its text)
+    # the article's logs are in (the "article" entries are checked verbatim against its text below)
     assert sum("Troubleshooting bitsandbytes" in e["source"] for e in CORPUS) >= 3
+
+
+def test_every_corpus_entry_says_where_it_comes_from():
+    for e in CORPUS:
+        if "scenario" in e or e["id"] == "bnb050_cpu_ok":
+            continue  # rendered on this machine by the installed bitsandbytes
+        has_url = str(e.get("url", "")).startswith("https://")
+        assembled = e.get("assembled") is True and len(e.get("sources", [])) >= 1
+        assert has_url or assembled or e.get("article"), e["id"]
+        assert "assembled" in e["source"] or not assembled or e.get("sources"), e["id"]
+
+
+_ARTICLE_TEXTS = sorted(Path("/work/shared/seeds").glob("*.txt")) if Path("/work/shared/seeds").is_dir() else []
+
+
+@pytest.mark.skipif(not _ARTICLE_TEXTS, reason="the source article's text is not on this machine")
+def test_article_entries_are_verbatim_substrings_of_the_article():
+    articles = [p.read_text() for p in _ARTICLE_TEXTS]
+    article = next(t for t in articles if "Troubleshooting bitsandbytes" in t)
+    cited = [e for e in CORPUS if e.get("article")]
+    assert len(cited) >= 2
+    for e in cited:
+        assert e["article"] in article and e["text"] in article, e["id"]
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=[e["id"] for e in CORPUS])
@@ -131,6 +156,35 @@ def test_check_override_cases():
     shipped = bnb_doctor.shipped_binaries()
     assert "128" in shipped and shipped["128"].name == "libbitsandbytes_cuda128.so"
     assert bnb_doctor.check_override("128", cuda_available=True).status == "warning"
+
+
+def test_override_advice_never_forces_another_runtime():
+    f = bnb_doctor.check_override("abc", cuda_available=False)
+    assert f.fix == ["unset BNB_CUDA_VERSION"]  # CPU build: nothing to pin to
+    f = bnb_doctor.check_override("abc", cuda_available=True, torch_cuda="12.4")
+    assert f.fix[0] == "unset BNB_CUDA_VERSION" and "BNB_CUDA_VERSION=124" in f.fix[1]
+    assert not any("132" in x or "130" in x for x in f.fix)
+    assert "libcudart.so.11.0" in bnb_doctor.check_override("118", cuda_available=True).cause
+    assert "libcudart.so.12)" in bnb_doctor.check_override("128", cuda_available=True).cause
+    # the names agree with what the shipped binaries really link against
+    for ver, path in bnb_doctor.shipped_binaries().items():
+        assert bnb_doctor.cudart_soname(ver).encode() + b"\x00" in path.read_bytes(), ver
+
+
+@pytest.mark.slow
+def test_runtime_missing_picks_a_binary_whose_runtime_is_really_missing():
+    text = bnb_doctor.simulate("runtime_missing")
+    first = text.splitlines()[0]
+    if first.startswith("skipped:"):
+        pytest.skip("every shipped binary's CUDA runtime loads on this machine: " + first)
+    m = re.match(r"chosen: (libbitsandbytes_cuda\d+\.so), which needs (libcudart\.so\.[\d.]+);", first)
+    assert m, first
+    # the loader really cannot open it (same minimal environment as simulate: no LD_LIBRARY_PATH)
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    code = f"import ctypes\ntry:\n ctypes.CDLL({m.group(2)!r}); print('loads')\nexcept OSError: print('missing')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert out.strip() == "missing"
+    assert explain_log(text).label == "cuda_runtime_dependency_missing"
 
 
 def test_abi_check_finds_a_missing_symbol(tmp_path):
