@@ -289,3 +289,32 @@ def test_doctor_on_gpu_and_one_fault():
     assert root.label in ("bnb_cuda_version_override", "cuda_runtime_dependency_missing"), root.text()
     assert explain_log(run.output).label in ("bnb_cuda_version_override", "cuda_runtime_dependency_missing")
     assert not run.report.ok
+
+
+def test_binary_archs_read_from_the_installed_binaries():
+    shipped = bnb_doctor.shipped_binaries()
+    # 0.50.2: the CUDA 13 binaries start at sm_75, the CUDA 11.8-12.6 ones at sm_60 (installation guide v0.50.0)
+    assert bnb_doctor.binary_min_compute_capability(shipped["130"]) == (7, 5)
+    assert 60 in bnb_doctor.binary_archs(shipped["126"])["elf"]
+    assert bnb_doctor.binary_min_compute_capability(shipped["126"]) == (6, 0)
+    assert bnb_doctor.binary_archs(_bnb_dir() / "libbitsandbytes_cpu.so") == {}
+
+
+def test_a_v100_with_a_cuda13_torch_is_warned(cpu_probe):
+    p = dict(cpu_probe, cuda_available=True, torch_cuda="13.0", lib_path=None,
+             gpus=[{"index": 0, "name": "Tesla V100-SXM2-16GB", "cc": [7, 0]}])
+    gpu = bnb_doctor.diagnose(probe_result=p).finding("GPU 0")
+    assert gpu.status == "error" and gpu.label == "compute_capability_low"
+    assert "libbitsandbytes_cuda130.so" in gpu.detail and "sm_75" in gpu.detail
+    p["torch_cuda"] = "12.6"  # the 12.6 binary has sm_70: only LLM.int8() is slow
+    assert bnb_doctor.diagnose(probe_result=p).finding("GPU 0").status == "warning"
+
+
+def test_old_logs_are_judged_by_their_release_floor():
+    # a Maxwell GPU was supported by 0.4x releases (dropped from PyPI in 0.48.0): not "below the minimum" there
+    old = "CUDA SETUP: PyTorch settings found: CUDA_VERSION=117, Highest Compute Capability: 5.2.\n"
+    f = explain_log(old)
+    assert f.status == "warning" and "below 7.5" in f.detail  # only the slow-int8 warning, not an error
+    k80 = bnb_logs.corpus_entry("k80_cc37_cuda117")["text"]
+    assert explain_log(k80).label == "compute_capability_low" and "0.39.1" in explain_log(k80).detail
+    assert "0.48.0" in explain_log(bnb_logs.corpus_entry("bnb050_old_gpu_cc52")["text"]).detail

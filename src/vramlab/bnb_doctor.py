@@ -168,6 +168,53 @@ def cudart_soname(version: str) -> str:
     return f"libcudart.so.{major}.0" if major == "11" else f"libcudart.so.{major}"
 
 
+def binary_archs(path: Path) -> dict[str, list[int]]:
+    """The GPU architectures compiled into one bitsandbytes binary, read from its CUDA fat binaries:
+    ``{"elf": [75, 80, ...], "ptx": [120]}`` (sm numbers: 75 = compute capability 7.5). Each fat
+    binary starts with the magic 0xBA55ED50 and a 16-byte header; each entry has a 32-bit ``kind``
+    (1 PTX, 2 ELF cubin) and the ``arch`` at byte 28 of its header (the layout ``cuobjdump`` reads).
+    Empty when the file has none (CPU library, unreadable file)."""
+    import struct
+
+    try:
+        b = Path(path).read_bytes()
+    except OSError:
+        return {}
+    out: dict[str, set] = {}
+    magic = b"\x50\xed\x55\xba"
+    i = b.find(magic)
+    while i != -1:
+        _, hsize, fsize = struct.unpack_from("<HHQ", b, i + 4) if i + 16 <= len(b) else (0, 0, 0)
+        if hsize != 16 or not 0 < fsize <= len(b) - i:
+            i = b.find(magic, i + 4)
+            continue
+        j, end = i + hsize, i + hsize + fsize
+        while j + 32 <= end:
+            kind, _, ehs, size = struct.unpack_from("<HHIQ", b, j)
+            if not 32 <= ehs <= 4096:
+                break
+            arch = struct.unpack_from("<I", b, j + 28)[0]
+            if kind in (1, 2) and 10 <= arch <= 200:
+                out.setdefault("ptx" if kind == 1 else "elf", set()).add(arch)
+            j += ehs + size
+        i = b.find(magic, end)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def binary_min_compute_capability(path: Path) -> tuple[int, int] | None:
+    """The oldest compute capability a bitsandbytes binary has kernels for, e.g. ``(7, 5)`` for
+    0.50.2's ``libbitsandbytes_cuda130.so`` (sm_75 ... sm_120) and ``(6, 0)`` for its cuda118-126
+    ones, from :func:`binary_archs`; None when nothing can be read. (Simplified: a cubin for sm_XY
+    also runs on later minors of the same major, and PTX is compiled for newer GPUs only, so the
+    lowest listed arch is the floor.)"""
+    archs = binary_archs(path)
+    all_archs = archs.get("elf", []) + archs.get("ptx", [])
+    if not all_archs:
+        return None
+    low = min(all_archs)
+    return (low // 10, low % 10)
+
+
 def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None = None,
                    torch_cuda: str | None = None) -> Finding:
     """``BNB_CUDA_VERSION`` as bitsandbytes 0.50.2 reads it (``cextension.get_cuda_bnb_library_path``):
@@ -402,10 +449,25 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         F.append(Finding("NVIDIA driver", "error" if cuda else "ok",
                          "not found (no NVML)" + ("" if cuda else ": fine in CPU mode"),
                          fix=["nvidia-smi"] if cuda else []))
+    # the binary bitsandbytes loads (or would load): the override, else the one matching torch.version.cuda
+    want = penv.get("BNB_CUDA_VERSION") or (p.get("torch_cuda") or "").replace(".", "")
+    binary = Path(p["lib_path"]) if p.get("lib_path") and "cuda" in Path(p["lib_path"]).name else (
+        shipped_binaries(Path(p["bnb_dir"]) if p.get("bnb_dir") else None).get(want))
+    floor = binary_min_compute_capability(binary) if binary else None
     for g in p.get("gpus", []):
         cc = tuple(g["cc"])
         ccs = f"{cc[0]}.{cc[1]}"
-        if cc < MIN_COMPUTE_CAPABILITY:
+        if floor and cc < floor and cc >= MIN_COMPUTE_CAPABILITY:
+            built = ", ".join(f"sm_{a}" for a in binary_archs(binary).get("elf", []))
+            F.append(Finding(f"GPU {g['index']}", "error", f"{g['name']}, compute capability {ccs}: "
+                             f"{binary.name} has no kernels for it (built for {built})",
+                             cause=f"the binary for this PyTorch's CUDA starts at compute capability "
+                                   f"{floor[0]}.{floor[1]}; bitsandbytes' kernels fail with 'no kernel image'",
+                             fix=["install a PyTorch built for an older CUDA (e.g. cu126), whose bitsandbytes "
+                                  "binary has kernels from sm_60 on",
+                                  "or use a GPU with compute capability " f"{floor[0]}.{floor[1]}+"],
+                             label="compute_capability_low"))
+        elif cc < MIN_COMPUTE_CAPABILITY:
             F.append(Finding(f"GPU {g['index']}", "error", f"{g['name']}, compute capability {ccs} < 6.0",
                              cause="bitsandbytes needs compute capability 6.0+ for 4/8-bit quantization",
                              fix=["use a GPU with compute capability 6.0+ (7.5+ for fast LLM.int8())"],
@@ -662,6 +724,7 @@ def doctor_main(as_json: bool = False, log: str | None = None) -> int:
     return 0 if report.ok else 1
 
 
-__all__ = ["Report", "diagnose", "probe", "check_override", "cudart_soname", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
+__all__ = ["Report", "diagnose", "probe", "check_override", "cudart_soname", "binary_archs",
+           "binary_min_compute_capability", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
            "shipped_binaries", "FAULTS", "fault_env", "break_and_diagnose", "FaultRun", "SCENARIOS", "simulate",
            "version_mismatch_hint_fires", "doctor_main", "child_env", "run_python"]

@@ -38,9 +38,14 @@ LABELS = (
 )
 STATUSES = ("ok", "warning", "error")
 
-# bitsandbytes 0.50.2 docs and cuda_specs.py: 6.0+ for 8-bit optimizers and 4/8-bit quantization,
-# 7.5+ for the fast LLM.int8() matmul (``CUDASpecs.has_imma``: ``highest_compute_capability >= (7, 5)``).
+# The bitsandbytes installation guide, v0.50.0 (huggingface.co/docs/bitsandbytes/v0.50.0/installation):
+# "supported on NVIDIA GPUs with Compute Capability 6.0+" (8-bit optimizers/quantization, NF4/FP4), and
+# LLM.int8() 7.5+ (in 0.50.2's cuda_specs.py: ``CUDASpecs.has_imma`` is ``highest_compute_capability >= (7, 5)``).
+# The minimum moved over time: Kepler (3.x) binaries left PyPI in 0.39.1 (guide v0.43.0) and Maxwell (5.x)
+# in 0.48.0 (guide v0.48.1: "Maxwell support is not included in PyPI distributions from v0.48.0 on"),
+# so a 5.x GPU in an old 0.4x log was not below that release's minimum.
 MIN_COMPUTE_CAPABILITY = (6, 0)
+MIN_COMPUTE_CAPABILITY_BEFORE_048 = (5, 0)
 FAST_INT8_COMPUTE_CAPABILITY = (7, 5)
 
 
@@ -252,11 +257,14 @@ def _rule_override(t: str) -> Finding | None:
 
 def _rule_cc_too_low(t: str) -> Finding | None:
     ccs = compute_capabilities(t)
-    low = [cc for cc in ccs if cc < MIN_COMPUTE_CAPABILITY]
+    old_format = "CUDA SETUP" in t or "CUDA_SETUP" in t  # releases up to 0.42, long before 0.48
+    floor = MIN_COMPUTE_CAPABILITY_BEFORE_048 if old_format else MIN_COMPUTE_CAPABILITY
+    low = [cc for cc in ccs if cc < floor]
     if low:
+        when = ("older than any GPU the PyPI binaries of that release were built for (Kepler 3.x left in 0.39.1)"
+                if old_format else "below bitsandbytes' minimum 6.0 (Maxwell 5.x left the PyPI builds in 0.48.0)")
         return _finding("compute_capability_low", "error",
-                        f"GPU compute capability {low[0][0]}.{low[0][1]} is below bitsandbytes' minimum 6.0",
-                        _lines(t, "compute capability"))
+                        f"GPU compute capability {low[0][0]}.{low[0][1]} is {when}", _lines(t, "compute capability"))
     return None
 
 
@@ -404,4 +412,5 @@ def corpus_entry(entry_id: str) -> dict:
 
 
 __all__ = ["LABELS", "Finding", "explain_log", "missing_versions", "compute_capabilities", "bnb_binaries",
-           "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "FAST_INT8_COMPUTE_CAPABILITY"]
+           "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "MIN_COMPUTE_CAPABILITY_BEFORE_048",
+           "FAST_INT8_COMPUTE_CAPABILITY"]

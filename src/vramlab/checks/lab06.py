@@ -16,7 +16,7 @@ __all__ = ["check_log_label", "check_missing_symbol", "check_4bit_prediction"]
 LABEL_EXERCISE_LOG = "issue1518_nocublaslt_cuda124"
 
 _SYMPTOM_HINTS = {
-    "compute_capability_low": "7.0 is above bitsandbytes' minimum of 6.0; the '< 7.5' line is a warning about speed, "
+    "compute_capability_low": "7.0 is above the oldest GPU bitsandbytes supports; the '< 7.5' line is a warning about speed, "
                               "not why setup failed. Which file did it look for and not find?",
     "native_library_unavailable": "'CUDA Setup failed' is the last line of every failed setup: a symptom. Look "
                                   "earlier for the first thing that went wrong",
