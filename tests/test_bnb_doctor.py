@@ -281,8 +281,10 @@ def test_doctor_on_gpu_and_one_fault():
     assert "compute capability" in gpu.detail
     loaded = report.finding("bitsandbytes")
     assert loaded.status == "ok" and "libbitsandbytes_cuda" in loaded.detail, report.text()
-    # break it: force the binary of another CUDA major version, whose runtime is not installed
+    # break it: hide the CUDA runtime of another major's binary behind a fake libcudart on LD_LIBRARY_PATH
     run = bnb_doctor.break_and_diagnose("hidden_runtime")
+    hide = Path(run.env["LD_LIBRARY_PATH"])
+    assert [p.name for p in hide.iterdir()] == [bnb_doctor.cudart_soname(run.env["BNB_CUDA_VERSION"])]
     assert run.returncode != 0, run.output
     root = run.report.finding("root cause")
     assert root.status == "error"
@@ -318,3 +320,17 @@ def test_old_logs_are_judged_by_their_release_floor():
     k80 = bnb_logs.corpus_entry("k80_cc37_cuda117")["text"]
     assert explain_log(k80).label == "compute_capability_low" and "0.39.1" in explain_log(k80).detail
     assert "0.48.0" in explain_log(bnb_logs.corpus_entry("bnb050_old_gpu_cc52")["text"]).detail
+
+
+def test_a_fake_runtime_first_on_the_path_really_hides_it(tmp_path):
+    """The mechanism of the gpu test's hidden_runtime, shown on any Linux machine: a fake libcudart.so.N
+    first on LD_LIBRARY_PATH makes the dynamic loader fail on that binary, and the doctor names it."""
+    shipped = bnb_doctor.shipped_binaries()
+    version = max(shipped, key=int)
+    (tmp_path / bnb_doctor.cudart_soname(version)).write_text("not a library\n")
+    code = f"import ctypes\ntry:\n ctypes.CDLL({str(shipped[version])!r})\nexcept OSError as e: print(e)"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert f"{tmp_path}/{bnb_doctor.cudart_soname(version)}: file too short" in out, out
+    f = explain_log(out)
+    assert f.label == "cuda_runtime_dependency_missing" and bnb_doctor.cudart_soname(version) in f.detail

@@ -535,9 +535,18 @@ FAULTS = {
 
 def fault_env(fault: str) -> dict:
     """The environment changes of one of :data:`FAULTS` as a dict for :func:`child_env`
-    (``None`` = remove the variable). ``hidden_runtime`` (GPU machines) forces the binary of another
-    CUDA major version, whose runtime (``libcudart.so.11.0`` or ``.12``) is not installed."""
+    (``None`` = remove the variable).
+
+    ``hidden_runtime`` (GPU machines) really hides a CUDA runtime: it makes a temporary folder holding
+    a fake ``libcudart.so.N`` (a few bytes of text) and puts it first on ``LD_LIBRARY_PATH``, so the
+    dynamic loader finds the fake first and fails ("file too short") whether or not the real one is
+    installed. The runtime hidden is the one of a shipped binary of *another* CUDA major than
+    PyTorch's, forced with ``BNB_CUDA_VERSION``: PyTorch has already loaded its own major's
+    ``libcudart`` by the time bitsandbytes loads, and a library already in the process is never
+    searched for again, so hiding that one could not break anything."""
     if fault == "hidden_runtime":
+        import tempfile
+
         shipped = shipped_binaries()
         import torch  # only for the CUDA version string; no CUDA initialisation
 
@@ -545,7 +554,10 @@ def fault_env(fault: str) -> dict:
         other = [v for v in shipped if not v.startswith(major)]
         if not other:
             raise ValueError("hidden_runtime needs a shipped binary of another CUDA major version; none found.")
-        return {"BNB_CUDA_VERSION": min(other, key=int), "LD_LIBRARY_PATH": None}
+        version = max(other, key=int)
+        hide = Path(tempfile.mkdtemp(prefix="vramlab-hidden-cudart-"))
+        (hide / cudart_soname(version)).write_text("not a library: hidden by vramlab's fault injection\n")
+        return {"BNB_CUDA_VERSION": version, "LD_LIBRARY_PATH": str(hide)}
     if fault not in FAULTS:
         raise ValueError(f"Unknown fault {fault!r}; choose one of: {', '.join([*FAULTS, 'hidden_runtime'])}.")
     env, unset, _ = FAULTS[fault]

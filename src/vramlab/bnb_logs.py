@@ -90,7 +90,10 @@ class Finding:
 _MISSING_VERSION = re.compile(
     r"(?P<lib>[^\s:`']*lib(?:stdc\+\+|c)\.so\.6)?:?\s*version\s+[`'‘]?(?P<sym>(?:GLIBCXX|CXXABI|GLIBC)_[0-9.]+)"
     r"[`'’]?\s+not found(?:\s+\(required by\s+(?P<by>[^)]+)\))?")
-_CANNOT_OPEN = re.compile(r"(?P<lib>[\w.+-]+\.so[\w.]*): cannot open shared object file")
+# glibc's loader messages (elf/dl-load.c): not found, or found but unusable ("file too short" / "invalid
+# ELF header": a truncated or fake file earlier on the search path shadows the real library)
+_CANNOT_OPEN = re.compile(r"(?P<lib>[\w.+-]+\.so[\w.]*): (?:cannot open shared object file|file too short|"
+                          r"invalid ELF header)")
 _CC = re.compile(r"(?:Compute Capability|compute capability among GPUs detected|Compute capability)[:\s]+\(?"
                  r"(?P<maj>\d+)(?:\.|,\s*)(?P<min>\d+)\)?", re.IGNORECASE)
 _BNB_BINARY = re.compile(r"libbitsandbytes_(?P<kind>cuda|rocm|cpu)(?P<ver>\d*)(?P<tail>[\w]*)\.(?:so|dll|dylib)")
@@ -295,7 +298,8 @@ def _rule_dependency(t: str) -> Finding | None:
         return None
     name = libs[0] if libs else "libcudart.so"
     return _finding("cuda_runtime_dependency_missing", "error", f"{name} cannot be opened by the dynamic loader",
-                    _lines(t, "cannot open shared object", "Missing dependency", "could not be read"))
+                    _lines(t, "cannot open shared object", "Missing dependency", "could not be read",
+                           "file too short", "invalid ELF header"))
 
 
 def _cudart_unresolved(t: str) -> bool:
