@@ -19,6 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+ARTICLE_TITLE = ("Troubleshooting bitsandbytes: Resolving \u2018RuntimeError: CUDA Setup failed despite GPU being "
+                 "available\u2019")
+BNB_REPO = "https://github.com/bitsandbytes-foundation/bitsandbytes"
+# Provenance fields of each quoted entry (tests/test_bnb_doctor.py holds them):
+#   "url": where the text can be read (a link), or
+#   "article": the article's title; the text is a verbatim substring of that article (the page's own
+#     "[email protected]" e-mail obfuscation included; no public URL of the article was found), or
+#   "assembled": true + "sources": [...] when the text was put together from several places;
+#   "abridged": true when lines of a quoted log were left out.
 ARTICLE = ("article 'Troubleshooting bitsandbytes: Resolving \u2018RuntimeError: CUDA Setup failed despite GPU being "
            "available\u2019' (LLM Inference & Serving Guides), quoting a user's python -m bitsandbytes output")
 SETUP_FAILED_041 = """Traceback (most recent call last):
@@ -35,6 +44,7 @@ RuntimeError:
 
 QUOTED = [
     {"id": "article_cxxabi_cuda121", "format": "old", "label": "libstdcxx_abi", "source": ARTICLE,
+     "article": ARTICLE_TITLE,
      "text": """CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching in backup paths...
 CUDA SETUP: CUDA runtime path found: /usr/local/cuda/lib64/libcudart.so
 CUDA SETUP: Highest compute capability among GPUs detected: 7.5
@@ -42,11 +52,12 @@ CUDA SETUP: Detected CUDA version 121
 CUDA SETUP: Loading binary /home/yed_dev/.local/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_cuda121.so...
 /lib64/libstdc++.so.6: version `CXXABI_1.3.9' not found (required by /home/yed_dev/.local/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_cuda121.so)
 CUDA SETUP: Something unexpected happened. Please compile from source:
-git clone git@github.com:TimDettmers/bitsandbytes.git
+git clone [email protected]:TimDettmers/bitsandbytes.git
 cd bitsandbytes
 CUDA_VERSION=121
 python setup.py install"""},
     {"id": "article_cxxabi_cuda117", "format": "old", "label": "libstdcxx_abi", "source": ARTICLE,
+     "article": ARTICLE_TITLE,
      "text": """CUDA SETUP: CUDA runtime path found: /usr/local/cuda/lib64/libcudart.so
 CUDA SETUP: Highest compute capability among GPUs detected: 7.5
 CUDA SETUP: Detected CUDA version 117
@@ -54,6 +65,8 @@ CUDA SETUP: Loading binary /usr/local/lib/python3.9/site-packages/bitsandbytes/l
 /lib64/libstdc++.so.6: version `CXXABI_1.3.9' not found (required by /usr/local/lib/python3.9/site-packages/bitsandbytes/libbitsandbytes_cuda117.so)"""},
     {"id": "article_windows", "format": "old", "label": "windows_paths", "source": ARTICLE.replace(
         "a user's python -m bitsandbytes output", "Windows users' logs (CUDA 11.8, PyTorch 2.0.1)"),
+     "assembled": True, "sources": [ARTICLE_TITLE + " (its summary of Windows users' logs, not one log)",
+                                    BNB_REPO + " bitsandbytes/cuda_setup/main.py, releases 0.38-0.41 (the messages)"],
      "text": """bin C:\\...\\bitsandbytes\\libbitsandbytes_cpu.so
 UserWarning: C:\\... did not contain ['libcudart.so', 'libcudart.so.11.0', 'libcudart.so.12.0'] as expected! Searching further paths...
 CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching in backup paths...
@@ -67,6 +80,7 @@ CUDA SETUP: Solution 1): Your paths are probably not up-to-date. You can update 
     {"id": "issue1518_nocublaslt_cuda124", "format": "old", "label": "binary_missing_for_cuda_version",
      "source": "github.com/bitsandbytes-foundation/bitsandbytes/issues/1518 (an old release on a V100 with "
                "CUDA 12.4; the maintainers' answer: upgrade bitsandbytes), abridged",
+     "url": BNB_REPO + "/issues/1518", "abridged": True,
      "text": """/home/user/miniconda3/envs/env/lib/python3.10/site-packages/bitsandbytes/cuda_setup/main.py:167: UserWarning: /trinity/shared/apps/tr17.10/x86_64/cuda-12.4/lib64 did not contain ['libcudart.so', 'libcudart.so.11.0', 'libcudart.so.12.0'] as expected! Searching further paths...
 DEBUG: Possible options found for libcudart.so: {PosixPath('/trinity/shared/apps/tr17.10/x86_64/cuda-12.4/lib64/libcudart.so')}
 CUDA SETUP: PyTorch settings found: CUDA_VERSION=124, Highest Compute Capability: 7.0.
@@ -92,8 +106,9 @@ python setup.py install
 CUDA SETUP: Setup Failed!
 """ + SETUP_FAILED_041},
     {"id": "k80_cc37_cuda117", "format": "old", "label": "compute_capability_low",
-     "source": "bitsandbytes 0.41.2 output on Tesla K80 GPUs, quoted in a public project's setup notes on GitHub "
-               "(found by code search), abridged",
+     "source": "bitsandbytes 0.41.2 output on Tesla K80 GPUs, quoted in the bartleby project's Docker setup notes "
+               "on GitHub, abridged (interleaved warnings left out)",
+     "url": "https://github.com/gperdrizet/bartleby/blob/main/docker_setup_notes.md", "abridged": True,
      "text": """CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching in backup paths...
 DEBUG: Possible options found for libcudart.so: {PosixPath('/usr/local/cuda/lib64/libcudart.so.11.0')}
 CUDA SETUP: PyTorch settings found: CUDA_VERSION=117, Highest Compute Capability: 3.7.
@@ -110,6 +125,8 @@ CUDA SETUP: Setup Failed!"""},
     {"id": "old_cudart_not_detected", "format": "old", "label": "cudart_not_found",
      "source": "messages of bitsandbytes/cuda_setup/main.py (evaluate/generate_instructions, releases 0.38-0.41) "
                "and cextension.py, in the order they print when no libcudart.so exists",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cuda_setup/main.py (0.38-0.41)",
+                                    BNB_REPO + " bitsandbytes/cextension.py (0.41)"],
      "text": """CUDA_SETUP: WARNING! libcudart.so not found in any environmental path. Searching /usr/local/cuda/lib64...
 CUDA SETUP: Problem: The main issue seems to be that the main CUDA runtime library was not detected.
 CUDA SETUP: Solution 1: To solve the issue the libcudart.so location needs to be added to the LD_LIBRARY_PATH variable
@@ -118,21 +135,30 @@ CUDA SETUP: Solution 1b): Once the library is found add it to the LD_LIBRARY_PAT
 CUDA SETUP: Solution 2: If no library was found in step 1a) you need to install CUDA.
 """ + SETUP_FAILED_041},
     {"id": "old_libcusparse_missing", "format": "old", "label": "cuda_runtime_dependency_missing",
-     "source": "a public GitHub troubleshooting note quoting bitsandbytes (0.3x) on import; fixed there by "
-               "installing the CUDA 11.8 toolkit",
+     "source": "assembled: the loader's line for a missing libcusparse.so.11 as public READMEs quote it (fixed "
+               "there by installing the CUDA 11.8 toolkit), followed by bitsandbytes 0.41's setup-failed error",
+     "assembled": True,
+     "sources": ["https://github.com/liyazi712/MultiGeoDTA/blob/main/README.md (the libcusparse.so.11 line and "
+                 "its fix: conda install -c nvidia cudatoolkit=11.8)",
+                 BNB_REPO + " bitsandbytes/cextension.py (0.41): the RuntimeError text"],
      "text": "libcusparse.so.11: cannot open shared object file: No such file or directory\n" + SETUP_FAILED_041},
     {"id": "old_setup_failed_only", "format": "old", "label": "native_library_unavailable",
      "source": "bitsandbytes 0.41 cextension.py RuntimeError text alone (as pasted in many issue titles)",
+     "url": BNB_REPO + "/blob/0.41.0/bitsandbytes/cextension.py",
      "text": SETUP_FAILED_041},
     {"id": "old_no_driver_cpu_library", "format": "old", "label": "no_gpu_cpu_library",
      "source": "messages of bitsandbytes/cuda_setup/main.py (get_cuda_lib_handle, run_cuda_setup) and "
                "cextension.py, releases 0.38-0.41, on a machine without an NVIDIA driver",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cuda_setup/main.py (0.38-0.41)",
+                                    BNB_REPO + " bitsandbytes/cextension.py (0.41)"],
      "text": """CUDA SETUP: WARNING! libcuda.so not found! Do you have a CUDA driver installed? If you are on a cluster, make sure you are on a CUDA machine!
 CUDA SETUP: Loading binary /usr/lib/python3/dist-packages/bitsandbytes/libbitsandbytes_cpu.so...
 UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable."""},
     {"id": "old_override_cuda125", "format": "old", "label": "bnb_cuda_version_override",
      "source": "bitsandbytes/cuda_setup/main.py manual_override() (0.41) warning, followed by its missing-binary "
                "lines; the override names a binary the release does not ship",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cuda_setup/main.py (0.41): manual_override() and "
+                                    "the missing-binary lines"],
      "text": """================================================================================
 WARNING: Manual override via BNB_CUDA_VERSION env variable detected!
 BNB_CUDA_VERSION=XXX can be used to load a bitsandbytes version that is different from the PyTorch CUDA version.
@@ -145,12 +171,18 @@ CUDA SETUP: Required library version not found: libbitsandbytes_cuda125.so. Mayb
 CUDA SETUP: Defaulting to libbitsandbytes_cpu.so...
 CUDA SETUP: Setup Failed!"""},
     {"id": "bnb044_cuda128_missing", "format": "0.43-0.44", "label": "binary_missing_for_cuda_version",
-     "source": "bitsandbytes 0.44.1 with torch 2.7.1+cu128, quoted in a public project's notes on GitHub; the "
-               "messages are cextension.py's of 0.43/0.44",
+     "source": "assembled: bitsandbytes 0.44.1 with torch 2.7.1+cu128 (0.44 shipped no CUDA 12.8 binary), as "
+               "public projects' notes on GitHub report it; the two lines are cextension.py's warnings of 0.43/0.44, "
+               "the path a placeholder",
+     "assembled": True,
+     "sources": [BNB_REPO + "/blob/0.44.1/bitsandbytes/cextension.py (the two warnings)",
+                 "public project notes quoting these lines for bitsandbytes 0.44.1 + torch 2.7.1+cu128 (found by code "
+                 "search; their repository was not identified)"],
      "text": """Could not find the bitsandbytes CUDA binary at PosixPath('/venv/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cuda128.so')
 The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable."""},
     {"id": "unknown_segfault", "format": "none", "label": "other",
      "source": "not a bitsandbytes message: a crash with no setup lines (the doctor must answer 'other')",
+     "assembled": True, "sources": ["the shell's generic crash line (no single source)"],
      "text": "Segmentation fault (core dumped)"},
 ]
 

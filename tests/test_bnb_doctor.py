@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +34,31 @@ def test_corpus_has_enough_sourced_logs_in_both_formats():
     assert {"old", "current"} <= formats
     # every label except none is represented by at least one real log
     assert set(LABELS) == {e["label"] for e in CORPUS}
-    # the article's logs are in (quoted verbatim from its text)
+    # the article's logs are in (the "article" entries are checked verbatim against its text below)
     assert sum("Troubleshooting bitsandbytes" in e["source"] for e in CORPUS) >= 3
+
+
+def test_every_corpus_entry_says_where_it_comes_from():
+    for e in CORPUS:
+        if "scenario" in e or e["id"] == "bnb050_cpu_ok":
+            continue  # rendered on this machine by the installed bitsandbytes
+        has_url = str(e.get("url", "")).startswith("https://")
+        assembled = e.get("assembled") is True and len(e.get("sources", [])) >= 1
+        assert has_url or assembled or e.get("article"), e["id"]
+        assert all(len(src) > 20 for src in e.get("sources", [])), e["id"]
+
+
+_ARTICLE_TEXTS = sorted(Path("/work/shared/seeds").glob("*.txt")) if Path("/work/shared/seeds").is_dir() else []
+
+
+@pytest.mark.skipif(not _ARTICLE_TEXTS, reason="the source article's text is not on this machine")
+def test_article_entries_are_verbatim_substrings_of_the_article():
+    articles = [p.read_text() for p in _ARTICLE_TEXTS]
+    article = next(t for t in articles if "Troubleshooting bitsandbytes" in t)
+    cited = [e for e in CORPUS if e.get("article")]
+    assert len(cited) >= 2
+    for e in cited:
+        assert e["article"] in article and e["text"] in article, e["id"]
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=[e["id"] for e in CORPUS])
@@ -133,6 +158,35 @@ def test_check_override_cases():
     assert bnb_doctor.check_override("128", cuda_available=True).status == "warning"
 
 
+def test_override_advice_never_forces_another_runtime():
+    f = bnb_doctor.check_override("abc", cuda_available=False)
+    assert f.fix == ["unset BNB_CUDA_VERSION"]  # CPU build: nothing to pin to
+    f = bnb_doctor.check_override("abc", cuda_available=True, torch_cuda="12.4")
+    assert f.fix[0] == "unset BNB_CUDA_VERSION" and "BNB_CUDA_VERSION=124" in f.fix[1]
+    assert not any("132" in x or "130" in x for x in f.fix)
+    assert "libcudart.so.11.0" in bnb_doctor.check_override("118", cuda_available=True).cause
+    assert "libcudart.so.12)" in bnb_doctor.check_override("128", cuda_available=True).cause
+    # the names agree with what the shipped binaries really link against
+    for ver, path in bnb_doctor.shipped_binaries().items():
+        assert bnb_doctor.cudart_soname(ver).encode() + b"\x00" in path.read_bytes(), ver
+
+
+@pytest.mark.slow
+def test_runtime_missing_picks_a_binary_whose_runtime_is_really_missing():
+    text = bnb_doctor.simulate("runtime_missing")
+    first = text.splitlines()[0]
+    if first.startswith("skipped:"):
+        pytest.skip("every shipped binary's CUDA runtime loads on this machine: " + first)
+    m = re.match(r"chosen: (libbitsandbytes_cuda\d+\.so), which needs (libcudart\.so\.[\d.]+);", first)
+    assert m, first
+    # the loader really cannot open it (same minimal environment as simulate: no LD_LIBRARY_PATH)
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    code = f"import ctypes\ntry:\n ctypes.CDLL({m.group(2)!r}); print('loads')\nexcept OSError: print('missing')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert out.strip() == "missing"
+    assert explain_log(text).label == "cuda_runtime_dependency_missing"
+
+
 def test_abi_check_finds_a_missing_symbol(tmp_path):
     cpu_lib = _bnb_dir() / "libbitsandbytes_cpu.so"
     assert bnb_doctor.abi_check(cpu_lib).status == "ok"
@@ -227,11 +281,56 @@ def test_doctor_on_gpu_and_one_fault():
     assert "compute capability" in gpu.detail
     loaded = report.finding("bitsandbytes")
     assert loaded.status == "ok" and "libbitsandbytes_cuda" in loaded.detail, report.text()
-    # break it: force the binary of another CUDA major version, whose runtime is not installed
+    # break it: hide the CUDA runtime of another major's binary behind a fake libcudart on LD_LIBRARY_PATH
     run = bnb_doctor.break_and_diagnose("hidden_runtime")
+    hide = Path(run.env["LD_LIBRARY_PATH"])
+    assert [p.name for p in hide.iterdir()] == [bnb_doctor.cudart_soname(run.env["BNB_CUDA_VERSION"])]
     assert run.returncode != 0, run.output
     root = run.report.finding("root cause")
     assert root.status == "error"
     assert root.label in ("bnb_cuda_version_override", "cuda_runtime_dependency_missing"), root.text()
     assert explain_log(run.output).label in ("bnb_cuda_version_override", "cuda_runtime_dependency_missing")
     assert not run.report.ok
+
+
+def test_binary_archs_read_from_the_installed_binaries():
+    shipped = bnb_doctor.shipped_binaries()
+    # 0.50.2: the CUDA 13 binaries start at sm_75, the CUDA 11.8-12.6 ones at sm_60 (installation guide v0.50.0)
+    assert bnb_doctor.binary_min_compute_capability(shipped["130"]) == (7, 5)
+    assert 60 in bnb_doctor.binary_archs(shipped["126"])["elf"]
+    assert bnb_doctor.binary_min_compute_capability(shipped["126"]) == (6, 0)
+    assert bnb_doctor.binary_archs(_bnb_dir() / "libbitsandbytes_cpu.so") == {}
+
+
+def test_a_v100_with_a_cuda13_torch_is_warned(cpu_probe):
+    p = dict(cpu_probe, cuda_available=True, torch_cuda="13.0", lib_path=None,
+             gpus=[{"index": 0, "name": "Tesla V100-SXM2-16GB", "cc": [7, 0]}])
+    gpu = bnb_doctor.diagnose(probe_result=p).finding("GPU 0")
+    assert gpu.status == "error" and gpu.label == "compute_capability_low"
+    assert "libbitsandbytes_cuda130.so" in gpu.detail and "sm_75" in gpu.detail
+    p["torch_cuda"] = "12.6"  # the 12.6 binary has sm_70: only LLM.int8() is slow
+    assert bnb_doctor.diagnose(probe_result=p).finding("GPU 0").status == "warning"
+
+
+def test_old_logs_are_judged_by_their_release_floor():
+    # a Maxwell GPU was supported by 0.4x releases (dropped from PyPI in 0.48.0): not "below the minimum" there
+    old = "CUDA SETUP: PyTorch settings found: CUDA_VERSION=117, Highest Compute Capability: 5.2.\n"
+    f = explain_log(old)
+    assert f.status == "warning" and "below 7.5" in f.detail  # only the slow-int8 warning, not an error
+    k80 = bnb_logs.corpus_entry("k80_cc37_cuda117")["text"]
+    assert explain_log(k80).label == "compute_capability_low" and "0.39.1" in explain_log(k80).detail
+    assert "0.48.0" in explain_log(bnb_logs.corpus_entry("bnb050_old_gpu_cc52")["text"]).detail
+
+
+def test_a_fake_runtime_first_on_the_path_really_hides_it(tmp_path):
+    """The mechanism of the gpu test's hidden_runtime, shown on any Linux machine: a fake libcudart.so.N
+    first on LD_LIBRARY_PATH makes the dynamic loader fail on that binary, and the doctor names it."""
+    shipped = bnb_doctor.shipped_binaries()
+    version = max(shipped, key=int)
+    (tmp_path / bnb_doctor.cudart_soname(version)).write_text("not a library\n")
+    code = f"import ctypes\ntry:\n ctypes.CDLL({str(shipped[version])!r})\nexcept OSError as e: print(e)"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert f"{tmp_path}/{bnb_doctor.cudart_soname(version)}: file too short" in out, out
+    f = explain_log(out)
+    assert f.label == "cuda_runtime_dependency_missing" and bnb_doctor.cudart_soname(version) in f.detail

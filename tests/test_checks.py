@@ -157,3 +157,11 @@ def test_check_arguments_that_are_not_the_answer_are_refused_in_one_sentence():
         check_fp16_weight_bytes(269030016, "SmolLM2")
     with pytest.raises(TypeError, match="actual must be the measured number"):
         check_prediction(3.0, "lots")
+
+
+def test_check_prediction_names_a_wrong_sign(capsys):
+    from vramlab.checks.lab00 import check_prediction
+
+    assert check_prediction(-12, 256.6, "weights in MiB", "MiB")  # still accepted: it teaches, it does not grade
+    out = capsys.readouterr().out
+    assert "(the wrong sign)" in out and "too low" not in out

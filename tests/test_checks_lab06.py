@@ -89,3 +89,14 @@ def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
     out = capsys.readouterr().out
     assert out.startswith("PASS") and "stored" in out and f"{ACTUAL:,}" not in out
     assert not lab06.check_4bit_prediction(None)
+
+
+def test_missing_symbol_judges_a_real_none_answer(capsys):
+    # the third log has no version line: a function returning None there is right, not "untouched"
+    result = lab06.check_missing_symbol(_symbol)
+    assert result.passed and not result.untouched
+    capsys.readouterr()
+    # always None: the first log needs a symbol, so it reads as an untouched stub and reveals nothing
+    result = lab06.check_missing_symbol(lambda t: None)
+    out = capsys.readouterr().out
+    assert not result.passed and "CXXABI" not in out

@@ -39,3 +39,21 @@ def test_an_installed_torch_is_kept():
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.startswith("torch: keeping the installed torch 2."), proc.stdout
 
+
+
+def test_wsl2_gpu_is_found_without_proc_driver(monkeypatch, tmp_path):
+    """WSL2: no /proc/driver/nvidia, nvidia-smi only in /usr/lib/wsl/lib (not on PATH), and /dev/dxg."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-x)'\n")
+    smi.chmod(0o755)
+    dxg = tmp_path / "dxg"
+    dxg.write_text("")
+    monkeypatch.setattr(ti.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ti, "PROC_DRIVER", str(tmp_path / "no-proc-driver"))
+    monkeypatch.setattr(ti, "WSL_NVIDIA_SMI", str(smi))
+    monkeypatch.setattr(ti, "WSL_DXG", str(dxg))
+    assert ti.nvidia_gpu() == "nvidia-smi lists GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-x)"
+    smi.write_text("#!/bin/sh\nexit 9\n")  # nvidia-smi fails: /dev/dxg with the WSL nvidia-smi still says GPU
+    assert ti.nvidia_gpu().startswith("WSL2 with the Windows NVIDIA driver")
+    monkeypatch.setattr(ti, "WSL_DXG", str(tmp_path / "no-dxg"))
+    assert ti.nvidia_gpu() is None

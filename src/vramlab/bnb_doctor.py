@@ -160,9 +160,67 @@ def shipped_binaries(bnb_dir: Path | None = None) -> dict[str, Path]:
     return out
 
 
-def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None = None) -> Finding:
+def cudart_soname(version: str) -> str:
+    """The CUDA runtime a ``libbitsandbytes_cuda<version>.so`` links against (its ELF NEEDED entry):
+    ``libcudart.so.11.0`` for CUDA 11.x, ``libcudart.so.<major>`` from CUDA 12 on (``"118"`` ->
+    ``"libcudart.so.11.0"``, ``"128"`` -> ``"libcudart.so.12"``), as the 0.50.2 binaries name it."""
+    major = version[:-1] or version
+    return f"libcudart.so.{major}.0" if major == "11" else f"libcudart.so.{major}"
+
+
+def binary_archs(path: Path) -> dict[str, list[int]]:
+    """The GPU architectures compiled into one bitsandbytes binary, read from its CUDA fat binaries:
+    ``{"elf": [75, 80, ...], "ptx": [120]}`` (sm numbers: 75 = compute capability 7.5). Each fat
+    binary starts with the magic 0xBA55ED50 and a 16-byte header; each entry has a 32-bit ``kind``
+    (1 PTX, 2 ELF cubin) and the ``arch`` at byte 28 of its header (the layout ``cuobjdump`` reads).
+    Empty when the file has none (CPU library, unreadable file)."""
+    import struct
+
+    try:
+        b = Path(path).read_bytes()
+    except OSError:
+        return {}
+    out: dict[str, set] = {}
+    magic = b"\x50\xed\x55\xba"
+    i = b.find(magic)
+    while i != -1:
+        _, hsize, fsize = struct.unpack_from("<HHQ", b, i + 4) if i + 16 <= len(b) else (0, 0, 0)
+        if hsize != 16 or not 0 < fsize <= len(b) - i:
+            i = b.find(magic, i + 4)
+            continue
+        j, end = i + hsize, i + hsize + fsize
+        while j + 32 <= end:
+            kind, _, ehs, size = struct.unpack_from("<HHIQ", b, j)
+            if not 32 <= ehs <= 4096:
+                break
+            arch = struct.unpack_from("<I", b, j + 28)[0]
+            if kind in (1, 2) and 10 <= arch <= 200:
+                out.setdefault("ptx" if kind == 1 else "elf", set()).add(arch)
+            j += ehs + size
+        i = b.find(magic, end)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def binary_min_compute_capability(path: Path) -> tuple[int, int] | None:
+    """The oldest compute capability a bitsandbytes binary has kernels for, e.g. ``(7, 5)`` for
+    0.50.2's ``libbitsandbytes_cuda130.so`` (sm_75 ... sm_120) and ``(6, 0)`` for its cuda118-126
+    ones, from :func:`binary_archs`; None when nothing can be read. (Simplified: a cubin for sm_XY
+    also runs on later minors of the same major, and PTX is compiled for newer GPUs only, so the
+    lowest listed arch is the floor.)"""
+    archs = binary_archs(path)
+    all_archs = archs.get("elf", []) + archs.get("ptx", [])
+    if not all_archs:
+        return None
+    low = min(all_archs)
+    return (low // 10, low % 10)
+
+
+def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None = None,
+                   torch_cuda: str | None = None) -> Finding:
     """``BNB_CUDA_VERSION`` as bitsandbytes 0.50.2 reads it (``cextension.get_cuda_bnb_library_path``):
-    digits only, naming ``libbitsandbytes_cuda<value>.so``; applied only when torch sees CUDA."""
+    digits only, naming ``libbitsandbytes_cuda<value>.so``; applied only when torch sees CUDA.
+    ``torch_cuda`` (``torch.version.cuda``, e.g. ``"12.8"``, None on CPU builds) is the only override
+    the doctor ever suggests, since any other one forces a runtime that may not be installed."""
     if value is None:
         return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary matching torch.version.cuda")
     shipped = shipped_binaries(bnb_dir)
@@ -172,8 +230,9 @@ def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None
         return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
                        f"{value!r} is invalid (digits only, e.g. 124 for CUDA 12.4)",
                        cause=f"bitsandbytes raises \"BNB_CUDA_VERSION={value!r}: value must be digits only\"; {where}",
-                       fix=["unset BNB_CUDA_VERSION", "or export BNB_CUDA_VERSION=" + (max(shipped, key=int) if shipped
-                                                                                         else "124")],
+                       fix=["unset BNB_CUDA_VERSION"] + (
+                           [f"or export BNB_CUDA_VERSION={torch_cuda.replace('.', '')}   # PyTorch's own CUDA"]
+                           if torch_cuda and torch_cuda.replace(".", "").isdigit() else []),
                        label="bnb_cuda_version_override")
     if value not in shipped:
         return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
@@ -183,7 +242,7 @@ def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None
                        fix=["unset BNB_CUDA_VERSION", f"or pick one of: {', '.join(shipped) or 'none'}"],
                        label="bnb_cuda_version_override")
     return Finding("BNB_CUDA_VERSION", "warning", f"{value}: overrides the automatic choice (binary is shipped)",
-                   cause="an active override; its CUDA runtime (libcudart.so." + value[:2] + ") must be installed",
+                   cause=f"an active override; its CUDA runtime ({cudart_soname(value)}) must be installed",
                    fix=["unset BNB_CUDA_VERSION   # unless you need a CUDA runtime other than PyTorch's"],
                    label="bnb_cuda_version_override")
 
@@ -390,10 +449,25 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         F.append(Finding("NVIDIA driver", "error" if cuda else "ok",
                          "not found (no NVML)" + ("" if cuda else ": fine in CPU mode"),
                          fix=["nvidia-smi"] if cuda else []))
+    # the binary bitsandbytes loads (or would load): the override, else the one matching torch.version.cuda
+    want = penv.get("BNB_CUDA_VERSION") or (p.get("torch_cuda") or "").replace(".", "")
+    binary = Path(p["lib_path"]) if p.get("lib_path") and "cuda" in Path(p["lib_path"]).name else (
+        shipped_binaries(Path(p["bnb_dir"]) if p.get("bnb_dir") else None).get(want))
+    floor = binary_min_compute_capability(binary) if binary else None
     for g in p.get("gpus", []):
         cc = tuple(g["cc"])
         ccs = f"{cc[0]}.{cc[1]}"
-        if cc < MIN_COMPUTE_CAPABILITY:
+        if floor and cc < floor and cc >= MIN_COMPUTE_CAPABILITY:
+            built = ", ".join(f"sm_{a}" for a in binary_archs(binary).get("elf", []))
+            F.append(Finding(f"GPU {g['index']}", "error", f"{g['name']}, compute capability {ccs}: "
+                             f"{binary.name} has no kernels for it (built for {built})",
+                             cause=f"the binary for this PyTorch's CUDA starts at compute capability "
+                                   f"{floor[0]}.{floor[1]}; bitsandbytes' kernels fail with 'no kernel image'",
+                             fix=["install a PyTorch built for an older CUDA (e.g. cu126), whose bitsandbytes "
+                                  "binary has kernels from sm_60 on",
+                                  "or use a GPU with compute capability " f"{floor[0]}.{floor[1]}+"],
+                             label="compute_capability_low"))
+        elif cc < MIN_COMPUTE_CAPABILITY:
             F.append(Finding(f"GPU {g['index']}", "error", f"{g['name']}, compute capability {ccs} < 6.0",
                              cause="bitsandbytes needs compute capability 6.0+ for 4/8-bit quantization",
                              fix=["use a GPU with compute capability 6.0+ (7.5+ for fast LLM.int8())"],
@@ -424,7 +498,7 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
                          f"load ({p.get('load_error', '')})", label="native_library_unavailable"))
     else:
         F.append(Finding("bitsandbytes", "ok", f"{p['bnb']}, backend {p['backend']}, loaded {loaded}"))
-    F.append(check_override(penv.get("BNB_CUDA_VERSION"), cuda, bnb_dir))
+    F.append(check_override(penv.get("BNB_CUDA_VERSION"), cuda, bnb_dir, p.get("torch_cuda")))
     runtimes = find_cuda_runtimes(env)
     n = sum(len(v) for v in runtimes.values())
     where = "; ".join(f"{k}: {len(v)}" for k, v in runtimes.items())
@@ -461,9 +535,18 @@ FAULTS = {
 
 def fault_env(fault: str) -> dict:
     """The environment changes of one of :data:`FAULTS` as a dict for :func:`child_env`
-    (``None`` = remove the variable). ``hidden_runtime`` (GPU machines) forces the binary of another
-    CUDA major version, whose runtime (``libcudart.so.11.0`` or ``.12``) is not installed."""
+    (``None`` = remove the variable).
+
+    ``hidden_runtime`` (GPU machines) really hides a CUDA runtime: it makes a temporary folder holding
+    a fake ``libcudart.so.N`` (a few bytes of text) and puts it first on ``LD_LIBRARY_PATH``, so the
+    dynamic loader finds the fake first and fails ("file too short") whether or not the real one is
+    installed. The runtime hidden is the one of a shipped binary of *another* CUDA major than
+    PyTorch's, forced with ``BNB_CUDA_VERSION``: PyTorch has already loaded its own major's
+    ``libcudart`` by the time bitsandbytes loads, and a library already in the process is never
+    searched for again, so hiding that one could not break anything."""
     if fault == "hidden_runtime":
+        import tempfile
+
         shipped = shipped_binaries()
         import torch  # only for the CUDA version string; no CUDA initialisation
 
@@ -471,7 +554,10 @@ def fault_env(fault: str) -> dict:
         other = [v for v in shipped if not v.startswith(major)]
         if not other:
             raise ValueError("hidden_runtime needs a shipped binary of another CUDA major version; none found.")
-        return {"BNB_CUDA_VERSION": min(other, key=int), "LD_LIBRARY_PATH": None}
+        version = max(other, key=int)
+        hide = Path(tempfile.mkdtemp(prefix="vramlab-hidden-cudart-"))
+        (hide / cudart_soname(version)).write_text("not a library: hidden by vramlab's fault injection\n")
+        return {"BNB_CUDA_VERSION": version, "LD_LIBRARY_PATH": str(hide)}
     if fault not in FAULTS:
         raise ValueError(f"Unknown fault {fault!r}; choose one of: {', '.join([*FAULTS, 'hidden_runtime'])}.")
     env, unset, _ = FAULTS[fault]
@@ -527,7 +613,7 @@ SCENARIOS = {
     "override_invalid": "BNB_CUDA_VERSION=abc on a CUDA 12.8 machine",
     "override_missing": "BNB_CUDA_VERSION=999 on a CUDA 12.8 machine",
     "no_binary_for_cuda": "PyTorch built for CUDA 10.2: no same-major binary is shipped",
-    "runtime_missing": "libbitsandbytes_cuda128.so loaded where libcudart.so.12 is not installed (a real dlopen)",
+    "runtime_missing": "a shipped CUDA binary loaded where its libcudart.so.N cannot be found (a real dlopen)",
     "old_gpu": "compute capability 5.2 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
     "slow_int8_gpu": "compute capability 7.0 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
     "cudart_search_empty": "python -m bitsandbytes runtime search with LD_LIBRARY_PATH and CONDA_PREFIX stripped",
@@ -561,7 +647,37 @@ def load(specs):
     except Exception as e:
         first_call(str(e))
 s128 = CUDASpecs((8, 0), "128", (12, 8))
-if scenario in ("override_invalid", "override_missing", "runtime_missing"):
+if scenario == "runtime_missing":
+    # a shipped binary whose CUDA runtime (its NEEDED libcudart.so.N) this machine's loader cannot
+    # resolve, newest first; asking the loader itself (dlopen) is the only honest test of "missing"
+    import re
+    from pathlib import Path
+    shipped = []
+    for p in Path(ce.__file__).parent.glob("libbitsandbytes_cuda*.so"):
+        m = re.fullmatch(r"libbitsandbytes_cuda(\d+)\.so", p.name)
+        if m:
+            shipped.append((int(m.group(1)), m.group(1), p))
+    pick, resolved = None, []
+    for _, ver, p in sorted(shipped, reverse=True):
+        needed = sorted({n.decode() for n in re.findall(rb"libcudart\.so\.\d+(?:\.\d+)?(?=\x00)", p.read_bytes())})
+        for soname in needed:
+            try:
+                ctypes.CDLL(soname)
+                resolved.append(soname)
+            except OSError:
+                pick = (ver, p, soname)
+                break
+        if pick:
+            break
+    if pick is None:
+        print("skipped: the CUDA runtime of every shipped binary loads on this machine "
+              f"({', '.join(sorted(set(resolved))) or 'none named'}), so there is no missing runtime to show")
+        sys.exit(0)
+    ver, p, soname = pick
+    print(f"chosen: {p.name}, which needs {soname}; the dynamic loader cannot find it on this machine")
+    ce.get_cuda_version_tuple = lambda: (int(ver[:-1]), int(ver[-1]))
+    load(CUDASpecs((8, 0), ver, (int(ver[:-1]), int(ver[-1]))))
+elif scenario in ("override_invalid", "override_missing"):
     load(s128)
 elif scenario == "no_binary_for_cuda":
     load(CUDASpecs((7, 5), "102", (10, 2)))
@@ -578,8 +694,9 @@ def simulate(scenario: str, timeout: float = 120) -> str:
     """What the installed bitsandbytes prints on a GPU machine in ``scenario`` (see
     :data:`SCENARIOS`), rendered by its own functions in a subprocess with the given CUDA version and
     compute capability (only ``cextension.BNB_BACKEND`` is set to ``"CUDA"``, as on a GPU). The
-    ``runtime_missing`` case really dlopens the CUDA 12.8 binary, which fails here because no
-    libcudart.so.12 is installed. Returns the captured text."""
+    ``runtime_missing`` case picks the newest shipped CUDA binary whose ``libcudart.so.N`` the dynamic
+    loader cannot resolve on this machine, names it on a first ``chosen: ...`` line and really dlopens
+    it; where every runtime resolves it prints one ``skipped: ...`` line instead. Returns the text."""
     if scenario not in SCENARIOS:
         raise ValueError(f"Unknown scenario {scenario!r}; choose one of: {', '.join(SCENARIOS)}.")
     # a minimal environment: the same on every machine, nothing of the caller's paths leaks in
@@ -619,6 +736,7 @@ def doctor_main(as_json: bool = False, log: str | None = None) -> int:
     return 0 if report.ok else 1
 
 
-__all__ = ["Report", "diagnose", "probe", "check_override", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
+__all__ = ["Report", "diagnose", "probe", "check_override", "cudart_soname", "binary_archs",
+           "binary_min_compute_capability", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
            "shipped_binaries", "FAULTS", "fault_env", "break_and_diagnose", "FaultRun", "SCENARIOS", "simulate",
            "version_mismatch_hint_fires", "doctor_main", "child_env", "run_python"]

@@ -38,9 +38,14 @@ LABELS = (
 )
 STATUSES = ("ok", "warning", "error")
 
-# bitsandbytes 0.50.2 docs and cuda_specs.py: 6.0+ for 8-bit optimizers and 4/8-bit quantization,
-# 7.5+ for the fast LLM.int8() matmul (``CUDASpecs.has_imma``: ``highest_compute_capability >= (7, 5)``).
+# The bitsandbytes installation guide, v0.50.0 (huggingface.co/docs/bitsandbytes/v0.50.0/installation):
+# "supported on NVIDIA GPUs with Compute Capability 6.0+" (8-bit optimizers/quantization, NF4/FP4), and
+# LLM.int8() 7.5+ (in 0.50.2's cuda_specs.py: ``CUDASpecs.has_imma`` is ``highest_compute_capability >= (7, 5)``).
+# The minimum moved over time: Kepler (3.x) binaries left PyPI in 0.39.1 (guide v0.43.0) and Maxwell (5.x)
+# in 0.48.0 (guide v0.48.1: "Maxwell support is not included in PyPI distributions from v0.48.0 on"),
+# so a 5.x GPU in an old 0.4x log was not below that release's minimum.
 MIN_COMPUTE_CAPABILITY = (6, 0)
+MIN_COMPUTE_CAPABILITY_BEFORE_048 = (5, 0)
 FAST_INT8_COMPUTE_CAPABILITY = (7, 5)
 
 
@@ -85,7 +90,10 @@ class Finding:
 _MISSING_VERSION = re.compile(
     r"(?P<lib>[^\s:`']*lib(?:stdc\+\+|c)\.so\.6)?:?\s*version\s+[`'‘]?(?P<sym>(?:GLIBCXX|CXXABI|GLIBC)_[0-9.]+)"
     r"[`'’]?\s+not found(?:\s+\(required by\s+(?P<by>[^)]+)\))?")
-_CANNOT_OPEN = re.compile(r"(?P<lib>[\w.+-]+\.so[\w.]*): cannot open shared object file")
+# glibc's loader messages (elf/dl-load.c): not found, or found but unusable ("file too short" / "invalid
+# ELF header": a truncated or fake file earlier on the search path shadows the real library)
+_CANNOT_OPEN = re.compile(r"(?P<lib>[\w.+-]+\.so[\w.]*): (?:cannot open shared object file|file too short|"
+                          r"invalid ELF header)")
 _CC = re.compile(r"(?:Compute Capability|compute capability among GPUs detected|Compute capability)[:\s]+\(?"
                  r"(?P<maj>\d+)(?:\.|,\s*)(?P<min>\d+)\)?", re.IGNORECASE)
 _BNB_BINARY = re.compile(r"libbitsandbytes_(?P<kind>cuda|rocm|cpu)(?P<ver>\d*)(?P<tail>[\w]*)\.(?:so|dll|dylib)")
@@ -252,11 +260,14 @@ def _rule_override(t: str) -> Finding | None:
 
 def _rule_cc_too_low(t: str) -> Finding | None:
     ccs = compute_capabilities(t)
-    low = [cc for cc in ccs if cc < MIN_COMPUTE_CAPABILITY]
+    old_format = "CUDA SETUP" in t or "CUDA_SETUP" in t  # releases up to 0.42, long before 0.48
+    floor = MIN_COMPUTE_CAPABILITY_BEFORE_048 if old_format else MIN_COMPUTE_CAPABILITY
+    low = [cc for cc in ccs if cc < floor]
     if low:
+        when = ("older than any GPU the PyPI binaries of that release were built for (Kepler 3.x left in 0.39.1)"
+                if old_format else "below bitsandbytes' minimum 6.0 (Maxwell 5.x left the PyPI builds in 0.48.0)")
         return _finding("compute_capability_low", "error",
-                        f"GPU compute capability {low[0][0]}.{low[0][1]} is below bitsandbytes' minimum 6.0",
-                        _lines(t, "compute capability"))
+                        f"GPU compute capability {low[0][0]}.{low[0][1]} is {when}", _lines(t, "compute capability"))
     return None
 
 
@@ -287,7 +298,8 @@ def _rule_dependency(t: str) -> Finding | None:
         return None
     name = libs[0] if libs else "libcudart.so"
     return _finding("cuda_runtime_dependency_missing", "error", f"{name} cannot be opened by the dynamic loader",
-                    _lines(t, "cannot open shared object", "Missing dependency", "could not be read"))
+                    _lines(t, "cannot open shared object", "Missing dependency", "could not be read",
+                           "file too short", "invalid ELF header"))
 
 
 def _cudart_unresolved(t: str) -> bool:
@@ -404,4 +416,5 @@ def corpus_entry(entry_id: str) -> dict:
 
 
 __all__ = ["LABELS", "Finding", "explain_log", "missing_versions", "compute_capabilities", "bnb_binaries",
-           "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "FAST_INT8_COMPUTE_CAPABILITY"]
+           "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "MIN_COMPUTE_CAPABILITY_BEFORE_048",
+           "FAST_INT8_COMPUTE_CAPABILITY"]

@@ -44,9 +44,17 @@ def installed_torch(python: str = sys.executable) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
+# WSL2 has no /proc/driver/nvidia: the Windows driver exposes the GPU through /dev/dxg and puts
+# nvidia-smi (with libcuda) in /usr/lib/wsl/lib, which is not always on PATH (NVIDIA's "CUDA on WSL User
+# Guide", docs.nvidia.com/cuda/wsl-user-guide).
+WSL_NVIDIA_SMI = "/usr/lib/wsl/lib/nvidia-smi"
+WSL_DXG = "/dev/dxg"
+PROC_DRIVER = "/proc/driver/nvidia/version"
+
+
 def nvidia_gpu() -> str | None:
     """How an NVIDIA GPU was detected (a short phrase), or None when there is none."""
-    smi = shutil.which("nvidia-smi")
+    smi = shutil.which("nvidia-smi") or (WSL_NVIDIA_SMI if os.path.exists(WSL_NVIDIA_SMI) else None)
     if smi:
         try:
             proc = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
@@ -54,8 +62,10 @@ def nvidia_gpu() -> str | None:
                 return f"nvidia-smi lists {proc.stdout.strip().splitlines()[0]}"
         except (OSError, subprocess.TimeoutExpired):
             pass
-    if os.path.exists("/proc/driver/nvidia/version"):
-        return "an NVIDIA driver is loaded (/proc/driver/nvidia/version)"
+    if os.path.exists(PROC_DRIVER):
+        return f"an NVIDIA driver is loaded ({PROC_DRIVER})"
+    if os.path.exists(WSL_DXG) and os.path.exists(WSL_NVIDIA_SMI):
+        return f"WSL2 with the Windows NVIDIA driver ({WSL_DXG}, {WSL_NVIDIA_SMI})"
     return None
 
 

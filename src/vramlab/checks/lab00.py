@@ -76,7 +76,9 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
         off = "exactly right" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
     else:
         ratio = value / actual
-        if math.isclose(ratio, 1.0, rel_tol=0.05):
+        if ratio < 0:
+            off = "the wrong sign" if value < 0 else "the wrong sign: the real value is negative"
+        elif math.isclose(ratio, 1.0, rel_tol=0.05):
             off = "within 5%: well predicted"
         elif ratio > 1:
             off = f"{ratio:.2g}x too high" if ratio >= 2 else f"{100 * (ratio - 1):.0f}% too high"
