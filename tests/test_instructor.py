@@ -53,12 +53,11 @@ def test_agenda_times_add_up(index):
 def test_full_day_has_every_lab_once_with_its_time():
     _, rows, total = _agendas()[0]
     labs = {b[:2]: minutes for _, b, minutes in rows if re.match(r"\d\d ", b)}
-    # each lab's own stated time (notebooks 06 and 07 say "about 40 minutes", 03 takes 60)
-    assert labs == {"00": 15, "01": 45, "02": 45, "03": 60, "04": 45, "05": 45, "06": 40, "07": 40}
-    assert "335 of labs" in DOC and sum(labs.values()) == 335
+    assert sorted(labs) == ["00", "01", "02", "03", "04", "05", "06", "07"]
+    assert f"{sum(labs.values())} of labs" in DOC
 
 
-@pytest.mark.parametrize("lab", ["05", "06", "07"])
+@pytest.mark.parametrize("lab", ["00", "01", "02", "03", "04", "05", "06", "07"])
 def test_agenda_uses_the_time_the_notebook_states(lab):
     import json
 
