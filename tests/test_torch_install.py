@@ -57,3 +57,21 @@ def test_wsl2_gpu_is_found_without_proc_driver(monkeypatch, tmp_path):
     assert ti.nvidia_gpu().startswith("WSL2 with the Windows NVIDIA driver")
     monkeypatch.setattr(ti, "WSL_DXG", str(tmp_path / "no-dxg"))
     assert ti.nvidia_gpu() is None
+
+
+def test_unreachable_cpu_index_takes_a_cpu_wheel_pip_already_sees(tmp_path):
+    for name in ("torch-2.11.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "torch-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl",         # a CUDA build: never taken
+                 "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"):    # another Python
+        (tmp_path / name).write_bytes(b"")
+    assert ti.local_cpu_wheel([str(tmp_path)], "cp311") == "torch==2.13.0+cpu"
+    assert ti.local_cpu_wheel([str(tmp_path)], "cp310") is None
+    args, reason = ti.choose("Linux", gpu=None, cpu_index_problem="Name or service not known",
+                             local_cpu="torch==2.13.0+cpu")
+    assert args == ["torch==2.13.0+cpu"] and "find-links" in reason and "\n" not in reason
+
+
+def test_find_links_are_read_from_pip_config():
+    folders = ti.pip_find_links()
+    assert isinstance(folders, list) and all(Path(f).is_dir() for f in folders)

@@ -12,16 +12,19 @@ which a laptop without an NVIDIA GPU never uses. So:
 * an NVIDIA GPU is visible (``nvidia-smi -L`` lists one, or ``/proc/driver/nvidia/version`` exists):
   PyPI's default build, which is the CUDA build on Linux;
 * not Linux (macOS, Windows): PyPI's default build (it has no CUDA libraries there);
-* otherwise: PyTorch's CPU index (``CPU_INDEX``); when it cannot be reached, one line says so and
-  PyPI's default index is used.
+* otherwise: PyTorch's CPU index (``CPU_INDEX``); when it cannot be reached, a CPU wheel that pip can
+  already see in its configured ``find-links`` folders (a mirror or a copied wheel) is taken; failing
+  that, one line says so and PyPI's default index is used.
 
 It prints which build it chose and why, in one line, before installing.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -82,8 +85,35 @@ def index_reachable(url: str = CPU_INDEX, timeout: float = 10.0) -> str | None:
         return str(reason) or type(exc).__name__
 
 
-def choose(system: str | None = None, gpu: str | None = None, cpu_index_problem: str | None = None
-           ) -> tuple[list[str], str]:
+def pip_find_links(python: str = sys.executable) -> list[str]:
+    """The folders in pip's configured ``find-links`` (``pip config list``), which pip searches offline."""
+    try:
+        proc = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found: list[str] = []
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().endswith("find-links"):
+            found += [v for v in value.strip().strip("'\"").split() if v and os.path.isdir(v)]
+    return list(dict.fromkeys(found))
+
+
+def local_cpu_wheel(folders: list[str], python_tag: str | None = None) -> str | None:
+    """``"torch==2.13.0+cpu"`` for the newest CPU torch wheel for this Python in ``folders``, else None."""
+    python_tag = python_tag or f"cp{sys.version_info.major}{sys.version_info.minor}"
+    best: tuple[tuple[int, ...], str] | None = None
+    for folder in folders:
+        for path in glob.glob(os.path.join(folder, f"torch-*+cpu-{python_tag}-*.whl")):
+            version = os.path.basename(path).split("-")[1]
+            key = tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0]))
+            if best is None or key > best[0]:
+                best = (key, version)
+    return f"torch=={best[1]}" if best else None
+
+
+def choose(system: str | None = None, gpu: str | None = None, cpu_index_problem: str | None = None,
+           local_cpu: str | None = None) -> tuple[list[str], str]:
     """The pip arguments and a one-line reason, from the facts (separated from probing for tests).
 
     ``system``: ``platform.system()``; ``gpu``: :func:`nvidia_gpu`'s answer; ``cpu_index_problem``:
@@ -98,6 +128,10 @@ def choose(system: str | None = None, gpu: str | None = None, cpu_index_problem:
         return ([REQUIREMENT, "--index-url", CPU_INDEX],
                 f"torch: CPU build from {CPU_INDEX}, because no NVIDIA GPU was found (no nvidia-smi GPU, "
                 f"no /proc/driver/nvidia)")
+    if local_cpu:
+        return ([local_cpu],
+                f"torch: CPU build {local_cpu.split('==')[1]} from pip's find-links, because no NVIDIA GPU was "
+                f"found and {CPU_INDEX} cannot be reached ({cpu_index_problem})")
     return ([REQUIREMENT],
             f"torch: {CPU_INDEX} cannot be reached ({cpu_index_problem}), so the default index is used "
             f"(on Linux that can be the multi-GB CUDA build)")
@@ -112,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     system = platform.system()
     gpu = nvidia_gpu()
     problem = index_reachable() if (system == "Linux" and not gpu) else None
-    args, reason = choose(system, gpu, problem)
+    local = local_cpu_wheel(pip_find_links(python)) if problem else None
+    args, reason = choose(system, gpu, problem, local)
     print(reason, flush=True)
     proc = subprocess.run([python, "-m", "pip", "install", "-q", *args])
     if proc.returncode != 0:
