@@ -80,6 +80,9 @@ FUNCTION_STUBS = [None, _raises, _returns_none]
 EXTRA_ARGS = {
     "check_fp16_weight_bytes": lambda model: (model,),
     "check_prediction": lambda model: (1234.0, "bytes per token"),
+    "check_zero_fraction_prediction": lambda model: (0.956,),
+    "check_no_online_hadamard_prediction": lambda model: (20.4, 4.7),
+    "check_w16a4_prediction": lambda model: (2379.0, 14.7),
 }
 
 

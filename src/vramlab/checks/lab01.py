@@ -174,7 +174,8 @@ def prediction_report(name: str, predicted, measured: float, what: str, log: boo
     p = as_float(predicted)
     if as_float(measured) is None:
         return report(name, False, f"a measurement of {what} to compare with", f"{measured!r}",
-                      hint="the measurement is missing (a partial table?); rerun the cells above")
+                      hint="the measurement is missing (a partial table?); rerun the cells above",
+                      value=p)  # the learner did predict: this is not an untouched stub
     measured = as_float(measured)
     if log:
         if p <= 0:
