@@ -259,9 +259,14 @@ def _emit(result: dict) -> None:
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
-def _child_fragmentation(opts: dict) -> None:
+def _alloc_conf() -> tuple[str | None, bool]:
+    """This process's ``PYTORCH_CUDA_ALLOC_CONF`` and whether it turns expandable segments on."""
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
-    expandable = "expandable_segments:true" in (conf or "").replace(" ", "").lower()
+    return conf, "expandable_segments:true" in (conf or "").replace(" ", "").lower()
+
+
+def _child_fragmentation(opts: dict) -> None:
+    conf, expandable = _alloc_conf()
     import torch
 
     if not torch.cuda.is_available():
@@ -321,8 +326,7 @@ def _child_oom(opts: dict) -> None:
 
 
 def _child_snapshot(opts: dict) -> None:
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
-    expandable = "expandable_segments:true" in (conf or "").replace(" ", "").lower()
+    conf, expandable = _alloc_conf()
     import torch
 
     if not torch.cuda.is_available():
