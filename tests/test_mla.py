@@ -202,3 +202,24 @@ def test_live_point_reproduces_the_cached_windows(smollm2, windows):
     live = mla.conversion_point(model, windows[:1], 128, "activations", covs)
     cached = [p for p in results["points"] if p["method"] == "activations" and p["rank"] == 128][0]
     assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=1e-6)
+
+
+def test_position_ids_one_row_for_all_and_bad_shape_named():
+    torch.manual_seed(2)
+    layer = MultiHeadLatentAttention(dict(GEOMETRIES[1], hidden_size=64)).to(torch.float64)
+    heads = layer.config.num_attention_heads
+    x = torch.randn(2, heads, 64, dtype=torch.float64)       # T == heads: a broadcast bug would hide here
+    with torch.no_grad():
+        assert torch.allclose(layer(x, position_ids=torch.arange(heads)), layer(x), atol=1e-12)
+        with pytest.raises(ValueError, match="position_ids"):
+            layer(x, position_ids=torch.arange(heads + 1))
+
+
+def test_a_bf16_cache_beside_a_float32_layer_is_read_in_the_layers_dtype():
+    torch.manual_seed(3)
+    layer = MultiHeadLatentAttention(dict(GEOMETRIES[1], hidden_size=64))
+    x = torch.randn(1, 12, 64)
+    with torch.no_grad():
+        want = layer(x)
+        got = decode(layer, x, 8, LatentCache(1, 16, 8, dtype=torch.bfloat16))
+    assert got.dtype == torch.float32 and (got - want).abs().max() < 0.05   # bf16 rounding of the cache only

@@ -85,7 +85,7 @@ def test_live_quantized_row_matches_the_table_to_1e_3(smollm2, windows):
     assert abs(live - row["ppl"]) / row["ppl"] < 1e-3, (live, row["ppl"])
 
 
-def test_live_w16a4_row_matches_the_cached_direction(smollm2, windows):
+def test_live_w16a4_rotation_wins_on_one_window(smollm2, windows):
     """Recompute W16A4 none vs hadamard (seed 0) on one window: rotation must win by far."""
     from vramlab.eval import perplexity
     from vramlab.rotate import rotate_model

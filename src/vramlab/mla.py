@@ -431,6 +431,11 @@ class MultiHeadLatentAttention(nn.Module):
         past = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         if position_ids is None:
             position_ids = torch.arange(past, past + t, device=hidden_states.device)[None].expand(b, t)
+        elif position_ids.dim() == 1 and position_ids.shape[0] == t:                # [T]: the same for every row
+            position_ids = position_ids[None].expand(b, t)
+        elif tuple(position_ids.shape) != (b, t):
+            raise _fail("position_ids", f"must be [batch, tokens] = [{b}, {t}] or [{t}] "
+                                        f"(got {tuple(position_ids.shape)})")
         cos, sin = self.rope_cos_sin(position_ids, hidden_states.dtype)          # [B, T, d_r/2]
         q_nope, q_rope = self.queries(hidden_states)                             # [B, H, T, *]
         q_rope = apply_rope(q_rope, cos[:, None], sin[:, None], cfg.rope_interleave)
@@ -438,6 +443,8 @@ class MultiHeadLatentAttention(nn.Module):
         k_rope = apply_rope(k_rope, cos, sin, cfg.rope_interleave)
         if cache is not None:
             c_kv, k_rope = cache.update(self.layer_idx, c_kv, k_rope)            # whole context [B, S, *]
+            # a cache kept in another dtype (bf16 beside a float32 layer) is read back in the layer's dtype
+            c_kv, k_rope = c_kv.to(hidden_states.dtype), k_rope.to(hidden_states.dtype)
         s = c_kv.shape[1]
         # query i (absolute index past + i) sees keys 0 .. past + i
         mask = torch.ones(t, s, dtype=torch.bool, device=hidden_states.device).tril(diagonal=s - t)
@@ -640,8 +647,8 @@ def latent_bytes_per_token(model_config: Any, rank: int, kv_dtype: str = "bfloat
 # The cached conversion curve
 # --------------------------------------------------------------------------------------------
 
-# The files whose code produces the perplexities (bytes are re-derived from kvcache by the tests).
-FINGERPRINT_FILES = ("mla.py", "eval.py", "data.py")
+# The files whose code produces the curve: the perplexities (mla, eval, data, models) and the bytes (kvcache).
+FINGERPRINT_FILES = ("mla.py", "eval.py", "data.py", "models.py", "kvcache.py")
 
 
 def code_fingerprint() -> str:

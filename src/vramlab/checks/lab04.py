@@ -71,6 +71,7 @@ def check_v3_per_head_elements(got: Any) -> CheckResult:
         128 * (192 + 128): "that is one layer; multiply by 61",
         61 * 2 * 128 * 64: "64 is qk_rope_head_dim (transformers' config.head_dim), not the head width - "
                            "the classic trap",
+        2 * want: "count elements, not bf16 bytes",
     }, "per layer and head: a key of qk_nope + qk_rope values and a value of v_head_dim values")
 
 
