@@ -265,6 +265,21 @@ def _alloc_conf() -> tuple[str | None, bool]:
     return conf, "expandable_segments:true" in (conf or "").replace(" ", "").lower()
 
 
+def _run_pattern_on_cuda(torch, after_step=None) -> dict:
+    """Run ``FRAGMENTATION_PATTERN`` on the GPU; with ``after_step``, synchronize and call it with each step's
+    label (``"alloc a"``). Returns the tensors still held."""
+    live = {}
+    for action, name, *size in FRAGMENTATION_PATTERN:
+        if action == "alloc":
+            live[name] = torch.empty(size[0], dtype=torch.uint8, device="cuda")
+        else:
+            del live[name]
+        if after_step is not None:
+            torch.cuda.synchronize()
+            after_step(f"{action} {name}")
+    return live
+
+
 def _child_fragmentation(opts: dict) -> None:
     conf, expandable = _alloc_conf()
     import torch
@@ -277,15 +292,9 @@ def _child_fragmentation(opts: dict) -> None:
                    {"label": r["action"] + " " + r["name"], "allocated": r["allocated"], "reserved": r["reserved"]}
                    for r in sim.trace if r["action"] in ("alloc", "free")]})
         return
-    steps, live = [], {}
-    for action, name, *size in FRAGMENTATION_PATTERN:
-        if action == "alloc":
-            live[name] = torch.empty(size[0], dtype=torch.uint8, device="cuda")
-        else:
-            del live[name]
-        torch.cuda.synchronize()
-        steps.append({"label": f"{action} {name}", "allocated": torch.cuda.memory_allocated(),
-                      "reserved": torch.cuda.memory_reserved()})
+    steps = []
+    live = _run_pattern_on_cuda(torch, lambda label: steps.append(  # noqa: F841 - held while counters are read
+        {"label": label, "allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}))
     st = torch.cuda.memory_stats()
     _emit({"mode": "GPU", "alloc_conf": conf, "expandable": expandable, "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name(), "reserved": torch.cuda.memory_reserved(),
@@ -336,12 +345,7 @@ def _child_snapshot(opts: dict) -> None:
         return
     torch.cuda.init()
     torch.cuda.memory._record_memory_history(max_entries=100_000)
-    live = {}
-    for action, name, *size in FRAGMENTATION_PATTERN:
-        if action == "alloc":
-            live[name] = torch.empty(size[0], dtype=torch.uint8, device="cuda")
-        else:
-            del live[name]
+    live = _run_pattern_on_cuda(torch)  # noqa: F841 - the tensors stay held until the snapshot is taken
     torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
