@@ -29,18 +29,11 @@
 //
 // Exit status: 0 all notebooks passed, 1 a check failed, 2 usage or set-up error.
 
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
+import { clickMenu, loadChromium, sleep, waitForState } from './jupyterlab.mjs';
 
-const require = createRequire(import.meta.url);
-let chromium;
-try {
-  ({ chromium } = require('playwright-core'));
-} catch (err) {
-  console.error('playwright-core not found: `npm i playwright-core` in some folder and set NODE_PATH=<folder>/node_modules');
-  process.exit(2);
-}
+const chromium = loadChromium();
 
 // ---------- arguments ----------
 const argv = process.argv.slice(2);
@@ -81,7 +74,6 @@ const allowFailLines = (nbPath) => ALLOW_FAIL_MODE === '1' || (ALLOW_FAIL_MODE =
 fs.mkdirSync(OUT, { recursive: true });
 
 const log = (...a) => console.log(`[${new Date().toISOString().slice(11, 19)}]`, ...a);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function api(method, p, body) {
   const sep = p.includes('?') ? '&' : '?';
@@ -190,24 +182,9 @@ function collectResults() {
 }
 
 // ---------- browser ----------
-async function waitFor(page, pred, what, timeoutMs, intervalMs = 1000) {
-  const t0 = Date.now();
-  let last;
-  while (Date.now() - t0 < timeoutMs) {
-    last = await page.evaluate(pageState);
-    if (pred(last)) return last;
-    await sleep(intervalMs);
-  }
-  throw new Error(`timed out after ${Math.round(timeoutMs / 1000)} s waiting for ${what}; last state: ${JSON.stringify(last).slice(0, 600)}`);
-}
+const waitFor = (page, pred, what, timeoutMs, intervalMs = 1000) =>
+  waitForState(page, pageState, pred, what, timeoutMs, intervalMs, 600);
 
-async function clickMenu(page, menuLabel, command) {
-  // command: the main-menu command id (JupyterLab 4: editmenu:clear-all, runmenu:run-all)
-  await page.locator('.lm-MenuBar-itemLabel', { hasText: new RegExp(`^${menuLabel}$`) }).first().click();
-  const item = page.locator(`.lm-Menu li[data-command="${command}"]`).first();
-  await item.waitFor({ state: 'visible', timeout: 10000 });
-  await item.click();
-}
 
 async function fullNotebookScreenshot(page, file) {
   // JupyterLab scrolls inside the notebook, so a "full page" screenshot is only the viewport. Grow the

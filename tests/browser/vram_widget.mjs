@@ -21,22 +21,15 @@
 // else jupyter on PATH).
 // Exit status: 0 passed, 1 a check failed, 2 set-up error.
 
-import { createRequire } from 'node:module';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { clickMenu, loadChromium, sleep, waitForState } from './jupyterlab.mjs';
 
-const require = createRequire(import.meta.url);
-let chromium;
-try {
-  ({ chromium } = require('playwright-core'));
-} catch (err) {
-  console.error('playwright-core not found: `npm i playwright-core` in some folder and set NODE_PATH=<folder>/node_modules');
-  process.exit(2);
-}
+const chromium = loadChromium();
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const NB = process.argv[2] || 'notebooks/07_watch_vram.ipynb';
@@ -49,7 +42,6 @@ const JUPYTER = process.env.JUPYTER || [path.join(REPO, '.venv/bin/jupyter'), '/
 const TOKEN = crypto.randomBytes(12).toString('hex');
 const BASE = `http://127.0.0.1:${PORT}`;
 const log = (...a) => console.log(`[${new Date().toISOString().slice(11, 19)}]`, ...a);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 if (!fs.existsSync(path.join(REPO, NB))) {
   console.error(`no notebook ${NB} under ${REPO}`);
@@ -141,23 +133,9 @@ function collectProblems(isLab) {
   return problems;
 }
 
-async function waitFor(page, pred, what, timeoutMs, intervalMs = 500) {
-  const t0 = Date.now();
-  let last;
-  while (Date.now() - t0 < timeoutMs) {
-    last = await page.evaluate(pageState);
-    if (pred(last)) return last;
-    await sleep(intervalMs);
-  }
-  throw new Error(`timed out after ${Math.round(timeoutMs / 1000)} s waiting for ${what}; last state: ${JSON.stringify(last).slice(0, 400)}`);
-}
+const waitFor = (page, pred, what, timeoutMs, intervalMs = 500) =>
+  waitForState(page, pageState, pred, what, timeoutMs, intervalMs, 400);
 
-async function clickMenu(page, menuLabel, command) {
-  await page.locator('.lm-MenuBar-itemLabel', { hasText: new RegExp(`^${menuLabel}$`) }).first().click();
-  const item = page.locator(`.lm-Menu li[data-command="${command}"]`).first();
-  await item.waitFor({ state: 'visible', timeout: 10000 });
-  await item.click();
-}
 
 // ---------- the test ----------
 const failures = [];
