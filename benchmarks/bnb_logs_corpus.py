@@ -4,7 +4,7 @@
 
 Quoted logs (old ``CUDA SETUP:`` format, 0.44, current) are stored with their source; the
 ``bnb050_*`` entries are rendered now by the installed bitsandbytes' own functions
-(``vramlab.bnb_doctor.simulate``) and ``bnb050_cpu_ok`` is the real ``python -m bitsandbytes``
+(``vramlab.bnb.doctor.simulate``) and ``bnb050_cpu_ok`` is the real ``python -m bitsandbytes``
 output of this CPU machine. tests/test_bnb_doctor.py re-renders them and compares.
 """
 
@@ -198,7 +198,7 @@ RENDERED = {  # id -> (scenario, label)
 
 
 def cpu_ok_text() -> str:
-    from vramlab.bnb_doctor import child_env
+    from vramlab.bnb.doctor import child_env
 
     out = subprocess.run([sys.executable, "-m", "bitsandbytes"], capture_output=True, text=True, env=child_env(),
                          timeout=180)
@@ -210,14 +210,14 @@ def cpu_ok_text() -> str:
 def main() -> None:
     import bitsandbytes
 
-    from vramlab.bnb_doctor import SCENARIOS, simulate
+    from vramlab.bnb.doctor import SCENARIOS, simulate
 
     logs = list(QUOTED)
     for entry_id, (scenario, label) in RENDERED.items():
         logs.append({"id": entry_id, "format": f"current ({bitsandbytes.__version__})", "label": label,
                      "scenario": scenario,
                      "source": f"rendered by the installed bitsandbytes {bitsandbytes.__version__}'s own functions: "
-                               f"{SCENARIOS[scenario]} (vramlab.bnb_doctor.simulate('{scenario}'))",
+                               f"{SCENARIOS[scenario]} (vramlab.bnb.doctor.simulate('{scenario}'))",
                      "text": simulate(scenario)})
     logs.append({"id": "bnb050_cpu_ok", "format": f"current ({bitsandbytes.__version__})",
                  "label": "no_gpu_cpu_library",

@@ -36,7 +36,7 @@ def main() -> None:
     from transformers import AutoConfig
 
     from vramlab import dispatch, models
-    from vramlab.kvcache import available_configs
+    from vramlab.serving.kvcache import available_configs
 
     env = {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()}
     print(json.dumps({"env": env}))

@@ -3,7 +3,7 @@
 For each width n it times, interleaved (fwht, butterfly, dense, fwht, butterfly, dense, ...) on the
 same float32 input ``[rows, n]``:
 
-* ``fwht``      — ``vramlab.hadamard.fwht`` (radix 64: one small matmul per axis of the Kronecker
+* ``fwht``      — ``vramlab.quarot.hadamard.fwht`` (radix 64: one small matmul per axis of the Kronecker
                   factorisation, the non-power-of-two base K in the last one),
 * ``butterfly`` — the same with radix 2 (the textbook ``(a+b, a-b)`` butterfly, log2 n passes),
 * ``dense``     — ``x @ H`` with the precomputed normalised ``n x n`` matrix (the matrix build is not
@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from vramlab.hadamard import decompose, fwht, hadamard_matrix
+from vramlab.quarot.hadamard import decompose, fwht, hadamard_matrix
 
 
 def timed(fn, x) -> float:

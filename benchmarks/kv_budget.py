@@ -3,9 +3,9 @@
 Run: python benchmarks/kv_budget.py [--utilization 0.92] [--max-model-len 8192]
 
 For every bundled model and GPU preset it prints the "GPU KV cache size" vLLM would log (tokens,
-from vramlab.vllm_memory.plan with its labelled overhead estimates), for a bf16 and an fp8 KV
+from vramlab.serving.vllm_memory.plan with its labelled overhead estimates), for a bf16 and an fp8 KV
 cache, and their ratio (2.00x when the pool is the same size; a model that does not start shows "-").
-The arithmetic follows the pinned vLLM source (vramlab.vllm_memory.PINNED); GPU totals are PyTorch's
+The arithmetic follows the pinned vLLM source (vramlab.serving.vllm_memory.PINNED); GPU totals are PyTorch's
 where known (T4, RTX 4090), nvidia-smi's otherwise (marked "*").
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from vramlab.kvcache import available_configs
-from vramlab.vllm_memory import GPUS, PINNED, plan
+from vramlab.serving.kvcache import available_configs
+from vramlab.serving.vllm_memory import GPUS, PINNED, plan
 
 
 def main() -> None:

@@ -28,7 +28,8 @@ import time
 
 import torch
 
-from vramlab import kvcache, mla
+from vramlab.serving import kvcache
+from vramlab import mla
 
 LITE = dict(hidden_size=2048, num_attention_heads=16, kv_lora_rank=512, qk_nope_head_dim=128,
             qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=None, rope_theta=10000)

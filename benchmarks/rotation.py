@@ -14,7 +14,7 @@ partial run still leaves a usable, honest file (``"complete": false`` until the 
     python benchmarks/rotation.py --check --live     # ... and recompute one quantized row (~1 min)
 
 Provenance: the table records the git commit it was computed at and ``code_fingerprint`` (SHA-256 of
-the source files that produce the numbers, ``vramlab.quant.FINGERPRINT_FILES``). The benchmark refuses
+the source files that produce the numbers, ``vramlab.quarot.quant.FINGERPRINT_FILES``). The benchmark refuses
 to write from a tree with uncommitted changes unless ``--allow-dirty`` (the dirty files are then
 recorded in the table, and ``--check`` reports them). ``--append`` (resume) only adds rows to a table
 of the same commit and fingerprint.
@@ -48,11 +48,11 @@ import torch
 
 import transformers
 import vramlab
-from vramlab import quant
+from vramlab.quarot import quant
 from vramlab.data import token_windows
 from vramlab.eval import perplexity
 from vramlab.models import MODEL_NAME, load_smollm2
-from vramlab.rotate import rotate_model
+from vramlab.quarot.rotate import rotate_model
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "vramlab" / "results" / "quarot_table.json"
 
@@ -166,7 +166,7 @@ class Table:
                       "head-wise Hadamard when rotated), V per head",
                 "lm_head": "16-bit (float32 here)",
                 "rotation_none": "the original model: no norm folding, tied embeddings",
-                "rotation_hadamard": "vramlab.rotate.rotate_model(rotation='hadamard', seed): randomized "
+                "rotation_hadamard": "vramlab.quarot.rotate.rotate_model(rotation='hadamard', seed): randomized "
                                      "Hadamard residual rotation, online Hadamard before down_proj, head-wise "
                                      "Hadamard on V/O and on Q/K after RoPE",
                 "rotation_random": "same with a Haar-random orthogonal residual rotation",

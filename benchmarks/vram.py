@@ -20,7 +20,7 @@ import json
 import statistics
 import time
 
-from vramlab.vram_monitor import VramMonitor
+from vramlab.vram.monitor import VramMonitor
 
 
 def per_sample(n: int = 2000) -> dict:

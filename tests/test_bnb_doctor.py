@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from vramlab import bnb_doctor, bnb_logs
-from vramlab.bnb_logs import LABELS, explain_log, load_corpus, missing_versions
+from vramlab.bnb import doctor, logs
+from vramlab.bnb.logs import LABELS, explain_log, load_corpus, missing_versions
 
 CORPUS = load_corpus()
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def _bnb_dir() -> Path:
-    return bnb_doctor.shipped_binaries()["128"].parent if bnb_doctor.shipped_binaries() else Path("/nonexistent")
+    return doctor.shipped_binaries()["128"].parent if doctor.shipped_binaries() else Path("/nonexistent")
 
 
 # --------------------------------------------------------------------------- corpus
@@ -88,9 +88,9 @@ def test_root_cause_beats_symptoms():
 def test_old_override_advice_is_not_read_as_an_invalid_value():
     # 0.41's warning contains "BNB_CUDA_VERSION=XXX can be used ..." and "export BNB_CUDA_VERSION="
     text = next(e["text"] for e in CORPUS if e["id"] == "old_override_cuda125")
-    assert bnb_logs.override_value(text) == "125"
+    assert logs.override_value(text) == "125"
     advice_only = "Found duplicate CUDA runtime files (see below).\n    export BNB_CUDA_VERSION=122\n"
-    assert bnb_logs.override_value(advice_only) is None
+    assert logs.override_value(advice_only) is None
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "hello world", "\x00\xff" * 50, "CUDA SETUP:" * 10_000,
@@ -107,7 +107,7 @@ def test_bad_input_type_is_one_sentence():
         explain_log(42)
     assert explain_log(b"libcudart.so.12: cannot open shared object file").label == "cuda_runtime_dependency_missing"
     with pytest.raises(ValueError, match="No corpus log with id 'nope'"):
-        bnb_logs.corpus_entry("nope")
+        logs.corpus_entry("nope")
 
 
 def test_missing_versions_parses_the_loader_message():
@@ -128,8 +128,8 @@ def test_bitsandbytes_version_mismatch_hint_cannot_fire():
     assert 'no_cuda_lib_found = f"{BNB_BACKEND} binary not found" in original_error' in src
     assert 'raise RuntimeError(f"No compatible {BNB_BACKEND} binary found at {cuda_binary_path}")' in src
     real = "No compatible CUDA binary found at /x/libbitsandbytes_cuda999.so"
-    assert not bnb_doctor.version_mismatch_hint_fires(real)
-    assert bnb_doctor.version_mismatch_hint_fires("CUDA binary not found")  # the text it waits for
+    assert not doctor.version_mismatch_hint_fires(real)
+    assert doctor.version_mismatch_hint_fires("CUDA binary not found")  # the text it waits for
     rendered = next(e["text"] for e in CORPUS if e["id"] == "bnb050_no_binary_cuda102")
     assert "VERSION MISMATCH" not in rendered and "COMPILE FROM SOURCE for CPU-only" in rendered
     assert explain_log(rendered).label == "binary_missing_for_cuda_version"
@@ -138,42 +138,42 @@ def test_bitsandbytes_version_mismatch_hint_cannot_fire():
 @pytest.mark.slow
 @pytest.mark.parametrize("entry_id", ["bnb050_override_invalid", "bnb050_runtime_missing"])
 def test_rendered_corpus_entries_match_the_installed_bitsandbytes(entry_id):
-    entry = bnb_logs.corpus_entry(entry_id)
-    now = bnb_doctor.simulate(entry["scenario"])
+    entry = logs.corpus_entry(entry_id)
+    now = doctor.simulate(entry["scenario"])
     stored_dir = "/work/main/.venv/lib/python3.11/site-packages/bitsandbytes"
     assert now.replace(str(_bnb_dir()), stored_dir) == entry["text"]
 
 
 # --------------------------------------------------------------------------- machine checks
 def test_check_override_cases():
-    f = bnb_doctor.check_override(None, cuda_available=False)
+    f = doctor.check_override(None, cuda_available=False)
     assert f.status == "ok"
-    f = bnb_doctor.check_override("abc", cuda_available=False)
+    f = doctor.check_override("abc", cuda_available=False)
     assert f.status == "warning" and f.label == "bnb_cuda_version_override" and "digits" in f.detail
-    assert bnb_doctor.check_override("abc", cuda_available=True).status == "error"
-    f = bnb_doctor.check_override("999", cuda_available=True)
+    assert doctor.check_override("abc", cuda_available=True).status == "error"
+    f = doctor.check_override("999", cuda_available=True)
     assert f.status == "error" and "not shipped" in f.detail
-    shipped = bnb_doctor.shipped_binaries()
+    shipped = doctor.shipped_binaries()
     assert "128" in shipped and shipped["128"].name == "libbitsandbytes_cuda128.so"
-    assert bnb_doctor.check_override("128", cuda_available=True).status == "warning"
+    assert doctor.check_override("128", cuda_available=True).status == "warning"
 
 
 def test_override_advice_never_forces_another_runtime():
-    f = bnb_doctor.check_override("abc", cuda_available=False)
+    f = doctor.check_override("abc", cuda_available=False)
     assert f.fix == ["unset BNB_CUDA_VERSION"]  # CPU build: nothing to pin to
-    f = bnb_doctor.check_override("abc", cuda_available=True, torch_cuda="12.4")
+    f = doctor.check_override("abc", cuda_available=True, torch_cuda="12.4")
     assert f.fix[0] == "unset BNB_CUDA_VERSION" and "BNB_CUDA_VERSION=124" in f.fix[1]
     assert not any("132" in x or "130" in x for x in f.fix)
-    assert "libcudart.so.11.0" in bnb_doctor.check_override("118", cuda_available=True).cause
-    assert "libcudart.so.12)" in bnb_doctor.check_override("128", cuda_available=True).cause
+    assert "libcudart.so.11.0" in doctor.check_override("118", cuda_available=True).cause
+    assert "libcudart.so.12)" in doctor.check_override("128", cuda_available=True).cause
     # the names agree with what the shipped binaries really link against
-    for ver, path in bnb_doctor.shipped_binaries().items():
-        assert bnb_doctor.cudart_soname(ver).encode() + b"\x00" in path.read_bytes(), ver
+    for ver, path in doctor.shipped_binaries().items():
+        assert doctor.cudart_soname(ver).encode() + b"\x00" in path.read_bytes(), ver
 
 
 @pytest.mark.slow
 def test_runtime_missing_picks_a_binary_whose_runtime_is_really_missing():
-    text = bnb_doctor.simulate("runtime_missing")
+    text = doctor.simulate("runtime_missing")
     first = text.splitlines()[0]
     if first.startswith("skipped:"):
         pytest.skip("every shipped binary's CUDA runtime loads on this machine: " + first)
@@ -189,29 +189,29 @@ def test_runtime_missing_picks_a_binary_whose_runtime_is_really_missing():
 
 def test_abi_check_finds_a_missing_symbol(tmp_path):
     cpu_lib = _bnb_dir() / "libbitsandbytes_cpu.so"
-    assert bnb_doctor.abi_check(cpu_lib).status == "ok"
+    assert doctor.abi_check(cpu_lib).status == "ok"
     fake = tmp_path / "libneedy.so"
     fake.write_bytes(b"\x7fELF...GLIBCXX_3.4.99\x00CXXABI_1.3.99\x00")
-    f = bnb_doctor.abi_check(fake)
+    f = doctor.abi_check(fake)
     assert f.status == "error" and f.label == "libstdcxx_abi"
     assert f.evidence == ["GLIBCXX_3.4.99", "CXXABI_1.3.99"]
 
 
 def test_child_env_applies_and_removes(monkeypatch):
     monkeypatch.setenv("LD_LIBRARY_PATH", "/somewhere")
-    env = bnb_doctor.child_env({"BNB_CUDA_VERSION": "abc", "LD_LIBRARY_PATH": None})
+    env = doctor.child_env({"BNB_CUDA_VERSION": "abc", "LD_LIBRARY_PATH": None})
     assert env["BNB_CUDA_VERSION"] == "abc" and "LD_LIBRARY_PATH" not in env
     with pytest.raises(TypeError, match="env must be a dict"):
-        bnb_doctor.child_env(["BNB_CUDA_VERSION=1"])
+        doctor.child_env(["BNB_CUDA_VERSION=1"])
     with pytest.raises(ValueError, match="Unknown fault 'melt'"):
-        bnb_doctor.fault_env("melt")
+        doctor.fault_env("melt")
     with pytest.raises(ValueError, match="Unknown scenario"):
-        bnb_doctor.simulate("melt")
+        doctor.simulate("melt")
 
 
 @pytest.fixture(scope="module")
 def cpu_probe():
-    return bnb_doctor.probe()
+    return doctor.probe()
 
 
 def test_probe_sees_the_real_library(cpu_probe):
@@ -223,7 +223,7 @@ def test_probe_sees_the_real_library(cpu_probe):
 def test_diagnose_cpu_machine_has_no_errors(cpu_probe):
     if cpu_probe.get("cuda_available"):
         pytest.skip("a GPU machine: see test_doctor_on_gpu")
-    report = bnb_doctor.diagnose(probe_result=cpu_probe)
+    report = doctor.diagnose(probe_result=cpu_probe)
     assert report.mode == "CPU mode" and report.ok, report.text()
     names = [f.check for f in report.findings]
     for check in ("operating system", "glibc", "Python", "torch", "CUDA available", "NVIDIA driver", "bitsandbytes",
@@ -239,7 +239,7 @@ def test_diagnose_cpu_machine_has_no_errors(cpu_probe):
 
 @pytest.mark.slow
 def test_doctor_reports_invalid_override_in_a_subprocess():
-    run = bnb_doctor.break_and_diagnose("override_invalid")
+    run = doctor.break_and_diagnose("override_invalid")
     f = run.report.finding("BNB_CUDA_VERSION")
     assert f.label == "bnb_cuda_version_override" and "'abc' is invalid" in f.detail
     if not run.report.probe.get("cuda_available"):
@@ -254,7 +254,7 @@ def test_doctor_reports_invalid_override_in_a_subprocess():
 
 @pytest.mark.slow
 def test_cli_doctor_exit_codes(tmp_path):
-    env = bnb_doctor.child_env()
+    env = doctor.child_env()
     cmd = [sys.executable, "-m", "vramlab", "doctor", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     data = json.loads(proc.stdout)
@@ -262,7 +262,7 @@ def test_cli_doctor_exit_codes(tmp_path):
     if data["mode"] == "CPU mode":
         assert proc.returncode == 0 and data["errors"] == 0
     log = tmp_path / "bnb.log"
-    log.write_text(bnb_logs.corpus_entry("article_cxxabi_cuda117")["text"])
+    log.write_text(logs.corpus_entry("article_cxxabi_cuda117")["text"])
     proc = subprocess.run([sys.executable, "-m", "vramlab", "doctor", "--log", str(log)], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 1 and "libstdcxx_abi" in proc.stdout and "CXXABI_1.3.9" in proc.stdout
@@ -275,16 +275,16 @@ def test_cli_doctor_exit_codes(tmp_path):
 # --------------------------------------------------------------------------- on a real GPU
 @pytest.mark.gpu
 def test_doctor_on_gpu_and_one_fault():
-    report = bnb_doctor.diagnose()
+    report = doctor.diagnose()
     assert report.mode == "CUDA"
     gpu = report.finding("GPU 0")
     assert "compute capability" in gpu.detail
     loaded = report.finding("bitsandbytes")
     assert loaded.status == "ok" and "libbitsandbytes_cuda" in loaded.detail, report.text()
     # break it: hide the CUDA runtime of another major's binary behind a fake libcudart on LD_LIBRARY_PATH
-    run = bnb_doctor.break_and_diagnose("hidden_runtime")
+    run = doctor.break_and_diagnose("hidden_runtime")
     hide = Path(run.env["LD_LIBRARY_PATH"])
-    assert [p.name for p in hide.iterdir()] == [bnb_doctor.cudart_soname(run.env["BNB_CUDA_VERSION"])]
+    assert [p.name for p in hide.iterdir()] == [doctor.cudart_soname(run.env["BNB_CUDA_VERSION"])]
     assert run.returncode != 0, run.output
     root = run.report.finding("root cause")
     assert root.status == "error"
@@ -294,22 +294,22 @@ def test_doctor_on_gpu_and_one_fault():
 
 
 def test_binary_archs_read_from_the_installed_binaries():
-    shipped = bnb_doctor.shipped_binaries()
+    shipped = doctor.shipped_binaries()
     # 0.50.2: the CUDA 13 binaries start at sm_75, the CUDA 11.8-12.6 ones at sm_60 (installation guide v0.50.0)
-    assert bnb_doctor.binary_min_compute_capability(shipped["130"]) == (7, 5)
-    assert 60 in bnb_doctor.binary_archs(shipped["126"])["elf"]
-    assert bnb_doctor.binary_min_compute_capability(shipped["126"]) == (6, 0)
-    assert bnb_doctor.binary_archs(_bnb_dir() / "libbitsandbytes_cpu.so") == {}
+    assert doctor.binary_min_compute_capability(shipped["130"]) == (7, 5)
+    assert 60 in doctor.binary_archs(shipped["126"])["elf"]
+    assert doctor.binary_min_compute_capability(shipped["126"]) == (6, 0)
+    assert doctor.binary_archs(_bnb_dir() / "libbitsandbytes_cpu.so") == {}
 
 
 def test_a_v100_with_a_cuda13_torch_is_warned(cpu_probe):
     p = dict(cpu_probe, cuda_available=True, torch_cuda="13.0", lib_path=None,
              gpus=[{"index": 0, "name": "Tesla V100-SXM2-16GB", "cc": [7, 0]}])
-    gpu = bnb_doctor.diagnose(probe_result=p).finding("GPU 0")
+    gpu = doctor.diagnose(probe_result=p).finding("GPU 0")
     assert gpu.status == "error" and gpu.label == "compute_capability_low"
     assert "libbitsandbytes_cuda130.so" in gpu.detail and "sm_75" in gpu.detail
     p["torch_cuda"] = "12.6"  # the 12.6 binary has sm_70: only LLM.int8() is slow
-    assert bnb_doctor.diagnose(probe_result=p).finding("GPU 0").status == "warning"
+    assert doctor.diagnose(probe_result=p).finding("GPU 0").status == "warning"
 
 
 def test_old_logs_are_judged_by_their_release_floor():
@@ -317,20 +317,20 @@ def test_old_logs_are_judged_by_their_release_floor():
     old = "CUDA SETUP: PyTorch settings found: CUDA_VERSION=117, Highest Compute Capability: 5.2.\n"
     f = explain_log(old)
     assert f.status == "warning" and "below 7.5" in f.detail  # only the slow-int8 warning, not an error
-    k80 = bnb_logs.corpus_entry("k80_cc37_cuda117")["text"]
+    k80 = logs.corpus_entry("k80_cc37_cuda117")["text"]
     assert explain_log(k80).label == "compute_capability_low" and "0.39.1" in explain_log(k80).detail
-    assert "0.48.0" in explain_log(bnb_logs.corpus_entry("bnb050_old_gpu_cc52")["text"]).detail
+    assert "0.48.0" in explain_log(logs.corpus_entry("bnb050_old_gpu_cc52")["text"]).detail
 
 
 def test_a_fake_runtime_first_on_the_path_really_hides_it(tmp_path):
     """The mechanism of the gpu test's hidden_runtime, shown on any Linux machine: a fake libcudart.so.N
     first on LD_LIBRARY_PATH makes the dynamic loader fail on that binary, and the doctor names it."""
-    shipped = bnb_doctor.shipped_binaries()
+    shipped = doctor.shipped_binaries()
     version = max(shipped, key=int)
-    (tmp_path / bnb_doctor.cudart_soname(version)).write_text("not a library\n")
+    (tmp_path / doctor.cudart_soname(version)).write_text("not a library\n")
     code = f"import ctypes\ntry:\n ctypes.CDLL({str(shipped[version])!r})\nexcept OSError as e: print(e)"
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
-    assert f"{tmp_path}/{bnb_doctor.cudart_soname(version)}: file too short" in out, out
+    assert f"{tmp_path}/{doctor.cudart_soname(version)}: file too short" in out, out
     f = explain_log(out)
-    assert f.label == "cuda_runtime_dependency_missing" and bnb_doctor.cudart_soname(version) in f.detail
+    assert f.label == "cuda_runtime_dependency_missing" and doctor.cudart_soname(version) in f.detail

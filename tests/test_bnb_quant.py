@@ -6,23 +6,24 @@ import math
 
 import pytest
 
-from vramlab import bnb_quant, outliers, quant
+from vramlab.bnb import quantized
+from vramlab.quarot import outliers, quant
 
 
 def test_config_errors_are_one_sentence():
     with pytest.raises(ValueError, match="kind must be one of int8, fp4, nf4, nf4\\+dq; got 'int3'"):
-        bnb_quant.bnb_config("int3")
+        quantized.bnb_config("int3")
     with pytest.raises(ValueError, match="threshold applies to kind='int8'"):
-        bnb_quant.bnb_config("nf4", threshold=5.0)
-    cfg = bnb_quant.bnb_config("int8", threshold=20)
+        quantized.bnb_config("nf4", threshold=5.0)
+    cfg = quantized.bnb_config("int8", threshold=20)
     assert cfg.load_in_8bit and cfg.llm_int8_threshold == 20.0
-    cfg = bnb_quant.bnb_config("nf4+dq")
+    cfg = quantized.bnb_config("nf4+dq")
     assert cfg.load_in_4bit and cfg.bnb_4bit_quant_type == "nf4" and cfg.bnb_4bit_use_double_quant
 
 
 def test_cached_table_is_current_and_consistent(smollm2):
-    table = bnb_quant.load_table()  # raises when the code changed since benchmarks/bnb.py ran
-    assert table["windows"]["n"] == 8 and [r["kind"] for r in table["rows"]] == ["fp32", "bf16", *bnb_quant.KINDS]
+    table = quantized.load_table()  # raises when the code changed since benchmarks/bnb.py ran
+    assert table["windows"]["n"] == 8 and [r["kind"] for r in table["rows"]] == ["fp32", "bf16", *quantized.KINDS]
     row = {r["kind"]: r for r in table["rows"]}
     model, _ = smollm2
     assert row["fp32"]["footprint_bytes"] == model.get_memory_footprint()
@@ -41,13 +42,13 @@ def test_fingerprint_refuses_a_stale_table(tmp_path):
     stale = tmp_path / "t.json"
     stale.write_text('{"fingerprint": "0000", "rows": []}')
     with pytest.raises(ValueError, match="run python benchmarks/bnb.py"):
-        bnb_quant.load_table(stale)
-    assert bnb_quant.load_table(stale, check=False)["rows"] == []
+        quantized.load_table(stale)
+    assert quantized.load_table(stale, check=False)["rows"] == []
 
 
 @pytest.fixture(scope="module")
 def int8_model():
-    return bnb_quant.load_quantized("int8")
+    return quantized.load_quantized("int8")
 
 
 @pytest.mark.slow
@@ -55,36 +56,36 @@ def test_int8_load_replaces_the_decoder_linears(int8_model):
     import bitsandbytes as bnb
 
     model, tok = int8_model
-    lins = bnb_quant.quantized_linears(model)
+    lins = quantized.quantized_linears(model)
     assert len(lins) == 30 * 7 and all(isinstance(m, bnb.nn.Linear8bitLt) for m in lins.values())
     assert not isinstance(model.lm_head, bnb.nn.Linear8bitLt)
-    assert model.get_memory_footprint() == bnb_quant.table_row(bnb_quant.load_table(), "int8")["footprint_bytes"]
-    assert bnb_quant.quant_state_bytes(model) == 30 * (576 * 3 + 192 * 2 + 1536 * 2) * 4  # one SCB per row
-    assert isinstance(bnb_quant.generate(model, tok, max_new_tokens=3), str)
+    assert model.get_memory_footprint() == quantized.table_row(quantized.load_table(), "int8")["footprint_bytes"]
+    assert quantized.quant_state_bytes(model) == 30 * (576 * 3 + 192 * 2 + 1536 * 2) * 4  # one SCB per row
+    assert isinstance(quantized.generate(model, tok, max_new_tokens=3), str)
 
 
 @pytest.mark.slow
 def test_outlier_columns_are_bitsandbytes_threshold_rule(int8_model, smollm2, windows):
     model, _ = int8_model
     ids = windows[0, :128]
-    cols = bnb_quant.outlier_columns(model, ids, layer=29)
+    cols = quantized.outlier_columns(model, ids, layer=29)
     x = outliers.capture(model, ids, 29, "down_in")
-    assert cols == bnb_quant.columns_above(x) and len(cols) > 0
-    every = bnb_quant.outlier_columns(model, ids)
+    assert cols == quantized.columns_above(x) and len(cols) > 0
+    every = quantized.outlier_columns(model, ids)
     assert every[29] == cols and set(every) == set(range(30))
     # notebook 01's largest channel of layer 29 (float32 model) is among them
     x32 = outliers.capture(smollm2[0], ids, 29, "down_in")
     assert int(x32.abs().amax(0).argmax()) in cols
     with pytest.raises(TypeError, match="not a Linear8bitLt"):
-        bnb_quant.outlier_columns(smollm2[0], ids, layer=0)
+        quantized.outlier_columns(smollm2[0], ids, layer=0)
 
 
 @pytest.mark.slow
 def test_nf4_double_quant_live_matches_the_table(windows):
-    model, tok = bnb_quant.load_quantized("nf4+dq")
-    row = bnb_quant.table_row(bnb_quant.load_table(), "nf4+dq")
+    model, tok = quantized.load_quantized("nf4+dq")
+    row = quantized.table_row(quantized.load_table(), "nf4+dq")
     assert model.get_memory_footprint() == row["footprint_bytes"]
-    assert bnb_quant.quant_state_bytes(model) == row["quant_state_bytes"]
-    nll = bnb_quant.window_nlls(model, windows[:1])[0]
+    assert quantized.quant_state_bytes(model) == row["quant_state_bytes"]
+    nll = quantized.window_nlls(model, windows[:1])[0]
     assert abs(nll - row["window_nll"][0]) < 1e-3
-    assert "Paris" in bnb_quant.generate(model, tok)
+    assert "Paris" in quantized.generate(model, tok)

@@ -161,8 +161,8 @@ def test_solution_is_accepted(name, capsys):
 
 
 def test_package_reference_functions_pass_the_checks():
-    from vramlab.hadamard import fwht_butterfly, sylvester
-    from vramlab.rotate import fold_rmsnorm_into_linear
+    from vramlab.quarot.hadamard import fwht_butterfly, sylvester
+    from vramlab.quarot.rotate import fold_rmsnorm_into_linear
 
     assert lab01.check_sylvester_hadamard(sylvester)
     assert lab01.check_butterfly(fwht_butterfly)

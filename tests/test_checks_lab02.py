@@ -80,7 +80,7 @@ def test_solution_passes(name, capsys):
 
 
 def test_package_quantizers_pass_their_own_checks(capsys):
-    from vramlab.quant import quantize_groupwise_asym, quantize_per_token_sym
+    from vramlab.quarot.quant import quantize_groupwise_asym, quantize_per_token_sym
 
     assert lab02.check_per_token_quantizer(quantize_per_token_sym)
     assert lab02.check_kv_quantizer(quantize_groupwise_asym)
@@ -120,7 +120,7 @@ def test_quantizer_checks_reject_nan_and_a_missing_scale_clamp():
 
 def test_in_place_solution_does_not_corrupt_later_cases():
     from vramlab.checks import check_per_token_quantizer
-    from vramlab.quant import quantize_per_token_sym
+    from vramlab.quarot.quant import quantize_per_token_sym
 
     def in_place(x, bits, clip):
         x.copy_(quantize_per_token_sym(x, bits, clip))

@@ -61,7 +61,7 @@ def test_oom_hints_recognise_common_mistakes(capsys):
 
 
 def test_prediction_any_honest_number_passes_and_reports_distance(capsys):
-    from vramlab.allocator import MiB
+    from vramlab.vram.allocator import MiB
 
     assert checks.check_reserved_prediction({"default": 0, "expandable": 1e6})
     capsys.readouterr()

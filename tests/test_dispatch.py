@@ -99,7 +99,7 @@ def test_empty_model_is_meta_and_quick_for_70b():
 def test_empty_model_accepts_dict_and_pretrainedconfig():
     from transformers import AutoConfig
 
-    from vramlab.kvcache import load_config
+    from vramlab.serving.kvcache import load_config
 
     cfg = load_config("qwen3-0.6b")
     a = D.empty_model(cfg)

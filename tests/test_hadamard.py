@@ -1,4 +1,4 @@
-"""vramlab.hadamard: constructions, error messages, random rotations, fast transform."""
+"""vramlab.quarot.hadamard: constructions, error messages, random rotations, fast transform."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from vramlab import hadamard as H
+from vramlab.quarot import hadamard as H
 
 BASES = (1, 12, 20, 28, 36, 40, 52, 60)
 
@@ -162,3 +162,12 @@ def test_bad_seed_radix_and_input_one_sentence():
         H.fwht(torch.ones(4), radix=3)
     with pytest.raises(ValueError, match="at least one dimension"):
         H.fwht(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("build", ["hadamard_matrix", "random_hadamard", "sylvester", "random_orthogonal"])
+def test_dense_matrix_too_large_is_one_sentence(build):
+    # 2**20 would be an 8 TiB float64 matrix: refused before any allocation, naming n and the fix
+    from vramlab.quarot import hadamard
+
+    with pytest.raises(ValueError, match=r"n=1048576 is too large for a dense matrix .* fwht"):
+        getattr(hadamard, build)(2**20)

@@ -136,7 +136,7 @@ KIND_ALIASES = {"kv_preemption": "block_manager_exhausted"}
 
 
 def test_log_bank_is_classified_as_listed():
-    from vramlab.oom import KINDS, diagnose
+    from vramlab.serving.triage import KINDS, diagnose
 
     section = _section("## OOM log bank")
     items = re.findall(r"kind `(\w+)`\n   ```text\n(.*?)\n   ```", section, re.S)

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from vramlab.kvcache import (
+from vramlab.serving.kvcache import (
     GiB, KiB, attention_shape, available_configs, estimate_num_parameters, format_kv_table, kv_bytes_per_token,
     kv_cache_bytes, kv_table, load_config, mla_vs_mha, num_parameters,
 )
-from vramlab.vllm_memory import page_size_bytes
+from vramlab.serving.vllm_memory import page_size_bytes
 
 BUNDLED = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "mistral-7b", "mixtral-8x7b", "deepseek-v2",
            "deepseek-v3", "deepseek-llm-67b", "smollm2-135m"]

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from vramlab import kvcache, mla
+from vramlab.serving import kvcache
+from vramlab import mla
 from vramlab.mla import LatentCache, MultiHeadLatentAttention, decode
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0, "rope_theta": 10000.0,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from vramlab.kvcache import GiB
-from vramlab.oom import CRASH_KINDS, FIXES, KINDS, diagnose, normalize_log, oom_verdict
-from vramlab.paged import burst, simulate
-from vramlab.vllm_memory import check_kv_cache, free_memory_message
+from vramlab.serving.kvcache import GiB
+from vramlab.serving.triage import CRASH_KINDS, FIXES, KINDS, diagnose, normalize_log
+from vramlab.vram.oom_message import oom_verdict
+from vramlab.serving.paged import burst, simulate
+from vramlab.serving.vllm_memory import check_kv_cache, free_memory_message
 
 V0_WARNING = ("WARNING 05-14 09:12:44 scheduler.py:1057] Sequence group 0 is preempted by PreemptionMode.RECOMPUTE "
               "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "

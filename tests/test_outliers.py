@@ -1,4 +1,4 @@
-"""vramlab.outliers: measures, streaming statistics, and the real model's outliers."""
+"""vramlab.quarot.outliers: measures, streaming statistics, and the real model's outliers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from vramlab import outliers as O
+from vramlab.quarot import outliers as O
 
 
 def test_single_tensor_measures():
@@ -54,7 +54,7 @@ def tiny_llama():
 
 
 def test_activation_stats_on_tiny_model_and_cleanup():
-    from vramlab import attention
+    from vramlab.quarot import attention
 
     m = tiny_llama()
     ids = torch.randint(0, 101, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -81,7 +81,7 @@ def test_activation_stats_on_tiny_model_and_cleanup():
 
 @pytest.mark.slow
 def test_layer29_down_proj_outliers_and_rotation(smollm2, windows):
-    from vramlab.rotate import rotate_model
+    from vramlab.quarot.rotate import rotate_model
 
     model, _ = smollm2
     w = windows[:1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vramlab.paged import BlockPool, Request, Scheduler, burst, simulate
+from vramlab.serving.paged import BlockPool, Request, Scheduler, burst, simulate
 
 
 def test_deterministic_given_the_seed():

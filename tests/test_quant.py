@@ -1,4 +1,4 @@
-"""Tests for vramlab.quant: quantizer error bounds, GPTQ vs RTN, quantize_model on tiny and real models."""
+"""Tests for vramlab.quarot.quant: quantizer error bounds, GPTQ vs RTN, quantize_model on tiny and real models."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from vramlab import quant
+from vramlab.quarot import quant
 
 
 # ------------------------------------------------------------------ elementary quantizers

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from vramlab import quant
+from vramlab.quarot import quant
 
 TABLE = quant.load_quarot_table()
 
@@ -72,7 +72,7 @@ def test_live_quantized_row_matches_the_table_to_1e_3(smollm2, windows):
     """Recompute W4A4KV4, Hadamard seed 0, RTN weights (every quantizer and the rotation) on the 8
     evaluation windows with the settings recorded in the table: within 1e-3 relative of the table."""
     from vramlab.eval import perplexity
-    from vramlab.rotate import rotate_model
+    from vramlab.quarot.rotate import rotate_model
 
     row = next(r for r in TABLE["rows"] if (r["setting"], r["rotation"], r["weights"], r["seed"],
                                             r["group_size"]) == ("W4A4KV4", "hadamard", "rtn", 0, None))
@@ -88,7 +88,7 @@ def test_live_quantized_row_matches_the_table_to_1e_3(smollm2, windows):
 def test_live_w16a4_rotation_wins_on_one_window(smollm2, windows):
     """Recompute W16A4 none vs hadamard (seed 0) on one window: rotation must win by far."""
     from vramlab.eval import perplexity
-    from vramlab.rotate import rotate_model
+    from vramlab.quarot.rotate import rotate_model
 
     model, _ = smollm2
     one = windows[:1]

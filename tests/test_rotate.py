@@ -1,4 +1,4 @@
-"""vramlab.attention and vramlab.rotate: hooks, computational invariance, structure."""
+"""vramlab.quarot.attention and vramlab.quarot.rotate: hooks, computational invariance, structure."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from vramlab import attention, rotate
-from vramlab.hadamard import hadamard_matrix
+from vramlab.quarot import attention, rotate
+from vramlab.quarot.hadamard import hadamard_matrix
 
 
 def tiny_llama(seed=0, hidden=48, heads=4, kv_heads=2, inter=96, tie=True):
@@ -183,7 +183,7 @@ def test_invariance_real_model(smollm2, windows):
 
 def test_contract_for_the_quantizer(tiny, ids):
     """quant.py relies on: down_proj[1] sees fwht(activation); K hooks see K after the head-wise Hadamard."""
-    from vramlab.hadamard import fwht
+    from vramlab.quarot.hadamard import fwht
 
     r = rotate.rotate_model(tiny, "hadamard", seed=0)
     mlp, attn = r.model.layers[1].mlp, r.model.layers[1].self_attn
@@ -213,7 +213,7 @@ def test_contract_for_the_quantizer(tiny, ids):
 
 
 def test_rotate_functions_reject_bad_input_in_one_sentence(smollm2):
-    from vramlab import rotate
+    from vramlab.quarot import rotate
 
     model, _ = smollm2
     with pytest.raises(TypeError, match="model must be a Llama-style causal LM"):

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from vramlab.kvcache import GiB, MiB, attention_shape, load_config
-from vramlab.vllm_memory import (
+from vramlab.serving.kvcache import GiB, MiB, attention_shape, load_config
+from vramlab.serving.vllm_memory import (
     DEFAULT_UTILIZATION, EST_CUDAGRAPH_BYTES, FREE_MEMORY_FORMAT, NO_CACHE_BLOCKS_MESSAGE, ONE_REQUEST_FORMAT, PINNED,
     GPUS, MODELLED_KV_CACHE_DTYPES, VLLM_KV_CACHE_DTYPES, batch_defaults, check_kv_cache, estimate_max_model_len,
     fixes, format_gib, free_memory_message, get_gpu, needed_bytes, page_size_bytes, plan, vllm_error_message,

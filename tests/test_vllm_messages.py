@@ -1,5 +1,5 @@
 """Every vLLM message vramlab prints, held against a copy of the format string in the vLLM file it
-comes from (copied by hand from the pinned source; see vramlab.vllm_memory.PINNED). The copies here
+comes from (copied by hand from the pinned source; see vramlab.serving.vllm_memory.PINNED). The copies here
 are independent of the module's constants, so a typo on either side fails."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from vramlab.kvcache import GiB
-from vramlab.paged import burst, simulate
-from vramlab.vllm_memory import PINNED, check_kv_cache, free_memory_message, plan
+from vramlab.serving.kvcache import GiB
+from vramlab.serving.paged import burst, simulate
+from vramlab.serving.vllm_memory import PINNED, check_kv_cache, free_memory_message, plan
 
 # (file @ commit, the format string as written in that file: f-string pieces joined, or a %-format)
 SOURCE = {
@@ -152,9 +152,9 @@ def test_v0_preemption_warnings():
 def test_each_format_is_used(key):
     import inspect
 
-    import vramlab.paged
-    import vramlab.vllm_memory
+    import vramlab.serving.paged
+    import vramlab.serving.vllm_memory
 
-    src = inspect.getsource(vramlab.vllm_memory) + inspect.getsource(vramlab.paged)
+    src = inspect.getsource(vramlab.serving.vllm_memory) + inspect.getsource(vramlab.serving.paged)
     first_words = re.split(r"[{%(]", SOURCE[key][1])[0][:30]
     assert first_words in src

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from vramlab.allocator import (FRAGMENTATION_PATTERN, MiB, allocation_size, fragmentation, round_size,
+from vramlab.vram.allocator import (FRAGMENTATION_PATTERN, MiB, allocation_size, fragmentation, round_size,
                                run_experiment, simulate, timeline, timeline_figure, write_offline_html)
 from vramlab.device import has_cuda
 
@@ -104,7 +104,7 @@ def test_gpu_expandable_segments_reserve_less():
 def test_gpu_oom_subprocess_fails_parent_survives_and_message_is_explained():
     import torch
 
-    from vramlab.oom import diagnose
+    from vramlab.serving.triage import diagnose
     from vramlab.vram import parse_oom_message
 
     run = run_experiment("oom", cap_bytes=1 << 30, chunk_bytes=256 * MiB)

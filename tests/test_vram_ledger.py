@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vramlab.device import has_cuda
-from vramlab.vram_ledger import memory_ledger
+from vramlab.vram.ledger import memory_ledger
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def tiny():  # a fresh CPU model per test: on a GPU the ledger moves it
 
 def test_computed_rows_are_footprint_and_kvcache(tiny):
     from vramlab.footprint import total_bytes
-    from vramlab.kvcache import kv_cache_bytes
+    from vramlab.serving.kvcache import kv_cache_bytes
 
     ledger = memory_ledger(tiny, torch.zeros(2, 16, dtype=torch.long))
     rows = {r.item: r for r in ledger.rows}
@@ -37,7 +37,7 @@ def test_computed_rows_are_footprint_and_kvcache(tiny):
 
 def test_ledger_kv_matches_the_real_cache(tiny):
     """The KV arithmetic equals the bytes of the cache transformers really returns (measured on CPU too)."""
-    from vramlab.vram_ledger import _cache_tensor_bytes
+    from vramlab.vram.ledger import _cache_tensor_bytes
 
     with torch.no_grad():
         out = tiny(torch.zeros(2, 16, dtype=torch.long), use_cache=True)

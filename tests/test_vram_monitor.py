@@ -9,7 +9,7 @@ import pytest
 
 from vramlab.device import has_cuda
 from vramlab.vram import VramMonitor
-from vramlab.vram_monitor import CPU_COLUMNS, GPU_COLUMNS, sampler_threads, stop_all_monitors
+from vramlab.vram.monitor import CPU_COLUMNS, GPU_COLUMNS, sampler_threads, stop_all_monitors
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ def test_rss_follows_a_real_allocation():
 
     code = """
 import torch
-from vramlab.vram_monitor import VramMonitor
+from vramlab.vram.monitor import VramMonitor
 with VramMonitor(interval_s=0.02, key="t3") as mon:
     if mon.mode == "GPU":
         print("GPU"); raise SystemExit
@@ -145,7 +145,7 @@ def test_max_samples_keeps_the_newest():
 # --- the widget --------------------------------------------------------------------------------------
 
 def test_widget_redraws_and_stops_with_the_monitor():
-    from vramlab.vram_widget import VramWidget
+    from vramlab.vram.widget import VramWidget
 
     mon = VramMonitor(interval_s=0.02, key="w").start()
     w = VramWidget(mon, refresh_s=0.1)
@@ -164,7 +164,7 @@ def test_widget_redraws_and_stops_with_the_monitor():
 
 
 def test_widget_argument_errors():
-    from vramlab.vram_widget import VramWidget
+    from vramlab.vram.widget import VramWidget
 
     with pytest.raises(TypeError, match="monitor"):
         VramWidget(object())
@@ -173,7 +173,7 @@ def test_widget_argument_errors():
 
 
 def test_monitor_figure_gpu_rows_stack_allocated_and_unallocated():
-    from vramlab.vram_widget import monitor_figure
+    from vramlab.vram.widget import monitor_figure
 
     MiB = 1 << 20  # rows shaped like GPU samples (synthetic numbers: this only tests the drawing)
     rows = [{"t": float(i), "allocated": i * MiB, "reserved": 2 * i * MiB, "max_allocated": i * MiB,
@@ -213,7 +213,7 @@ def test_gpu_monitor_sees_one_gib_appear_and_disappear():
 def test_widget_rerun_does_not_stack_redraw_threads():
     import threading
 
-    from vramlab.vram_widget import VramWidget
+    from vramlab.vram.widget import VramWidget
 
     def redraw_threads():
         return [t for t in threading.enumerate() if t.name == "vramlab-vram-widget" and t.is_alive()]
@@ -227,7 +227,7 @@ def test_widget_rerun_does_not_stack_redraw_threads():
 
 
 def test_unreferenced_widget_and_monitor_are_collected():
-    from vramlab.vram_widget import VramWidget
+    from vramlab.vram.widget import VramWidget
 
     w = VramWidget(VramMonitor(interval_s=0.02, key="gc-widget").start(), refresh_s=0.1)
     thread = w._thread
@@ -242,7 +242,7 @@ def test_gpu_code_path_with_stubbed_counters(monkeypatch):
     import torch
 
     import vramlab.device
-    from vramlab.vram_widget import VramWidget
+    from vramlab.vram.widget import VramWidget
 
     stats = {"allocated_bytes.all.current": 3 << 20, "reserved_bytes.all.current": 8 << 20,
              "allocated_bytes.all.peak": 5 << 20, "reserved_bytes.all.peak": 8 << 20,

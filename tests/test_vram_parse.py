@@ -134,7 +134,7 @@ def test_every_number_of_every_oom_text_in_the_articles():
     # The only other 'OutOfMemoryError' text in the articles is a generated catalogue entry that no vLLM
     # release prints ("Unable to allocate memory for KV cache block ... free blocks: 0"). It is not a
     # PyTorch allocator message: parse_oom_message finds no sizes in it, oom.diagnose reads it instead.
-    from vramlab.oom import diagnose
+    from vramlab.serving.triage import diagnose
 
     catalogue = [line for p in SEEDS.glob("*.txt") for line in p.read_text(errors="replace").splitlines()
                  if "Unable to allocate memory for KV cache block" in line]

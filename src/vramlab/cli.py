@@ -46,9 +46,9 @@ def _labs(args) -> int:
 
 
 def _doctor(args) -> int:
-    from vramlab import bnb_doctor
+    from vramlab.bnb import doctor
 
-    return bnb_doctor.doctor_main(as_json=args.json, log=args.log)
+    return doctor.doctor_main(as_json=args.json, log=args.log)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ def check_sylvester_hadamard(fn) -> CheckResult:
     """``fn(n)`` builds Sylvester's Hadamard matrix of order ``n = 2^k`` (entries ±1, not normalised)."""
     import torch
 
-    from vramlab.hadamard import sylvester
+    from vramlab.quarot.hadamard import sylvester
 
     name = "Sylvester Hadamard"
     want = "sylvester(n): H_1 = [[1]], H_2m = [[H_m, H_m], [H_m, -H_m]] for n = 1, 2, 4, 8, 64"
@@ -58,7 +58,7 @@ def check_butterfly(fn) -> CheckResult:
     """``fn(x)`` is the fast Walsh-Hadamard transform ``x @ H_n / sqrt(n)`` over the last dim, n = 2^k."""
     import torch
 
-    from vramlab.hadamard import sylvester
+    from vramlab.quarot.hadamard import sylvester
 
     name = "butterfly transform"
     want = "x @ sylvester(n) / sqrt(n) over the last dimension"

@@ -1,6 +1,6 @@
 """Checks for notebook 02 (W4A4KV4: outliers, rotations and 4-bit quantizers).
 
-The references are :mod:`vramlab.quant`'s own quantizers, so a check and the lesson cannot disagree.
+The references are :mod:`vramlab.quarot.quant`'s own quantizers, so a check and the lesson cannot disagree.
 Each check prints one PASS/FAIL line with what was expected and what it got, and returns a
 ``CheckResult``; it never raises on a wrong answer.
 """
@@ -93,7 +93,7 @@ def check_per_token_quantizer(fn) -> CheckResult:
     Per token (row of the last dim): ``s = clip_ratio * max|x| / (2^(b-1) - 1)``,
     ``q = clamp(round(x / s), -2^(b-1), 2^(b-1) - 1)``, return ``q * s``.
     """
-    from vramlab.quant import quantize_per_token_sym
+    from vramlab.quarot.quant import quantize_per_token_sym
 
     def step(x, bits, clip):
         return (x.abs().amax(-1, keepdim=True) * clip / (2 ** (bits - 1) - 1)).clamp_min(1e-12)
@@ -149,7 +149,7 @@ def check_kv_quantizer(fn) -> CheckResult:
     ``lo = clip * min(min, 0)``, ``hi = clip * max(max, 0)``, ``s = (hi - lo) / (2^b - 1)``,
     ``z = round(-lo / s)``, ``q = clamp(round(x / s) + z, 0, 2^b - 1)``, return ``(q - z) * s``.
     """
-    from vramlab.quant import quantize_groupwise_asym
+    from vramlab.quarot.quant import quantize_groupwise_asym
 
     def step(x, bits, gs, clip):
         g = x.reshape(*x.shape[:-1], x.shape[-1] // gs, gs)

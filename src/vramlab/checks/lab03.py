@@ -1,8 +1,8 @@
 """Checks for notebook 03 (KV budget and OOM triage).
 
 Each check prints one PASS/FAIL line with what was expected and what it got, and returns a
-``CheckResult``; the references are vramlab's own functions (``vramlab.kvcache``,
-``vramlab.vllm_memory``, ``vramlab.oom``), so a check and the lesson cannot disagree. An untouched
+``CheckResult``; the references are vramlab's own functions (``vramlab.serving.kvcache``,
+``vramlab.serving.vllm_memory``, ``vramlab.serving.triage``), so a check and the lesson cannot disagree. An untouched
 stub (None, or a function raising NotImplementedError) is told "not done yet" without the answer;
 a recognisable wrong value (K or V forgotten, GB for GiB, bits for bytes ...) gets a hint aimed at it.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
-from vramlab.kvcache import GiB, kv_bytes_per_token
-from vramlab.oom import VERDICTS, oom_verdict
-from vramlab.vllm_memory import check_kv_cache_dtype, estimate_max_model_len, needed_bytes, plan
+from vramlab.serving.kvcache import GiB, kv_bytes_per_token
+from vramlab.vram.oom_message import VERDICTS, oom_verdict
+from vramlab.serving.vllm_memory import check_kv_cache_dtype, estimate_max_model_len, needed_bytes, plan
 
 __all__ = ["check_kv_bytes_by_hand", "check_mla_bytes_by_hand", "check_prediction", "check_needed_gib",
            "check_max_len_that_fits", "check_fix_plan", "check_oom_verdict"]
@@ -138,7 +138,7 @@ MAX_SAFE_UTILIZATION = 0.95   # the troubleshooting articles: 0.9-0.95 on a dedi
 
 def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
                    max_model_len: int = FIX_MAX_MODEL_LEN) -> CheckResult:
-    """``kwargs`` for :func:`vramlab.vllm_memory.plan` with which ``model`` starts on one ``gpu`` and still
+    """``kwargs`` for :func:`vramlab.serving.vllm_memory.plan` with which ``model`` starts on one ``gpu`` and still
     serves requests of ``max_model_len`` tokens (the lesson's context)."""
     name = f"a start-up config for {model} on one {gpu} at {max_model_len:,} tokens"
     if kwargs is None:
@@ -201,7 +201,7 @@ _VERDICT_CASES = [  # (tried, free on the device, reserved-but-unallocated)
 
 def check_oom_verdict(fn) -> CheckResult:
     """``fn(tried_bytes, free_bytes, reserved_unallocated_bytes)`` -> ``"cap"``, ``"fragmentation"`` or
-    ``"shortage"`` (the reference is :func:`vramlab.oom.oom_verdict`)."""
+    ``"shortage"`` (the reference is :func:`vramlab.vram.oom_message.oom_verdict`)."""
     name = "OOM verdict"
     for tried, free, unalloc in _VERDICT_CASES:
         want = oom_verdict(tried, free, unalloc)

@@ -1,6 +1,6 @@
 """Checks for notebook 04 (Multi-head Latent Attention caches).
 
-References are vramlab's own functions (``vramlab.kvcache`` for bytes, ``vramlab.mla`` for the
+References are vramlab's own functions (``vramlab.serving.kvcache`` for bytes, ``vramlab.mla`` for the
 layer), so a check and the lesson cannot disagree. A check never reveals the expected value while
 the exercise is untouched (``None`` or ``NotImplementedError``).
 """
@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
-from vramlab.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
+from vramlab.serving.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
 __all__ = ["check_v3_latent_elements", "check_v3_latent_bytes", "check_v3_per_head_elements",
            "check_keys_by_hand", "check_absorbed_scores", "check_prediction_recorded", "check_conversion_prediction"]

@@ -1,6 +1,6 @@
 """Checks for notebook 06 (bitsandbytes for real, and a doctor for its setup failures).
 
-The references are vramlab's own functions (``vramlab.bnb_logs.explain_log`` / ``missing_versions``
+The references are vramlab's own functions (``vramlab.bnb.logs.explain_log`` / ``missing_versions``
 and the measured footprint), so a check and the lesson cannot disagree.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramlab.bnb_logs import LABELS, corpus_entry, explain_log, missing_versions
+from vramlab.bnb.logs import LABELS, corpus_entry, explain_log, missing_versions
 from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
 
 __all__ = ["check_log_label", "check_missing_symbol", "check_4bit_prediction"]

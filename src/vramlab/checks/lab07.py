@@ -1,7 +1,7 @@
 """Checks for notebook 07 (watch VRAM live, the caching allocator, a real OOM).
 
 References are vramlab's own functions (``vramlab.vram.parse_oom_message``,
-``vramlab.allocator.simulate``), so a check and the lesson cannot disagree.
+``vramlab.vram.allocator.simulate``), so a check and the lesson cannot disagree.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.allocator import MiB, simulate
+from vramlab.vram.allocator import MiB, simulate
 from vramlab.checks._core import CheckResult, as_float, fmt_number, report
 from vramlab.vram import parse_oom_message
 

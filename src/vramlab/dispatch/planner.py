@@ -151,7 +151,7 @@ def _pretrained_config(config: Any):
 
     if isinstance(config, PretrainedConfig):
         return config
-    from vramlab.kvcache import load_config
+    from vramlab.serving.kvcache import load_config
 
     cfg = {k: v for k, v in load_config(config).items() if not k.startswith("_")}
     model_type = cfg.pop("model_type", None)
@@ -439,7 +439,7 @@ def estimate_memory(config: Any) -> list[dict]:
     model = empty_model(config, dtype="float32")
     total, (largest, _names) = calculate_maximum_sizes(model)
     name = _pretrained_config(config).to_dict().get("_name_or_path") or ""
-    from vramlab.kvcache import load_config
+    from vramlab.serving.kvcache import load_config
 
     label = load_config(config).get("_name", name) if not hasattr(config, "to_dict") else (name or "custom")
     rows = []
@@ -457,7 +457,7 @@ def estimate_memory(config: Any) -> list[dict]:
 
 def estimate_table(configs: list[Any] | None = None) -> list[dict]:
     """:func:`estimate_memory` rows for several configs (default: every bundled config)."""
-    from vramlab.kvcache import available_configs
+    from vramlab.serving.kvcache import available_configs
 
     rows: list[dict] = []
     for cfg in (configs if configs is not None else available_configs()):
@@ -477,180 +477,8 @@ def format_estimate_table(rows: list[dict]) -> str:
                               "'as loaded' the bytes transformers plans for bitsandbytes)"
 
 
-# --------------------------------------------------------------------------------------------
-# picture
-# --------------------------------------------------------------------------------------------
-
-def device_label(device: Any) -> str:
-    return f"GPU {device}" if isinstance(device, int) else str(device)
-
-
-def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: Any = "bfloat16",
-                      quantization: str | None = None, device_map: Mapping[str, Any] | None = None,
-                      title: str | None = None):
-    """A plotly figure: left, each top-level module as a bar coloured by the device it lands on
-    (MiB); right, how full each device is against its budget (% of ``max_memory``).
-
-    ``device_map`` defaults to :func:`plan_device_map`'s answer for the same inputs.
-    """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    model = _as_model(config_or_model, dtype, quantization)
-    dmap = dict(device_map) if device_map is not None else plan_device_map(model, max_memory, dtype, quantization)
-    sizes = module_sizes(model, dtype, quantization)
-    budget = parse_max_memory(max_memory)
-    palette = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"]
-    colours = {"cpu": "#ff7f0e", "disk": "#d62728"}
-    devices = list(budget) + [d for d in dict.fromkeys(dmap.values()) if d not in budget]
-
-    def colour(dev: Any) -> str:
-        return palette[dev % len(palette)] if isinstance(dev, int) else colours.get(dev, "#7f7f7f")
-
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.12,
-                        subplot_titles=("where each module lands", "how full each device is"))
-    for dev in devices:
-        names = [n for n, d in dmap.items() if d == dev]
-        if names:
-            fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
-                                 marker_color=colour(dev), legendgroup=str(dev)), row=1, col=1)
-    used = {d: 0 for d in devices}
-    for n, d in dmap.items():
-        used[d] = used.get(d, 0) + sizes.get(n, 0)
-    fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
-    fig.add_trace(go.Bar(x=[device_label(d) for d in devices], y=fill, showlegend=False,
-                         marker_color=[colour(d) for d in devices],
-                         text=[f"{used[d] / MiB:,.0f} / {budget.get(d, 0) / MiB:,.0f} MiB" for d in devices],
-                         textposition="outside"), row=1, col=2)
-    fig.update_yaxes(title_text="module size (MiB)", row=1, col=1)
-    fig.update_yaxes(title_text="used / max_memory (%)", range=[0, max(110.0, max(fill, default=0) * 1.15)],
-                     row=1, col=2)
-    fig.update_xaxes(title_text="module (in loading order)", tickangle=-60, row=1, col=1)
-    fig.update_xaxes(title_text="device", row=1, col=2)
-    fig.update_layout(title=title or f"device_map='auto' plan ({quantization or dtype})", height=430,
-                      width=950, bargap=0.15, legend_title_text="device", margin=dict(t=70, b=120))
-    return fig
-
-
-# --------------------------------------------------------------------------------------------
-# the real error, on the real model, and three fixes that load
-# --------------------------------------------------------------------------------------------
-
-# 8-bit SmolLM2 plans at ~163 MB (module_sizes("smollm2-135m", quantization="8bit")[""]): a 150 MB
-# GPU budget (x 0.90 for bitsandbytes) spills the last layers to the cpu.
-TRIGGER_BUDGET = {0: "150MB", "cpu": "1GB"}
-FIT_BUDGET = {0: "400MB", "cpu": "1GB"}
-DISPATCH_ERROR_START = "Some modules are dispatched on the CPU or the disk"
-
-
-def cpu_analogue(max_memory: Mapping[Any, Any]) -> dict:
-    """The same budget one level down, for a machine without a GPU: the GPU budget becomes the
-    ``"cpu"`` budget and the ``"cpu"`` budget becomes ``"disk"`` (bitsandbytes accepts an all-cpu
-    model, so the cpu plays the fast device and the disk the overflow)."""
-    budget = parse_max_memory(max_memory)
-    gpus = [k for k in budget if isinstance(k, int)]
-    if len(gpus) != 1:
-        raise ValueError(f"`max_memory` needs exactly one GPU entry for a CPU analogue; got {gpus}.")
-    out = {"cpu": budget[gpus[0]]}
-    if "cpu" in budget:
-        out["disk"] = budget["cpu"]
-    return out
-
-
-def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None,
-                   device_map: Any = "auto", dtype: Any = "bfloat16", **bnb_kwargs):
-    """``from_pretrained`` of the real SmolLM2 (local cache) with a ``BitsAndBytesConfig``.
-
-    Exactly the call a learner writes; ``bnb_kwargs`` go to ``BitsAndBytesConfig`` (for example
-    ``llm_int8_enable_fp32_cpu_offload=True``). Raises whatever transformers raises.
-    """
-    import tempfile
-
-    from transformers import AutoModelForCausalLM
-
-    from vramlab import models
-
-    path = models.ensure_converted()
-    kwargs: dict = {"quantization_config": bnb_config(quantization, **bnb_kwargs), "device_map": device_map,
-                    "dtype": _torch_dtype(dtype)}
-    if max_memory is not None:
-        kwargs["max_memory"] = dict(parse_max_memory(max_memory))
-    values = set(device_map.values()) if isinstance(device_map, Mapping) else set()
-    if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
-        kwargs["offload_folder"] = tempfile.mkdtemp(prefix="vramlab-offload-")
-    with _quiet_device_check():
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-
-
-def trigger_dispatch_error(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None) -> ValueError:
-    """Load the real SmolLM2 with bitsandbytes under a budget that spills; return transformers' ValueError.
-
-    Default budget: :data:`TRIGGER_BUDGET` (GPU 0: 150 MB, cpu: 1 GB). The error comes from
-    ``validate_environment`` in transformers 5.24.0 ``quantizers/quantizer_bnb_{8,4}bit.py``, raised
-    after the device map is planned and before any weight is loaded, so it is raised on a machine
-    without a GPU too. Raises ``RuntimeError`` if the model loads instead (the budget fits).
-    """
-    budget = TRIGGER_BUDGET if max_memory is None else max_memory
-    try:
-        model = load_quantized(quantization, budget)
-    except ValueError as exc:
-        if DISPATCH_ERROR_START in str(exc):
-            return exc
-        raise
-    where = getattr(model, "hf_device_map", None) or {"": str(model.device)}
-    raise RuntimeError(f"SmolLM2 {quantization} loaded under max_memory={dict(budget)} (map {where}); "
-                       "this budget does not spill, so there is no dispatch error to show.")
-
-
-def _on_gpu(gpu: bool | None) -> bool:
-    if gpu is None:
-        from vramlab.device import has_cuda
-
-        return has_cuda()
-    return bool(gpu)
-
-
-def fix_budget(gpu: bool | None = None):
-    """Fix 1, a budget that fits: :data:`FIT_BUDGET` (its CPU analogue without a GPU). Returns the model."""
-    budget = FIT_BUDGET if _on_gpu(gpu) else cpu_analogue(FIT_BUDGET)
-    return load_quantized("8bit", budget)
-
-
-def offload_map(max_memory: Mapping[Any, Any] | None = None, quantization: str = "8bit") -> dict:
-    """The custom ``device_map`` for fix 2: the map ``device_map="auto"`` plans for SmolLM2 under
-    ``max_memory`` (default :data:`TRIGGER_BUDGET`), written out module by module."""
-    return plan_device_map("smollm2-135m", TRIGGER_BUDGET if max_memory is None else max_memory,
-                           quantization=quantization)
-
-
-def fix_offload(gpu: bool | None = None):
-    """Fix 2: ``llm_int8_enable_fp32_cpu_offload=True`` with a custom ``device_map`` (modules on
-    cpu/disk stay unquantized, in the load dtype). Without a GPU the map is the CPU analogue
-    (cpu + disk), so every module is unquantized there. Returns the model."""
-    budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
-    return load_quantized("8bit", device_map=offload_map(budget), llm_int8_enable_fp32_cpu_offload=True)
-
-
-def fix_smaller(gpu: bool | None = None):
-    """Fix 3, a smaller quantization: 4-bit instead of 8-bit in the same too-small budget. Returns the model."""
-    budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
-    return load_quantized("4bit", budget)
-
-
-def describe_loaded(model) -> dict:
-    """Where a loaded model sits: ``{"devices": {device: n_modules}, "quantized_linears": n,
-    "footprint_bytes": ...}`` (``get_memory_footprint``; offloaded-to-disk weights not counted)."""
-    import torch
-
-    dmap = getattr(model, "hf_device_map", None)
-    if dmap:
-        devices: dict = {}
-        for d in dmap.values():
-            devices[device_label(d)] = devices.get(device_label(d), 0) + 1
-    else:
-        devices = {str(next(model.parameters()).device): 1}
-    quantized = sum(1 for m in model.modules()
-                    if type(m).__name__ in ("Linear8bitLt", "Linear4bit"))
-    plain = sum(1 for m in model.modules() if type(m) is torch.nn.Linear)
-    return {"devices": devices, "quantized_linears": quantized, "plain_linears": plain,
-            "footprint_bytes": int(model.get_memory_footprint())}
+__all__ = ["GiB", "MiB", "QUANTIZATIONS", "QUANT_ELEMENT_SIZE", "BNB_MAX_MEMORY_FACTOR", "parse_max_memory",
+           "empty_model", "bnb_config", "make_quantizer", "special_dtypes", "module_sizes",
+           "planned_max_memory", "plan_device_map", "transformers_device_map", "spills", "device_usage",
+           "old_buffer", "fixed_buffer", "buffer_inputs", "balanced_budget", "plan_with_buffer",
+           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table"]

@@ -21,7 +21,7 @@ Quantizers (settings from QuaRot, arXiv 2404.00456, and ../shared/REFERENCE.md):
 
 :func:`quantize_model` puts it together: a deep copy of a Llama-style model whose decoder linears
 have QDQ weights and quantize their input per token, whose attention quantizes K (post-RoPE) and V
-through the ``vramlab.attention`` hooks, and whose ``lm_head`` (and its input) stays 16-bit.
+through the ``vramlab.quarot.attention`` hooks, and whose ``lm_head`` (and its input) stays 16-bit.
 
 Note for SmolLM2 in this lab: the weights were de-quantized from a Q4_1 GGUF, so "W4" here
 re-quantizes weights that already sit on a (different, group-32 asymmetric) 4-bit grid.
@@ -463,7 +463,7 @@ def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.T
         raise ValueError(f"weight_method={method!r} is unknown; pass 'rtn' or 'gptq'.")
     if calibration is None:
         raise ValueError("GPTQ needs calibration windows (LongTensor [n, length]); e.g. "
-                         "vramlab.quant.calibration_windows(tokenizer) - they must not overlap the "
+                         "vramlab.quarot.quant.calibration_windows(tokenizer) - they must not overlap the "
                          "evaluation windows")
     from tqdm.auto import tqdm
 
@@ -525,7 +525,7 @@ def calibration_windows(tokenizer, n_windows: int = 16, length: int = WINDOW_LEN
 
 def _enable_kv_hooks(model) -> None:
     """Switch ``model`` to the vramlab attention function that calls the K/V quantizer hooks."""
-    from vramlab import attention
+    from vramlab.quarot import attention
 
     attention.enable(model)
 
@@ -544,7 +544,7 @@ def quantize_model(model, w_bits: int | None = 16, a_bits: int | None = 16, kv_b
       pass precomputed de-quantized weights (from :func:`quantize_weights`) to reuse a GPTQ run.
     * ``a_bits``: the input of each of those linears, per token symmetric with clip ``act_clip``.
     * ``kv_bits``: K (after RoPE and any online Q/K transform) and V, asymmetric, groups of
-      ``kv_group_size`` (default head_dim) with clip ``kv_clip``, through ``vramlab.attention``.
+      ``kv_group_size`` (default head_dim) with clip ``kv_clip``, through ``vramlab.quarot.attention``.
     * ``lm_head`` and its input, the embeddings and the norms stay in float.
 
     Bits of ``16`` or ``None`` mean "not quantized". Runs on whatever device the model is on.
@@ -665,7 +665,7 @@ def per_token_relative_error(x: torch.Tensor, bits: int, clip_ratio: float = 1.0
 # regenerated (tests/test_quarot_results.py and `python benchmarks/rotation.py --check` compare).
 # The benchmark's own settings (clip ratios, windows, seeds) are recorded in the table and used by the
 # live test, so benchmarks/rotation.py (not part of the installed package) is not hashed.
-FINGERPRINT_FILES = ("quant.py", "rotate.py", "hadamard.py", "attention.py", "eval.py", "data.py",
+FINGERPRINT_FILES = ("quarot/quant.py", "quarot/rotate.py", "quarot/hadamard.py", "quarot/attention.py", "eval.py", "data.py",
                      "models.py", "texts/pydoc_topics_3.11.7.txt.gz")
 TABLE_SETTINGS = ("FP32", "W8A8", "W4A16", "W16A4", "W4A4", "W4A4KV4")
 TABLE_ROTATIONS = ("none", "random", "hadamard")
@@ -765,7 +765,7 @@ def table_ppl(table: dict, setting: str, rotation: str = "none", weights: str = 
     the random rotation, or a partial table).
     """
     if not isinstance(table, dict) or not isinstance(table.get("summary"), list):
-        raise TypeError("table must be the dict from vramlab.quant.load_quarot_table().")
+        raise TypeError("table must be the dict from vramlab.quarot.quant.load_quarot_table().")
     for name, value, valid in (("setting", setting, TABLE_SETTINGS), ("rotation", rotation, TABLE_ROTATIONS),
                                ("weights", weights, TABLE_WEIGHTS + ("-",)), ("stat", stat, _TABLE_STATS)):
         if value not in valid:

@@ -1,4 +1,4 @@
-"""A live view of a :class:`~vramlab.vram_monitor.VramMonitor`: ipywidgets redrawing a plotly figure.
+"""A live view of a :class:`~vramlab.vram.monitor.VramMonitor`: ipywidgets redrawing a plotly figure.
 
 The figure is a plain ``go.Figure`` rendered into a ``widgets.Output`` (plotly's ``FigureWidget`` is
 unreliable in Colab). A background thread replaces the Output's content every ``refresh_s`` seconds

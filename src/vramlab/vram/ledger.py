@@ -6,7 +6,7 @@ arithmetic, the same on every machine) and, on a CUDA GPU, a *measured* value:
 
 * weights - computed: :func:`vramlab.footprint.total_bytes`; measured: ``memory_allocated`` grows by
   this much when the model moves to the GPU.
-* KV cache - computed: :func:`vramlab.kvcache.kv_cache_bytes` for ``batch x tokens`` in the model's
+* KV cache - computed: :func:`vramlab.serving.kvcache.kv_cache_bytes` for ``batch x tokens`` in the model's
   dtype; measured: ``memory_allocated`` still held once everything the forward returned except the cache
   is freed, minus what was allocated before the forward (the allocator's view, 512-byte rounding included).
 * activations (transient) - computed: the logits tensor ``batch x tokens x vocab x 4`` bytes (the
@@ -103,7 +103,7 @@ def _cache_tensor_bytes(cache) -> int:
 def computed_rows(model, batch: int, tokens: int) -> list[LedgerRow]:
     """The computed column: footprint + kvcache arithmetic (bytes)."""
     from vramlab.footprint import total_bytes
-    from vramlab.kvcache import kv_cache_bytes
+    from vramlab.serving.kvcache import kv_cache_bytes
 
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     elem = next(model.parameters()).element_size()
@@ -111,7 +111,7 @@ def computed_rows(model, batch: int, tokens: int) -> list[LedgerRow]:
     return [
         LedgerRow("weights", total_bytes(model), None, "parameters + buffers (vramlab.footprint)"),
         LedgerRow("KV cache", int(kv_cache_bytes(model.config, batch * tokens, kv_dtype=dtype)), None,
-                  f"2 x layers x kv_heads x head_dim x {elem} B x {batch * tokens} tokens (vramlab.kvcache)"),
+                  f"2 x layers x kv_heads x head_dim x {elem} B x {batch * tokens} tokens (vramlab.serving.kvcache)"),
         LedgerRow("activations (transient)", batch * tokens * vocab * 4, None,
                   "computed: the float32 logits tensor only (a lower bound)"),
         LedgerRow("reserved but unallocated", None, None, "GPU only: the caching allocator's cache"),
@@ -164,7 +164,7 @@ def memory_ledger(model, input_ids) -> Ledger:
     torch.cuda.synchronize()
     kv = torch.cuda.memory_allocated() - before
     reserved = torch.cuda.memory_reserved()
-    from vramlab.vram_monitor import _Nvml
+    from vramlab.vram.monitor import _Nvml
 
     nvml = _Nvml(torch.cuda.current_device())  # None values when nvidia-ml-py or the driver is missing
     process_used = nvml.read(os.getpid())[2] if nvml.ok else None

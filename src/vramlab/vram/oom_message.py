@@ -26,9 +26,8 @@ use.`` for each process and ``Including non-PyTorch memory, this process has <X>
 one (real messages show either or both), and ``allowed_info`` is ``"<Y> allowed; "``
 only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too.
 
-The live monitor, widget, ledger and allocator experiments are re-exported from their own modules
-(:mod:`vramlab.vram_monitor`, :mod:`vramlab.vram_widget`, :mod:`vramlab.vram_ledger`,
-:mod:`vramlab.allocator`), so ``from vramlab.vram import VramMonitor`` works.
+:func:`oom_verdict` judges the numbers (cap, fragmentation or shortage); the vLLM log triage
+(:mod:`vramlab.serving.triage`) uses it for the allocator OOMs it finds, so the dependency runs one way.
 """
 
 from __future__ import annotations
@@ -55,6 +54,9 @@ def _find(pattern: str, text: str) -> int | None:
     if not m:
         return None
     return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+
+
+VERDICTS = ("cap", "fragmentation", "shortage")
 
 
 @dataclass
@@ -84,10 +86,8 @@ class OOMReport:
         """``"cap"`` when a per-process limit refused the allocation (the message prints "X allowed",
         or, in the current format, the device had at least the requested size free), ``"fragmentation"``
         when the cache already holds at least the requested size unused (not in one piece), else
-        ``"shortage"``; None if unknown. The rule is :func:`vramlab.oom.oom_verdict`'s; the older
+        ``"shortage"``; None if unknown. The rule is :func:`oom_verdict`'s; the older
         formats predate per-process caps (PyTorch 1.8), so their free figure is not read as a cap."""
-        from vramlab.oom import oom_verdict  # oom imports this module: import here
-
         if self.tried_bytes is None or self.reserved_unallocated_bytes is None:
             return None
         if self.allowed_bytes is not None:
@@ -129,16 +129,21 @@ def parse_oom_message(text: str) -> OOMReport:
     return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown")
 
 
-def __getattr__(name: str):
-    # Lazy re-exports: importing vramlab.vram stays cheap (no torch, no plotly, no widgets).
-    lazy = {"VramMonitor": "vramlab.vram_monitor", "stop_all_monitors": "vramlab.vram_monitor",
-            "VramWidget": "vramlab.vram_widget", "memory_ledger": "vramlab.vram_ledger"}
-    if name in lazy:
-        import importlib
+def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallocated_bytes: int | None) -> str | None:
+    """Why did a PyTorch allocation of ``tried_bytes`` fail? ``"cap"`` when the device had at least that much
+    free (so a per-process limit refused it), ``"fragmentation"`` when PyTorch's cache already held at least
+    that much unused (not in one piece), else ``"shortage"``. None when the message lacks the numbers."""
+    for name, v in (("tried_bytes", tried_bytes), ("free_bytes", free_bytes),
+                    ("reserved_unallocated_bytes", reserved_unallocated_bytes)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise ValueError(f"`{name}` must be a number of bytes >= 0 or None (got {v!r}).")
+    if tried_bytes is None or (free_bytes is None and reserved_unallocated_bytes is None):
+        return None
+    if free_bytes is not None and free_bytes >= tried_bytes:
+        return "cap"
+    if reserved_unallocated_bytes is not None and reserved_unallocated_bytes >= tried_bytes:
+        return "fragmentation"
+    return "shortage"
 
-        return getattr(importlib.import_module(lazy[name]), name)
-    raise AttributeError(f"module 'vramlab.vram' has no attribute {name!r}")
 
-
-__all__ = ["OOMReport", "parse_oom_message", "parse_size", "VramMonitor", "stop_all_monitors", "VramWidget",
-           "memory_ledger"]
+__all__ = ["OOMReport", "VERDICTS", "oom_verdict", "parse_oom_message", "parse_size"]

@@ -22,7 +22,7 @@ source that places it on this line (``tests/test_vllm_memory.py`` checks the mod
 
 The older wordings stay as ``wording="format_gib"`` (``kv_cache_utils.py`` @ ``001cabc1``, "models's", e.g.
 vLLM 0.15.2 in vllm-project/vllm#34076) and ``wording="old"`` (@ ``bbf906a8``, ``{:.2f}``, no docs link);
-:func:`vramlab.oom.diagnose` reads all three. Other constants cite their own files (``vllm/engine/arg_utils.py``
+:func:`vramlab.serving.triage.diagnose` reads all three. Other constants cite their own files (``vllm/engine/arg_utils.py``
 batch defaults, ``vllm/platforms/cuda.py`` block sizes, ``vllm/envs.py`` FlashInfer workspace).
 
 What vLLM (V1 engine) does at start-up, and what this module mirrors:
@@ -59,7 +59,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vramlab.kvcache import GiB, MiB, attention_shape, cdiv, dtype_bits, load_config, num_parameters
+from vramlab.serving.kvcache import GiB, MiB, attention_shape, cdiv, dtype_bits, load_config, num_parameters
 
 
 @dataclass(frozen=True)
@@ -348,7 +348,7 @@ def _bits(kv_cache_dtype: str, cfg: Any) -> int:
 def page_size_bytes(config: Any, block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
                     tensor_parallel_size: int = 1) -> int:
     """Bytes of one block of one layer on one GPU (vLLM ``AttentionSpec.page_size_bytes``). Any dtype name
-    of :func:`vramlab.kvcache.dtype_bits` is accepted here; :func:`plan` accepts only vLLM's values."""
+    of :func:`vramlab.serving.kvcache.dtype_bits` is accepted here; :func:`plan` accepts only vLLM's values."""
     shape = attention_shape(config)
     _check_block_size(block_size)
     _check_tp(tensor_parallel_size)

@@ -10,15 +10,15 @@ Hooks (plain attributes on each attention module, e.g. ``model.model.layers[3].s
 
 ``module.vramlab_qk_transform(q, k) -> (q, k)``
     ``q`` is ``[batch, heads, seq, head_dim]``, ``k`` is ``[batch, kv_heads, seq, head_dim]``.
-    Used by :mod:`vramlab.rotate` for QuaRot's head-wise Hadamard on Q and K after RoPE. Any
+    Used by :mod:`vramlab.quarot.rotate` for QuaRot's head-wise Hadamard on Q and K after RoPE. Any
     transform with ``q Hᵀ (k H)ᵀ = q kᵀ`` (orthogonal ``H`` on ``head_dim``) leaves the scores
     unchanged while the keys that get quantized are the rotated ones.
 ``module.vramlab_k_quantizer(k) -> k`` and ``module.vramlab_v_quantizer(v) -> v``
-    ``[batch, kv_heads, seq, head_dim]`` each; set by :mod:`vramlab.quant` for the (fake) KV-cache
+    ``[batch, kv_heads, seq, head_dim]`` each; set by :mod:`vramlab.quarot.quant` for the (fake) KV-cache
     quantizer. They run after ``vramlab_qk_transform``.
 ``module.vramlab_kv_observer(k, v) -> None``
     Called after ``vramlab_qk_transform`` and before the quantizers (sees the K/V a cache quantizer
-    would quantize); :mod:`vramlab.outliers` uses it to collect statistics. Its return is ignored.
+    would quantize); :mod:`vramlab.quarot.outliers` uses it to collect statistics. Its return is ignored.
 
 Note on the cache: transformers writes K/V into the cache *before* calling the attention function,
 so the cache itself holds the un-hooked K/V and the hooks run on the whole (cached + new) K/V at
@@ -28,7 +28,7 @@ deterministically. A real packed 4-bit cache would need a custom ``Cache`` class
 
 Usage::
 
-    from vramlab import attention
+    from vramlab.quarot import attention
     attention.enable(model)                      # config._attn_implementation = "vramlab"
     model.model.layers[0].self_attn.vramlab_k_quantizer = my_fake_quant
     ...

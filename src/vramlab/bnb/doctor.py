@@ -4,7 +4,7 @@ PyTorch seeing a GPU is half the battle. bitsandbytes also needs its native libr
 (``libbitsandbytes_cudaNNN.so`` matching ``torch.version.cuda``, or the CPU one), the CUDA runtime
 libraries that library links against, a system libstdc++ new enough for it, and a GPU with compute
 capability 6.0+ (7.5+ for the fast LLM.int8() matmul). :func:`diagnose` checks each of these and
-returns one :class:`~vramlab.bnb_logs.Finding` per check (``ok`` / ``warning`` / ``error``, cause,
+returns one :class:`~vramlab.bnb.logs.Finding` per check (``ok`` / ``warning`` / ``error``, cause,
 fix). Everything that imports torch or bitsandbytes runs in a *subprocess* (:func:`probe`), so the
 doctor can examine a tampered environment (``diagnose(env=...)``) without touching the caller's
 process; ``vramlab doctor`` prints the text (exit 1 on errors, ``--json`` for machines).
@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vramlab.bnb_logs import (FAST_INT8_COMPUTE_CAPABILITY, MIN_COMPUTE_CAPABILITY, Finding, explain_log)
+from vramlab.bnb.logs import (FAST_INT8_COMPUTE_CAPABILITY, MIN_COMPUTE_CAPABILITY, Finding, explain_log)
 
 PROBE_MARK = "VRAMLAB_PROBE_JSON="
 # bitsandbytes 0.50.2 diagnostics/cuda.py CUDA_RUNTIME_LIB_PATTERNS (Linux + Windows names)
@@ -54,7 +54,7 @@ def child_env(env: dict | None = None, unset: tuple[str, ...] = ()) -> dict:
     for key in unset:
         out.pop(key, None)
     out.setdefault("OMP_NUM_THREADS", "1")
-    src = str(Path(__file__).resolve().parents[1])  # so `import vramlab` works in the child too
+    src = str(Path(__file__).resolve().parents[2])  # so `import vramlab` works in the child too
     out["PYTHONPATH"] = src + (os.pathsep + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
     return out
 
@@ -415,7 +415,7 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
     CUDA available, NVIDIA driver, each GPU's compute capability (6.0 / 7.5 thresholds),
     bitsandbytes (version, backend, the native library that loaded), ``BNB_CUDA_VERSION``, CUDA
     runtime libraries found, libstdc++ ABI, and, when the library failed to load, the root cause
-    named by :func:`~vramlab.bnb_logs.explain_log` from what bitsandbytes printed.
+    named by :func:`~vramlab.bnb.logs.explain_log` from what bitsandbytes printed.
     ``probe_result`` reuses a :func:`probe` (tests); otherwise one runs now (a few seconds).
     """
     p = probe_result if probe_result is not None else probe(env)

@@ -28,8 +28,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from vramlab.kvcache import cdiv
-from vramlab.vllm_memory import V0_PREEMPTION_FORMAT, V1_PREEMPTION_METRIC
+from vramlab.serving.kvcache import cdiv
+from vramlab.serving.vllm_memory import V0_PREEMPTION_FORMAT, V1_PREEMPTION_METRIC
 
 
 @dataclass

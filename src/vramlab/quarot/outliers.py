@@ -43,7 +43,7 @@ import math
 
 import torch
 
-from vramlab.rotate import down_linear
+from vramlab.quarot.rotate import down_linear
 
 SITES = ("qkv_in", "o_in", "mlp_in", "down_in", "k", "v")
 SITE_LABELS = {
@@ -248,7 +248,7 @@ def activation_stats(model, windows, layers=None, sites=SITES) -> list[dict]:
     max_over_rms_max, tokens, channels, channel_absmax`` (a float32 tensor ``[channels]``) and ``weight_mu`` (None for k/v). The model
     is returned to its previous attention implementation and hooks afterwards.
     """
-    from vramlab import attention
+    from vramlab.quarot import attention
 
     all_layers = _layers_of(model)
     layer_ids = _layer_ids(model, layers)
@@ -345,7 +345,7 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
         got.append(x.detach().float().cpu())
 
     attn, mlp = model.model.layers[layer].self_attn, model.model.layers[layer].mlp
-    from vramlab import attention
+    from vramlab.quarot import attention
 
     previous = getattr(model.config, "_attn_implementation", "sdpa")
     handle, observed = None, False
@@ -510,3 +510,8 @@ def kurtosis_figure(rows, title: str = "", value: str = "kurtosis", after=None):
                       yaxis=_log_axis(shown), height=420, legend=dict(tracegroupgap=2),
                       margin=dict(l=60, r=20, t=50, b=50))
     return fig
+
+
+__all__ = ["SITES", "SITE_LABELS", "VALUE_LABELS", "SITE_COLOURS", "kurtosis", "max_over_rms",
+           "token_kurtosis", "incoherence", "site_weights", "activation_stats", "stats_table", "find",
+           "capture", "log_ticks", "channel_figure", "histogram_figure", "kurtosis_figure"]

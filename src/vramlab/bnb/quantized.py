@@ -207,15 +207,15 @@ def columns_above(x, threshold: float = LLM_INT8_THRESHOLD) -> list[int]:
 def code_fingerprint() -> str:
     """sha256 (first 16 hex digits) of the code that produces the table: this module, ``eval.py``,
     ``data.py`` and ``models.py``."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]   # the package root
     h = hashlib.sha256()
-    for name in ("bnb_quant.py", "eval.py", "data.py", "models.py"):
+    for name in ("bnb/quantized.py", "eval.py", "data.py", "models.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 
 
 def table_path() -> Path:
-    return Path(__file__).resolve().parent / "results" / "bnb_table.json"
+    return Path(__file__).resolve().parents[1] / "results" / "bnb_table.json"
 
 
 def load_table(path=None, check: bool = True) -> dict:

@@ -36,12 +36,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vramlab.vram import OOMReport, parse_oom_message
+from vramlab.vram.oom_message import OOMReport, parse_oom_message
 
 KINDS = ("startup_free_memory", "startup_kv_capacity", "no_cache_blocks", "engine_dead", "allocator_oom",
          "cuda_error_oom", "kv_preemption", "unknown")
 CRASH_KINDS = KINDS[:6]
-VERDICTS = ("cap", "fragmentation", "shortage")
 
 # A line some generated error catalogues attribute to vLLM; no vLLM release prints it.
 NOT_VLLM_BLOCK_LINE = "Unable to allocate memory for KV cache block"
@@ -181,23 +180,6 @@ def normalize_log(text: str) -> str:
     return re.sub(r"\s+", " ", _LOG_PREFIX.sub(" ", text)).strip()
 
 
-def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallocated_bytes: int | None) -> str | None:
-    """Why did a PyTorch allocation of ``tried_bytes`` fail? ``"cap"`` when the device had at least that much
-    free (so a per-process limit refused it), ``"fragmentation"`` when PyTorch's cache already held at least
-    that much unused (not in one piece), else ``"shortage"``. None when the message lacks the numbers."""
-    for name, v in (("tried_bytes", tried_bytes), ("free_bytes", free_bytes),
-                    ("reserved_unallocated_bytes", reserved_unallocated_bytes)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            raise ValueError(f"`{name}` must be a number of bytes >= 0 or None (got {v!r}).")
-    if tried_bytes is None or (free_bytes is None and reserved_unallocated_bytes is None):
-        return None
-    if free_bytes is not None and free_bytes >= tried_bytes:
-        return "cap"
-    if reserved_unallocated_bytes is not None and reserved_unallocated_bytes >= tried_bytes:
-        return "fragmentation"
-    return "shortage"
-
-
 @dataclass
 class Diagnosis:
     """What :func:`diagnose` found: the kind, why, the matched text and the ordered fixes."""
@@ -333,5 +315,5 @@ def diagnose(text: str, context: str = "vllm") -> Diagnosis:
     return Diagnosis(kind, cause, m.group(0), fixes, details, oom, notes)
 
 
-__all__ = ["KINDS", "CRASH_KINDS", "VERDICTS", "Remedy", "Diagnosis", "diagnose", "normalize_log", "oom_verdict",
+__all__ = ["KINDS", "CRASH_KINDS", "Remedy", "Diagnosis", "diagnose", "normalize_log",
            "FIXES", "CAUSES", "NOT_VLLM_BLOCK_LINE", "CONTEXTS", "PYTORCH_FIXES"]

@@ -22,7 +22,7 @@ is what makes 4-bit per-token activation quantization work. Steps (QuaRot ``rota
    ``o_proj`` reads ``z blockdiag(H)``. 9 heads have no Hadamard order, so QuaRot's cross-head online
    Hadamard before ``o_proj`` is not possible here (SpinQuant's head-wise choice instead).
 6. **Head-wise Hadamard on Q/K after RoPE** (online): ``self_attn.vramlab_qk_transform`` is set to a
-   :class:`HeadwiseHadamard` and the model is switched to :mod:`vramlab.attention` (``"vramlab"``), so
+   :class:`HeadwiseHadamard` and the model is switched to :mod:`vramlab.quarot.attention` (``"vramlab"``), so
    the keys (KV cache) a quantizer sees are rotated; ``q Hᵀ (k H)ᵀ`` is unchanged.
 
 All fusing is done in float64, then cast back to each weight's dtype/device.
@@ -41,7 +41,7 @@ import math
 import torch
 from torch import nn
 
-from vramlab import hadamard as _had
+from vramlab.quarot import hadamard as _had
 
 ROTATIONS = ("hadamard", "random", "none")
 
@@ -54,7 +54,7 @@ def _fwht_keep_dtype(x):
 
 
 class OnlineHadamard(nn.Module):
-    """``x -> x @ hadamard_matrix(n) / sqrt(n)`` over the last dim via :func:`vramlab.hadamard.fwht`.
+    """``x -> x @ hadamard_matrix(n) / sqrt(n)`` over the last dim via :func:`vramlab.quarot.hadamard.fwht`.
 
     Computed in float32 at least (as QuaRot does), returned in the input dtype.
     """
@@ -74,7 +74,7 @@ class OnlineHadamard(nn.Module):
 class HeadwiseHadamard(nn.Module):
     """Post-RoPE Q/K hook: ``(q, k) -> (q H, k H)`` with the normalised Hadamard of ``head_dim``.
 
-    Set as ``attention_module.vramlab_qk_transform`` (see :mod:`vramlab.attention`).
+    Set as ``attention_module.vramlab_qk_transform`` (see :mod:`vramlab.quarot.attention`).
     """
 
     def __init__(self, head_dim: int):
@@ -154,7 +154,7 @@ class _Rotation:
     """An orthogonal map R applied to weights in float64: ``right(W) = W @ R``, ``left_t(W) = Rᵀ W``.
 
     A dense matrix, or a (signed, optionally block-diagonal) normalised Hadamard applied with
-    :func:`vramlab.hadamard.fwht` (``O(n log n)``, the same numbers as the dense product).
+    :func:`vramlab.quarot.hadamard.fwht` (``O(n log n)``, the same numbers as the dense product).
     """
 
     def __init__(self, dense=None, hadamard_n: int | None = None, signs=None, blocks: int = 1):
@@ -255,7 +255,7 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
                 attn.vramlab_qk_transform = HeadwiseHadamard(head_dim)
 
     if rotated and qk_hadamard:
-        from vramlab import attention
+        from vramlab.quarot import attention
 
         attention.enable(model)
     model.vramlab_rotation = {"rotation": rotation, "seed": seed, "online_hadamard": Hd is not None,
@@ -291,3 +291,7 @@ def check_invariance(a, b, windows) -> dict:
     ppl_a, ppl_b = math.exp(nll_a / count), math.exp(nll_b / count)
     return {"max_abs_logit_diff": max_diff, "ppl_a": ppl_a, "ppl_b": ppl_b,
             "rel_ppl_diff": abs(ppl_b - ppl_a) / ppl_a}
+
+
+__all__ = ["ROTATIONS", "OnlineHadamard", "HeadwiseHadamard", "fold_rmsnorm_into_linear", "rotation_matrix",
+           "down_linear", "untie_lm_head", "rotate_model", "check_invariance"]

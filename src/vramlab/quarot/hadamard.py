@@ -46,6 +46,19 @@ def _check_size(n, what: str = "n") -> int:
     return n
 
 
+# The largest dense matrix built here: 2**14 x 2**14 float64 is 2 GiB. Larger orders are applied with
+# the fast transform (fwht), never materialised; 2**20 would be 8 TiB.
+MAX_DENSE_ORDER = 1 << 14
+
+
+def _check_dense(n: int) -> int:
+    _check_size(n)
+    if n > MAX_DENSE_ORDER:
+        raise ValueError(f"n={n} is too large for a dense matrix ({n * n * 8 / 2**30:,.0f} GiB in float64); "
+                         f"use n <= {MAX_DENSE_ORDER}, or apply the rotation with fwht(x) instead.")
+    return n
+
+
 def _check_seed(seed) -> int:
     import operator
 
@@ -145,7 +158,7 @@ def sylvester(n: int):
     """Sylvester's Hadamard matrix of order ``n = 2^k`` (float64 ±1)."""
     import torch
 
-    _check_size(n)
+    _check_dense(n)
     if n & (n - 1):
         raise ValueError(f"Sylvester's construction needs a power of two, not {n}; use hadamard_matrix({n}) "
                          f"for other orders.")
@@ -271,9 +284,10 @@ def hadamard_matrix(n: int):
 
     ``H = kron(sylvester(2^k), base(K))`` with ``n = K 2^k`` (see :func:`decompose`); not normalised
     (divide by ``sqrt(n)`` for an orthogonal matrix). Raises ValueError for orders with no Hadamard
-    matrix (not 1, 2 or a multiple of 4) or none implemented here.
+    matrix (not 1, 2 or a multiple of 4) or none implemented here, and for ``n`` above
+    :data:`MAX_DENSE_ORDER` (use :func:`fwht`).
     """
-    return _hadamard_cached(n).clone()
+    return _hadamard_cached(_check_dense(n)).clone()
 
 
 # --------------------------------------------------------------------------- random rotations
@@ -292,7 +306,7 @@ def random_hadamard(n: int, seed: int = 0):
     Orthonormal. With this ordering ``x @ random_hadamard(n, seed) == fwht(x * s)``. Raises
     ValueError for an order with no Hadamard matrix (see :func:`decompose`).
     """
-    _check_size(n)
+    _check_dense(n)
     decompose(n)
     s = random_signs(n, seed)
     return s[:, None] * hadamard_matrix(n) / math.sqrt(n)
@@ -302,7 +316,7 @@ def random_orthogonal(n: int, seed: int = 0):
     """A Haar-random orthogonal matrix (float64): QR of a Gaussian matrix, signs fixed by diag(R)."""
     import torch
 
-    _check_size(n)
+    _check_dense(n)
     g = torch.Generator().manual_seed(_check_seed(seed))
     A = torch.randn(n, n, generator=g, dtype=torch.float64)
     Q, R = torch.linalg.qr(A)

@@ -217,7 +217,7 @@ class ExperimentRun:
 
 def _child_env(alloc_conf: str | None) -> dict:
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1])
+    src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")
     if alloc_conf is None:
@@ -239,7 +239,7 @@ def run_experiment(experiment: str, alloc_conf: str | None = None, timeout_s: fl
         raise ValueError(f"`experiment` {experiment!r} is unknown; use one of {', '.join(EXPERIMENTS)}.")
     if alloc_conf is not None and not isinstance(alloc_conf, str):
         raise ValueError(f"`alloc_conf` must be a string such as 'expandable_segments:True' (got {alloc_conf!r}).")
-    cmd = [sys.executable, "-m", "vramlab.allocator", experiment, json.dumps(options)]
+    cmd = [sys.executable, "-m", "vramlab.vram.allocator", experiment, json.dumps(options)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env(alloc_conf))
     result = None
     for line in proc.stdout.splitlines():
@@ -421,7 +421,7 @@ def fragmentation_figure(default: dict, expandable: dict, title: str):
 
 def _main(argv: list[str]) -> int:
     if not argv or argv[0] not in EXPERIMENTS:
-        print(f"usage: python -m vramlab.allocator {{{'|'.join(EXPERIMENTS)}}} [JSON options]", file=sys.stderr)
+        print(f"usage: python -m vramlab.vram.allocator {{{'|'.join(EXPERIMENTS)}}} [JSON options]", file=sys.stderr)
         return 2
     opts = json.loads(argv[1]) if len(argv) > 1 else {}
     {"fragmentation": _child_fragmentation, "oom": _child_oom, "snapshot": _child_snapshot}[argv[0]](opts)

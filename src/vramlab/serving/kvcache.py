@@ -10,22 +10,19 @@ something in between. MLA (DeepSeek-V2/V3) caches one compressed latent ``c_KV``
 head count (DeepSeek-V2 paper, arXiv 2405.04434, Table 1; vLLM's ``MLAAttentionSpec`` stores it as
 one "head" of ``kv_lora_rank + qk_rope_head_dim`` with no separate V).
 
-Configs come from ``src/vramlab/configs/*.json`` (public ``config.json`` facts, each citing its
-source), or any HF-style dict, JSON path or ``transformers.PretrainedConfig`` (:func:`load_config`).
+Configs are read by :mod:`vramlab.configs` (:func:`~vramlab.configs.load_config`): the bundled public
+``config.json`` facts, or any HF-style dict, JSON path or ``transformers.PretrainedConfig``.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+
+from vramlab.configs import AttentionShape, _fail, _positive_int, attention_shape, available_configs, load_config
 
 GiB = 1 << 30
 MiB = 1 << 20
 KiB = 1 << 10
-
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 # Bits per cached element for the dtype names vLLM's --kv-cache-dtype and torch use.
 # "fp8", "fp8_e4m3", "fp8_e5m2": vLLM CacheConfig.cache_dtype choices (one byte per element).
@@ -35,156 +32,6 @@ DTYPE_BITS: dict[str, int] = {
     "fp8": 8, "fp8_e4m3": 8, "fp8_e5m2": 8, "float8_e4m3fn": 8, "float8_e5m2": 8, "int8": 8,
     "int4": 4, "fp4": 4, "nvfp4": 4,
 }
-
-
-def _fail(field: str, problem: str) -> ValueError:
-    return ValueError(f"`{field}` {problem}.")
-
-
-# --------------------------------------------------------------------------------------------
-# Loading configs
-# --------------------------------------------------------------------------------------------
-
-def available_configs() -> list[str]:
-    """Names of the bundled configs (file stems in ``src/vramlab/configs``)."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
-
-
-def _normalise_name(name: str) -> str:
-    return name.lower().replace("_", "-").replace(" ", "-").split("/")[-1]
-
-
-def load_config(source: Any) -> dict:
-    """Return an HF-style config dict from a bundled name, a JSON path, a dict or a ``PretrainedConfig``.
-
-    Bundled names are matched case-insensitively against the file stems and the ``_name`` /
-    ``_hf_repo`` keys (``"Qwen3-8B"``, ``"qwen3-8b"`` and ``"Qwen/Qwen3-8B"`` all work). A dict is
-    copied; keys starting with ``_`` are vramlab metadata (source, parameter count).
-    """
-    if source is None:
-        raise ValueError("`config` is None; pass a model name, a JSON path, a dict or a PretrainedConfig.")
-    if isinstance(source, Mapping):
-        cfg = dict(source)
-    elif hasattr(source, "to_dict") and callable(source.to_dict):  # transformers.PretrainedConfig
-        cfg = dict(source.to_dict())
-        text_cfg = cfg.get("text_config")
-        if "num_hidden_layers" not in cfg and isinstance(text_cfg, Mapping):
-            cfg = {**text_cfg, **{k: v for k, v in cfg.items() if k.startswith("_")}}
-    elif isinstance(source, (str, Path)):
-        path = Path(source)
-        if path.suffix == ".json" and path.is_file():
-            cfg = _read_json(path)
-        else:
-            cfg = _load_bundled(str(source))
-    else:
-        raise ValueError(f"`config` has an unsupported type {type(source).__name__}; "
-                         "pass a model name, a JSON path, a dict or a PretrainedConfig.")
-    cfg.setdefault("_name", cfg.get("_name_or_path") or cfg.get("model_type") or "custom")
-    return cfg
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON object from ``path``; a broken file gives one sentence naming it."""
-    try:
-        cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"`config` file {path} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
-                         f"{exc.colno}); fix the file or download the model's config.json again.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"`config` file {path} cannot be read ({exc}).") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"`config` file {path} holds a JSON {type(cfg).__name__}, not an object of config keys.")
-    return cfg
-
-
-def _load_bundled(name: str) -> dict:
-    want = _normalise_name(name)
-    for path in CONFIG_DIR.glob("*.json"):
-        cfg = _read_json(path)
-        names = {path.stem, _normalise_name(cfg.get("_name", "")), _normalise_name(cfg.get("_hf_repo", ""))}
-        if want in names:
-            return cfg
-    raise ValueError(f"`config` {name!r} is neither a JSON file nor a bundled model; "
-                     f"bundled: {', '.join(available_configs())}.")
-
-
-# --------------------------------------------------------------------------------------------
-# Attention shape
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """What the KV cache of one model looks like (per token, per layer)."""
-
-    name: str
-    kind: str                 # "MHA", "GQA", "MQA" or "MLA"
-    layers: int
-    num_heads: int
-    num_kv_heads: int         # KV heads cached per layer (1 latent "head" for MLA)
-    head_dim: int             # K width per head (MLA: kv_lora_rank + qk_rope_head_dim, as vLLM caches it)
-    v_head_dim: int           # V width per head (0 for MLA: no separate V is cached)
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    max_position_embeddings: int | None = None
-    torch_dtype: str | None = None
-
-    @property
-    def elements_per_token_per_layer(self) -> int:
-        """Cached elements per token in one layer."""
-        if self.kind == "MLA":
-            return int(self.kv_lora_rank) + int(self.qk_rope_head_dim)
-        return self.num_kv_heads * (self.head_dim + self.v_head_dim)
-
-    @property
-    def elements_per_token(self) -> int:
-        """Cached elements per token over all layers."""
-        return self.elements_per_token_per_layer * self.layers
-
-    def kv_heads_per_rank(self, tensor_parallel_size: int = 1) -> int:
-        """KV heads each tensor-parallel rank caches (vLLM replicates heads when TP > KV heads;
-        MLA's single latent is replicated on every rank)."""
-        if self.kind == "MLA":
-            return 1
-        return max(1, self.num_kv_heads // tensor_parallel_size)
-
-
-def _positive_int(cfg: Mapping, key: str) -> int:
-    value = cfg.get(key)
-    if value is None:
-        raise _fail(key, "is missing from the config (needed to size the KV cache)")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
-        raise _fail(key, f"must be a positive integer (got {value!r})")
-    return int(value)
-
-
-def attention_shape(config: Any) -> AttentionShape:
-    """Read layers, heads and head widths from a config; detect MLA from ``kv_lora_rank``.
-
-    For MLA the ``head_dim`` key is ignored on purpose: in transformers 5.x DeepSeek configs it
-    equals ``qk_rope_head_dim`` (64), which is not what is cached.
-    """
-    cfg = load_config(config)
-    name = str(cfg.get("_name", "custom"))
-    layers = _positive_int(cfg, "num_hidden_layers")
-    heads = _positive_int(cfg, "num_attention_heads")
-    max_pos = cfg.get("max_position_embeddings")
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
-    dtype = str(dtype).replace("torch.", "") if dtype is not None else None
-    if cfg.get("kv_lora_rank"):
-        rank = _positive_int(cfg, "kv_lora_rank")
-        rope = _positive_int(cfg, "qk_rope_head_dim")
-        return AttentionShape(name, "MLA", layers, heads, 1, rank + rope, 0, rank, rope, max_pos, dtype)
-    kv_heads = cfg.get("num_key_value_heads")
-    kv_heads = heads if kv_heads is None else _positive_int(cfg, "num_key_value_heads")
-    if heads % kv_heads:
-        raise _fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
-    if cfg.get("head_dim"):
-        head_dim = _positive_int(cfg, "head_dim")
-    else:
-        hidden = _positive_int(cfg, "hidden_size")
-        head_dim = hidden // heads
-    kind = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
-    return AttentionShape(name, kind, layers, heads, kv_heads, head_dim, head_dim, None, None, max_pos, dtype)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""Plotly pictures of a device map: where each module lands, and how full each device is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramlab.dispatch.planner import MiB, _as_model, module_sizes, parse_max_memory, plan_device_map
+
+
+# --------------------------------------------------------------------------------------------
+# picture
+# --------------------------------------------------------------------------------------------
+
+def device_label(device: Any) -> str:
+    return f"GPU {device}" if isinstance(device, int) else str(device)
+
+
+def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: Any = "bfloat16",
+                      quantization: str | None = None, device_map: Mapping[str, Any] | None = None,
+                      title: str | None = None):
+    """A plotly figure: left, each top-level module as a bar coloured by the device it lands on
+    (MiB); right, how full each device is against its budget (% of ``max_memory``).
+
+    ``device_map`` defaults to :func:`plan_device_map`'s answer for the same inputs.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    model = _as_model(config_or_model, dtype, quantization)
+    dmap = dict(device_map) if device_map is not None else plan_device_map(model, max_memory, dtype, quantization)
+    sizes = module_sizes(model, dtype, quantization)
+    budget = parse_max_memory(max_memory)
+    palette = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"]
+    colours = {"cpu": "#ff7f0e", "disk": "#d62728"}
+    devices = list(budget) + [d for d in dict.fromkeys(dmap.values()) if d not in budget]
+
+    def colour(dev: Any) -> str:
+        return palette[dev % len(palette)] if isinstance(dev, int) else colours.get(dev, "#7f7f7f")
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.12,
+                        subplot_titles=("where each module lands", "how full each device is"))
+    for dev in devices:
+        names = [n for n, d in dmap.items() if d == dev]
+        if names:
+            fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
+                                 marker_color=colour(dev), legendgroup=str(dev)), row=1, col=1)
+    used = {d: 0 for d in devices}
+    for n, d in dmap.items():
+        used[d] = used.get(d, 0) + sizes.get(n, 0)
+    fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
+    fig.add_trace(go.Bar(x=[device_label(d) for d in devices], y=fill, showlegend=False,
+                         marker_color=[colour(d) for d in devices],
+                         text=[f"{used[d] / MiB:,.0f} / {budget.get(d, 0) / MiB:,.0f} MiB" for d in devices],
+                         textposition="outside"), row=1, col=2)
+    fig.update_yaxes(title_text="module size (MiB)", row=1, col=1)
+    fig.update_yaxes(title_text="used / max_memory (%)", range=[0, max(110.0, max(fill, default=0) * 1.15)],
+                     row=1, col=2)
+    fig.update_xaxes(title_text="module (in loading order)", tickangle=-60, row=1, col=1)
+    fig.update_xaxes(title_text="device", row=1, col=2)
+    fig.update_layout(title=title or f"device_map='auto' plan ({quantization or dtype})", height=430,
+                      width=950, bargap=0.15, legend_title_text="device", margin=dict(t=70, b=120))
+    return fig
+
+
+__all__ = ["device_label", "device_map_figure"]

@@ -1,0 +1,142 @@
+"""The real dispatch error on the real SmolLM2, and three fixes that load.
+
+``load_quantized`` calls transformers' ``from_pretrained`` with a bitsandbytes config and a ``max_memory``
+budget; on a CPU-only machine :func:`cpu_analogue` moves the budget one level down (cpu plays the GPU,
+disk the overflow).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vramlab.dispatch.figure import device_label
+from vramlab.dispatch.planner import _quiet_device_check, _torch_dtype, bnb_config, parse_max_memory, plan_device_map
+
+
+# --------------------------------------------------------------------------------------------
+# the real error, on the real model, and three fixes that load
+# --------------------------------------------------------------------------------------------
+
+# 8-bit SmolLM2 plans at ~163 MB (module_sizes("smollm2-135m", quantization="8bit")[""]): a 150 MB
+# GPU budget (x 0.90 for bitsandbytes) spills the last layers to the cpu.
+TRIGGER_BUDGET = {0: "150MB", "cpu": "1GB"}
+FIT_BUDGET = {0: "400MB", "cpu": "1GB"}
+DISPATCH_ERROR_START = "Some modules are dispatched on the CPU or the disk"
+
+
+def cpu_analogue(max_memory: Mapping[Any, Any]) -> dict:
+    """The same budget one level down, for a machine without a GPU: the GPU budget becomes the
+    ``"cpu"`` budget and the ``"cpu"`` budget becomes ``"disk"`` (bitsandbytes accepts an all-cpu
+    model, so the cpu plays the fast device and the disk the overflow)."""
+    budget = parse_max_memory(max_memory)
+    gpus = [k for k in budget if isinstance(k, int)]
+    if len(gpus) != 1:
+        raise ValueError(f"`max_memory` needs exactly one GPU entry for a CPU analogue; got {gpus}.")
+    out = {"cpu": budget[gpus[0]]}
+    if "cpu" in budget:
+        out["disk"] = budget["cpu"]
+    return out
+
+
+def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None,
+                   device_map: Any = "auto", dtype: Any = "bfloat16", **bnb_kwargs):
+    """``from_pretrained`` of the real SmolLM2 (local cache) with a ``BitsAndBytesConfig``.
+
+    Exactly the call a learner writes; ``bnb_kwargs`` go to ``BitsAndBytesConfig`` (for example
+    ``llm_int8_enable_fp32_cpu_offload=True``). Raises whatever transformers raises.
+    """
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from vramlab import models
+
+    path = models.ensure_converted()
+    kwargs: dict = {"quantization_config": bnb_config(quantization, **bnb_kwargs), "device_map": device_map,
+                    "dtype": _torch_dtype(dtype)}
+    if max_memory is not None:
+        kwargs["max_memory"] = dict(parse_max_memory(max_memory))
+    values = set(device_map.values()) if isinstance(device_map, Mapping) else set()
+    if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
+        kwargs["offload_folder"] = tempfile.mkdtemp(prefix="vramlab-offload-")
+    with _quiet_device_check():
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def trigger_dispatch_error(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None) -> ValueError:
+    """Load the real SmolLM2 with bitsandbytes under a budget that spills; return transformers' ValueError.
+
+    Default budget: :data:`TRIGGER_BUDGET` (GPU 0: 150 MB, cpu: 1 GB). The error comes from
+    ``validate_environment`` in transformers 5.24.0 ``quantizers/quantizer_bnb_{8,4}bit.py``, raised
+    after the device map is planned and before any weight is loaded, so it is raised on a machine
+    without a GPU too. Raises ``RuntimeError`` if the model loads instead (the budget fits).
+    """
+    budget = TRIGGER_BUDGET if max_memory is None else max_memory
+    try:
+        model = load_quantized(quantization, budget)
+    except ValueError as exc:
+        if DISPATCH_ERROR_START in str(exc):
+            return exc
+        raise
+    where = getattr(model, "hf_device_map", None) or {"": str(model.device)}
+    raise RuntimeError(f"SmolLM2 {quantization} loaded under max_memory={dict(budget)} (map {where}); "
+                       "this budget does not spill, so there is no dispatch error to show.")
+
+
+def _on_gpu(gpu: bool | None) -> bool:
+    if gpu is None:
+        from vramlab.device import has_cuda
+
+        return has_cuda()
+    return bool(gpu)
+
+
+def fix_budget(gpu: bool | None = None):
+    """Fix 1, a budget that fits: :data:`FIT_BUDGET` (its CPU analogue without a GPU). Returns the model."""
+    budget = FIT_BUDGET if _on_gpu(gpu) else cpu_analogue(FIT_BUDGET)
+    return load_quantized("8bit", budget)
+
+
+def offload_map(max_memory: Mapping[Any, Any] | None = None, quantization: str = "8bit") -> dict:
+    """The custom ``device_map`` for fix 2: the map ``device_map="auto"`` plans for SmolLM2 under
+    ``max_memory`` (default :data:`TRIGGER_BUDGET`), written out module by module."""
+    return plan_device_map("smollm2-135m", TRIGGER_BUDGET if max_memory is None else max_memory,
+                           quantization=quantization)
+
+
+def fix_offload(gpu: bool | None = None):
+    """Fix 2: ``llm_int8_enable_fp32_cpu_offload=True`` with a custom ``device_map`` (modules on
+    cpu/disk stay unquantized, in the load dtype). Without a GPU the map is the CPU analogue
+    (cpu + disk), so every module is unquantized there. Returns the model."""
+    budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
+    return load_quantized("8bit", device_map=offload_map(budget), llm_int8_enable_fp32_cpu_offload=True)
+
+
+def fix_smaller(gpu: bool | None = None):
+    """Fix 3, a smaller quantization: 4-bit instead of 8-bit in the same too-small budget. Returns the model."""
+    budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
+    return load_quantized("4bit", budget)
+
+
+def describe_loaded(model) -> dict:
+    """Where a loaded model sits: ``{"devices": {device: n_modules}, "quantized_linears": n,
+    "footprint_bytes": ...}`` (``get_memory_footprint``; offloaded-to-disk weights not counted)."""
+    import torch
+
+    dmap = getattr(model, "hf_device_map", None)
+    if dmap:
+        devices: dict = {}
+        for d in dmap.values():
+            devices[device_label(d)] = devices.get(device_label(d), 0) + 1
+    else:
+        devices = {str(next(model.parameters()).device): 1}
+    quantized = sum(1 for m in model.modules()
+                    if type(m).__name__ in ("Linear8bitLt", "Linear4bit"))
+    plain = sum(1 for m in model.modules() if type(m) is torch.nn.Linear)
+    return {"devices": devices, "quantized_linears": quantized, "plain_linears": plain,
+            "footprint_bytes": int(model.get_memory_footprint())}
+
+
+__all__ = ["TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "cpu_analogue", "load_quantized",
+           "trigger_dispatch_error", "fix_budget", "offload_map", "fix_offload", "fix_smaller",
+           "describe_loaded"]

@@ -1,0 +1,142 @@
+"""The geometry of one MLA layer (``MLAConfig``) read from a DeepSeek-V2/V3 config, with its RoPE.
+
+See :mod:`vramlab.mla` for the attention itself; shapes and names as there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vramlab.serving import kvcache
+
+
+# FlashMLA's paged KV cache has a block size of 64 (deepseek-ai/FlashMLA README, first release:
+# "Paged kvcache with block size of 64"), so vLLM forces it for MLA models on that backend:
+# vllm/platforms/cuda.py ``check_and_update_config`` sets ``cache_config.block_size = 64`` and logs
+# "Forcing kv cache block size to 64 for FlashMLA backend." (seen as ``[cuda.py:160]`` in v0.8.3
+# start-up logs; current source does it when ``block_size % 64 != 0``).
+MLA_BLOCK_SIZE = 64
+
+
+def _fail(field: str, problem: str) -> ValueError:
+    return ValueError(f"`{field}` {problem}.")
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """The geometry of one MLA layer (the fields of a DeepSeek-V2/V3 ``config.json``)."""
+
+    hidden_size: int
+    num_attention_heads: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+    rope_theta: float = 10000.0
+    rope_interleave: bool = True
+    rope_scaling: dict | None = None          # transformers' rope_parameters when not "default"
+    rms_norm_eps: float = 1e-6
+    attention_bias: bool = False
+    max_position_embeddings: int = 4096
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_width(self) -> int:
+        """Elements cached per token and layer: d_c + d_r (576 for DeepSeek-V2/V3)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @classmethod
+    def from_config(cls, config: Any) -> "MLAConfig":
+        """Read and validate a DeepSeek-style config (dict, JSON path, bundled name or PretrainedConfig).
+
+        Raises one ``ValueError`` naming the field for a bad geometry: a missing or non-positive
+        size, an odd ``qk_rope_head_dim`` or one larger than ``head_dim``, or a LoRA rank larger
+        than the projection it factorises.
+        """
+        if isinstance(config, MLAConfig):
+            return config
+        cfg = kvcache.load_config(config)
+
+        def pos(key: str, value: Any = None) -> int:
+            value = cfg.get(key) if value is None else value
+            if value is None:
+                raise _fail(key, "is missing from the config (an MLA layer needs it)")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+                raise _fail(key, f"must be a positive integer (got {value!r})")
+            return int(value)
+
+        hidden, heads = pos("hidden_size"), pos("num_attention_heads")
+        rope = pos("qk_rope_head_dim")
+        if rope % 2:
+            raise _fail("qk_rope_head_dim", f"({rope}) must be even: RoPE rotates pairs of dimensions")
+        if cfg.get("qk_nope_head_dim") is None and cfg.get("head_dim") is not None:
+            head_dim = pos("head_dim")   # a plain config giving the full per-head query/key width
+            if rope >= head_dim:
+                raise _fail("qk_rope_head_dim", f"({rope}) must be smaller than head_dim ({head_dim}): "
+                            "the rest of each head is its content (no-RoPE) part")
+            nope = head_dim - rope
+        else:
+            nope = pos("qk_nope_head_dim")
+        v_dim = pos("v_head_dim", cfg.get("v_head_dim") or nope)
+        rank = pos("kv_lora_rank")
+        kv_out = heads * (nope + v_dim)
+        if rank > min(hidden, kv_out):
+            raise _fail("kv_lora_rank", f"({rank}) is larger than the projection it compresses "
+                        f"(hidden_size {hidden} -> num_attention_heads x (qk_nope_head_dim + v_head_dim) = "
+                        f"{kv_out}); use at most {min(hidden, kv_out)}")
+        q_rank = cfg.get("q_lora_rank")
+        if q_rank is not None:
+            q_rank = pos("q_lora_rank")
+            q_out = heads * (nope + rope)
+            if q_rank > min(hidden, q_out):
+                raise _fail("q_lora_rank", f"({q_rank}) is larger than the projection it compresses "
+                            f"(hidden_size {hidden} -> {q_out}); use at most {min(hidden, q_out)} or None")
+        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        theta = float(params.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        scaling = {k: v for k, v in params.items()} if rope_type != "default" else None
+        return cls(hidden, heads, rank, nope, rope, v_dim, q_rank, theta,
+                   bool(cfg.get("rope_interleave", True)), scaling, float(cfg.get("rms_norm_eps") or 1e-6),
+                   bool(cfg.get("attention_bias", False)), int(cfg.get("max_position_embeddings") or 4096))
+
+    def softmax_scale(self) -> float:
+        """1/sqrt(d_n + d_r), times mscale^2 under YaRN with ``mscale_all_dim`` (as transformers'
+        ``yarn_apply_mscale`` and DeepSeek-V3 ``inference/model.py`` ``MLA.__init__``)."""
+        scale = self.qk_head_dim ** -0.5
+        if self.rope_scaling and self.rope_scaling.get("mscale_all_dim"):
+            factor = float(self.rope_scaling["factor"])
+            if factor > 1:
+                mscale = 0.1 * float(self.rope_scaling["mscale_all_dim"]) * math.log(factor) + 1.0
+                scale = scale * mscale * mscale
+        return scale
+
+    def rope_inv_freq(self) -> tuple[torch.Tensor, float]:
+        """(inverse frequencies [d_r / 2] in float32, cos/sin scale). Default RoPE is computed here;
+        other types (YaRN) use transformers' own ``ROPE_INIT_FUNCTIONS``."""
+        if not self.rope_scaling:
+            dim = self.qk_rope_head_dim
+            return 1.0 / (self.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
+        from transformers import DeepseekV3Config
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        params = {**self.rope_scaling, "rope_theta": self.rope_theta}
+        hf = DeepseekV3Config(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                              qk_rope_head_dim=self.qk_rope_head_dim, qk_nope_head_dim=self.qk_nope_head_dim,
+                              max_position_embeddings=self.max_position_embeddings, rope_parameters=params)
+        inv_freq, attention_scaling = ROPE_INIT_FUNCTIONS[params.get("rope_type", params.get("type"))](hf)
+        return inv_freq.float(), float(attention_scaling)
+
+
+__all__ = ["MLA_BLOCK_SIZE", "MLAConfig"]

@@ -1,0 +1,9 @@
+"""Labs 01 and 02 (QuaRot): activation outliers, Hadamard rotations, and 4-bit weights, activations and KV cache.
+
+``hadamard`` builds and applies Hadamard matrices (fast Walsh-Hadamard transform); ``rotate`` folds and
+rotates a LLaMA-style model without changing its function; ``outliers`` measures activation outliers and
+plots them; ``quant`` fake-quantizes weights (RTN, GPTQ), activations and the KV cache and reads the
+cached QuaRot table; ``attention`` is the attention function that quantizes K and V on the way in.
+"""
+
+from vramlab.quarot import hadamard, rotate, outliers, quant  # noqa: F401

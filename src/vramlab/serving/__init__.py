@@ -1,0 +1,11 @@
+"""Lab 03 (serving): KV-cache sizes, vLLM's memory plan and start-up errors, the paged block manager, OOM log triage.
+
+``kvcache`` sizes a KV cache from a config; ``vllm_memory`` computes the ledger vLLM computes at start-up and
+its messages; ``paged`` simulates the block manager under a burst; ``triage`` reads a vLLM/PyTorch log and
+names the failure and its fixes.
+"""
+
+from vramlab.serving.kvcache import *  # noqa: F401,F403
+from vramlab.serving.vllm_memory import *  # noqa: F401,F403
+from vramlab.serving.paged import *  # noqa: F401,F403
+from vramlab.serving.triage import *  # noqa: F401,F403
