@@ -58,10 +58,10 @@ def test_table_fingerprint_matches_the_code():
 
 def test_fingerprint_notices_a_changed_file(monkeypatch):
     stored = quant.code_fingerprint()
-    fake = {**TABLE, "code_fingerprint": {**stored, "files": {**stored["files"], "quant.py": "0" * 64}},
+    fake = {**TABLE, "code_fingerprint": {**stored, "files": {**stored["files"], "quarot/quant.py": "0" * 64}},
             "complete": True, "dirty": None}
     problems = quant.table_fingerprint_problems(fake)
-    assert len(problems) == 1 and "quant.py changed" in problems[0]
+    assert len(problems) == 1 and "quarot/quant.py changed" in problems[0]
     assert "partial" in " ".join(quant.table_fingerprint_problems({**fake, "complete": False}))
     assert "uncommitted" in " ".join(quant.table_fingerprint_problems({**fake, "dirty": ["src/x.py"]}))
     assert "no code fingerprint" in quant.table_fingerprint_problems({"rows": [], "summary": []})[0]
