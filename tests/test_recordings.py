@@ -211,3 +211,22 @@ def test_cli_record_skips_on_cpu_and_list_says_none(capsys, monkeypatch, tmp_pat
     assert not (tmp_path / "rec").exists()
     assert R._main(["show", str(tmp_path / "missing.json")]) == 2
     assert "neither a file nor a shipped recording" in capsys.readouterr().err
+
+
+def test_doctor_recordings_say_no_model(tmp_path):
+    rec = R.load_recording(synth(tmp_path, "doctor_report", {"mode": "CUDA", "ok": True, "findings": []},
+                                 weights="none"))
+    assert R.label(rec).endswith("(no model)")
+
+
+def test_gpu_script_runs_every_gpu_test_file_and_skips_on_cpu():
+    """tests/gpu/run_gpu_checks.sh lists every test file with a gpu mark, and says "skip" without CUDA."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "tests" / "gpu" / "run_gpu_checks.sh").read_text()
+    listed = set(re.findall(r"tests/test_[a-z0-9_]{1,60}\.py", script.split("GPU_TEST_FILES=(", 1)[1].split(")", 1)[0]))
+    marked = {f"tests/{p.name}" for p in (root / "tests").glob("test_*.py") if "@pytest.mark.gpu" in p.read_text()}
+    assert marked and marked == listed, (marked, listed)
+    assert "skip: $1: no CUDA GPU (CPU mode)" in script and "--junitxml" in script
+    assert "--target /tmp/site .whl/*.whl" in script and "export PYTHONPATH=/tmp/site:$PWD/src" in script

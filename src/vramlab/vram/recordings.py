@@ -46,7 +46,7 @@ KINDS = ("monitor_trace", "allocator_experiment", "oom_message", "memory_snapsho
          "dryrun_compare")
 HEADER_FIELDS = ("format", "version", "kind", "gpu", "driver", "torch", "cuda", "date", "weights", "command",
                  "fingerprint", "synthetic")
-WEIGHTS = ("random", "real")
+WEIGHTS = ("random", "real", "none")   # "none": no model involved (the doctor)
 # payload keys each kind must have (the replay functions read them)
 PAYLOAD_KEYS: dict[str, tuple[str, ...]] = {
     "monitor_trace": ("mode", "samples", "events"),
@@ -135,7 +135,7 @@ def validate(rec: Any, where: str = "recording", expect_fingerprint: str | None 
     if not isinstance(rec["date"], str) or not _DATE.fullmatch(rec["date"]):
         raise _bad(where, "date", f"must be YYYY-MM-DD (got {rec['date']!r})", "use the UTC day it was recorded")
     if rec["weights"] not in WEIGHTS:
-        raise _bad(where, "weights", f"is {rec['weights']!r}", "use 'random' (SmolLM2's config) or 'real'")
+        raise _bad(where, "weights", f"is {rec['weights']!r}", "use 'random' (SmolLM2's config), 'real' or 'none' (no model)")
     if not isinstance(rec["fingerprint"], str) or not _HEX64.fullmatch(rec["fingerprint"]):
         raise _bad(where, "fingerprint", f"is not a sha256 in 64 lowercase hex digits (got {str(rec['fingerprint'])[:80]!r})",
                    "use code_fingerprint() of the code that recorded it")
@@ -239,7 +239,8 @@ def _torch_short(version: str) -> str:
 
 def label(rec: dict) -> str:
     """``"recorded on an NVIDIA H200, torch 2.11, 2026-12-01 (random weights)"``; synthetic ones say so."""
-    text = f"recorded on an {rec['gpu']}, torch {_torch_short(rec['torch'])}, {rec['date']} ({rec['weights']} weights)"
+    weights = "no model" if rec["weights"] == "none" else f"{rec['weights']} weights"
+    text = f"recorded on an {rec['gpu']}, torch {_torch_short(rec['torch'])}, {rec['date']} ({weights})"
     return ("SYNTHETIC test data, not a measurement: " + text) if rec.get("synthetic") else text
 
 
@@ -377,11 +378,13 @@ def _record_doctor(out: Path, cmd: str) -> list[Path]:
     from vramlab.bnb import doctor
 
     rep = doctor.diagnose()
-    paths = [record("doctor_report", rep.to_dict(), out, "doctor_report", cmd, weights="random")]
+    paths = [record("doctor_report", rep.to_dict(), out, "doctor_report", cmd, weights="none")]
     run = doctor.break_and_diagnose("hidden_runtime")
+    root = next((f.label for f in run.report.findings if f.check == "root cause"), None)
+    print(f"fault {run.fault} ({run.env}): exit {run.returncode}; root cause: {root}\n{run.output[-1500:]}\n{run.report.text()}")
     payload = dict(run.report.to_dict(), fault=run.fault, fault_env={k: str(v) for k, v in run.env.items()},
                    returncode=run.returncode, output_tail=run.output[-6000:])
-    paths.append(record("doctor_report", payload, out, "doctor_fault_hidden_runtime", cmd))
+    paths.append(record("doctor_report", payload, out, "doctor_fault_hidden_runtime", cmd, weights="none"))
     return paths
 
 
@@ -413,13 +416,11 @@ def _record_dispatch(out: Path, cmd: str) -> Path:
     return record("dryrun_compare", {"what": "dispatch error and fixes on CUDA", "rows": rows}, out, "dispatch", cmd)
 
 
-def record_all(out_dir: str | Path) -> list[Path]:
-    """Run every GPU experiment and write one recording each into ``out_dir``. Needs CUDA."""
+def _record_allocator(out: Path, cmd: str) -> list[Path]:
+    """Default vs expandable segments, the capped OOM in a child process, the memory-history snapshot."""
     from vramlab.vram.allocator import GiB, MiB, fragmentation, run_experiment
 
-    out = Path(out_dir)
-    cmd = "python -m vramlab.vram.recordings record --out " + str(out)
-    paths = [_record_monitor(out, cmd)]
+    paths = []
     for expandable in (False, True):
         run = fragmentation(expandable)
         paths.append(record("allocator_experiment", experiment_payload(run), out,
@@ -433,12 +434,25 @@ def record_all(out_dir: str | Path) -> list[Path]:
     if run.result and "segments" in run.result:
         paths.append(record("memory_snapshot", {"events": run.result["events"], "segments": run.result["segments"]},
                             out, "memory_snapshot", cmd))
-    for step in (_record_ledger, _record_doctor, _record_dispatch):
+    return paths
+
+
+STEPS = {"monitor": _record_monitor, "allocator": _record_allocator, "ledger": _record_ledger,
+         "doctor": _record_doctor, "dispatch": _record_dispatch}
+
+
+def record_all(out_dir: str | Path, only: list[str] | None = None) -> list[Path]:
+    """Run the GPU experiments of :data:`STEPS` (``only``: some of them) and write one recording each into
+    ``out_dir``. Needs CUDA. A failing step prints one ``error:`` line and the others still run."""
+    out = Path(out_dir)
+    paths: list[Path] = []
+    for name in only or list(STEPS):
+        cmd = f"python -m vramlab.vram.recordings record --out {out} --only {name}"
         try:
-            got = step(out, cmd)
+            got = STEPS[name](out, cmd)
             paths.extend(got if isinstance(got, list) else [got])
         except Exception as exc:  # noqa: BLE001 - one failed step must not lose the others' recordings
-            print(f"error: {step.__name__[8:]} not recorded: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"error: {name} not recorded: {type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
     return paths
 
 
@@ -449,6 +463,7 @@ def _main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="run the GPU experiments and write recordings (needs CUDA)")
     r.add_argument("--out", default=os.environ.get("OUT", "gpu-check") + "/recordings")
+    r.add_argument("--only", action="append", choices=list(STEPS), help="one step (repeatable); default: all")
     sub.add_parser("list", help="the shipped recordings")
     s = sub.add_parser("show", help="check one recording and print its label")
     s.add_argument("name")
@@ -459,9 +474,11 @@ def _main(argv: list[str]) -> int:
         if not has_cuda():
             print("skip: no CUDA GPU (CPU mode): no recording written")
             return 0
-        for p in record_all(args.out):
-            print(f"recorded {p}: {label(load_recording(p))}")
-        return 0
+        paths = record_all(args.out, args.only)
+        for p in paths:
+            rec = load_recording(p)
+            print(f"recorded {p.name} ({rec['kind']}): {label(rec)}")
+        return 0 if paths else 1
     if args.cmd == "list":
         print(status_line())
         return 0
@@ -481,4 +498,4 @@ if __name__ == "__main__":
 __all__ = ["FORMAT", "VERSION", "KINDS", "HEADER_FIELDS", "PAYLOAD_KEYS", "RESULTS_DIR", "code_fingerprint",
            "machine_header", "validate", "record", "load_recording", "list_recordings", "label", "status_line",
            "monitor_figure_from", "allocator_rows", "allocator_figure", "oom_text", "ledger_from",
-           "experiment_payload", "random_smollm2", "record_all"]
+           "experiment_payload", "random_smollm2", "record_all", "STEPS"]
