@@ -226,7 +226,7 @@ def test_gpu_script_runs_every_gpu_test_file_and_skips_on_cpu():
     root = Path(__file__).resolve().parents[1]
     script = (root / "tests" / "gpu" / "run_gpu_checks.sh").read_text()
     listed = set(re.findall(r"tests/test_[a-z0-9_]{1,60}\.py", script.split("GPU_TEST_FILES=(", 1)[1].split(")", 1)[0]))
-    marked = {f"tests/{p.name}" for p in (root / "tests").glob("test_*.py") if "@pytest.mark.gpu" in p.read_text()}
+    marked = {f"tests/{p.name}" for p in (root / "tests").glob("test_*.py") if re.search(r"^@pytest\.mark\.gpu$", p.read_text(), re.M)}
     assert marked and marked == listed, (marked, listed)
     assert "skip: $1: no CUDA GPU (CPU mode)" in script and "--junitxml" in script
     assert "--target /tmp/site .whl/*.whl" in script and "export PYTHONPATH=/tmp/site:$PWD/src" in script
