@@ -230,3 +230,10 @@ def test_gpu_script_runs_every_gpu_test_file_and_skips_on_cpu():
     assert marked and marked == listed, (marked, listed)
     assert "skip: $1: no CUDA GPU (CPU mode)" in script and "--junitxml" in script
     assert "--target /tmp/site .whl/*.whl" in script and "export PYTHONPATH=/tmp/site:$PWD/src" in script
+
+
+def test_a_huge_bad_field_gives_a_short_sentence(tmp_path):
+    path = rewrite(synth(tmp_path, "oom_message", {"message": OOM}), lambda r: r.update(kind="x" * 5_000_000))
+    with pytest.raises(ValueError) as info:
+        R.load_recording(path)
+    assert "`kind` is 'xxx" in str(info.value) and len(str(info.value)) < 400

@@ -107,6 +107,12 @@ def machine_header() -> dict:
             "torch": torch.__version__, "cuda": torch.version.cuda}
 
 
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters (a bad field may hold megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _bad(where: str, field: str, problem: str, fix: str) -> ValueError:
     return ValueError(f"{where}: `{field}` {problem}; {fix}.")
 
@@ -120,36 +126,40 @@ def validate(rec: Any, where: str = "recording", expect_fingerprint: str | None 
         if f not in rec:
             raise _bad(where, f, "is missing", "write recordings with vramlab.vram.recordings.record")
     if rec["format"] != FORMAT:
-        raise _bad(where, "format", f"is {rec['format']!r}, not {FORMAT!r}", "this is not a vramlab GPU recording")
+        raise _bad(where, "format", f"is {_short(rec['format'])}, not {FORMAT!r}", "this is not a vramlab GPU recording")
     if rec["version"] != VERSION:
-        raise _bad(where, "version", f"is {rec['version']!r}; this vramlab reads version {VERSION}",
+        raise _bad(where, "version", f"is {_short(rec['version'])}; this vramlab reads version {VERSION}",
                    "record it again with this vramlab")
     if rec["kind"] not in KINDS:
-        raise _bad(where, "kind", f"is {rec['kind']!r}", f"use one of {', '.join(KINDS)}")
+        raise _bad(where, "kind", f"is {_short(rec['kind'])}", f"use one of {', '.join(KINDS)}")
     for f in ("gpu", "driver", "torch", "command"):
         if not isinstance(rec[f], str) or not rec[f].strip():
-            raise _bad(where, f, f"must be a non-empty string (got {rec[f]!r})",
+            raise _bad(where, f, f"must be a non-empty string (got {_short(rec[f])})",
                        "a recording states the machine and the command that made it")
     if rec["cuda"] is not None and not isinstance(rec["cuda"], str):
-        raise _bad(where, "cuda", f"must be a version string or null (got {rec['cuda']!r})", "e.g. '12.8'")
+        raise _bad(where, "cuda", f"must be a version string or null (got {_short(rec['cuda'])})", "e.g. '12.8'")
     if not isinstance(rec["date"], str) or not _DATE.fullmatch(rec["date"]):
-        raise _bad(where, "date", f"must be YYYY-MM-DD (got {rec['date']!r})", "use the UTC day it was recorded")
+        raise _bad(where, "date", f"must be YYYY-MM-DD (got {_short(rec['date'])})", "use the UTC day it was recorded")
     if rec["weights"] not in WEIGHTS:
-        raise _bad(where, "weights", f"is {rec['weights']!r}", "use 'random' (SmolLM2's config), 'real' or 'none' (no model)")
+        raise _bad(where, "weights", f"is {_short(rec['weights'])}",
+                   "use 'random' (SmolLM2's config), 'real' or 'none' (no model)")
     if not isinstance(rec["fingerprint"], str) or not _HEX64.fullmatch(rec["fingerprint"]):
-        raise _bad(where, "fingerprint", f"is not a sha256 in 64 lowercase hex digits (got {str(rec['fingerprint'])[:80]!r})",
+        raise _bad(where, "fingerprint",
+                   f"is not a sha256 in 64 lowercase hex digits (got {_short(rec['fingerprint'])})",
                    "use code_fingerprint() of the code that recorded it")
     if expect_fingerprint is not None and rec["fingerprint"] != expect_fingerprint:
-        raise _bad(where, "fingerprint", f"is {rec['fingerprint'][:12]}..., not the expected {expect_fingerprint[:12]}...",
+        raise _bad(where, "fingerprint",
+                   f"is {rec['fingerprint'][:12]}..., not the expected {expect_fingerprint[:12]}...",
                    "the recording was made by other vramlab code: record it again")
     if not isinstance(rec["synthetic"], bool):
-        raise _bad(where, "synthetic", f"must be true or false (got {rec['synthetic']!r})", "only test fixtures are true")
+        raise _bad(where, "synthetic", f"must be true or false (got {_short(rec['synthetic'])})",
+                   "only test fixtures are true")
     payload = rec["payload"]
     if not isinstance(payload, dict):
         raise _bad(where, "payload", f"must be an object (got {type(payload).__name__})", "see PAYLOAD_KEYS")
     for key in PAYLOAD_KEYS[rec["kind"]]:
         if key not in payload:
-            raise _bad(where, f"payload.{key}", f"is missing for kind {rec['kind']!r}",
+            raise _bad(where, f"payload.{key}", f"is missing for kind {_short(rec['kind'])}",
                        f"a {rec['kind']} payload has {', '.join(PAYLOAD_KEYS[rec['kind']])}")
     return rec
 
@@ -381,7 +391,9 @@ def _record_doctor(out: Path, cmd: str) -> list[Path]:
     paths = [record("doctor_report", rep.to_dict(), out, "doctor_report", cmd, weights="none")]
     run = doctor.break_and_diagnose("hidden_runtime")
     root = next((f.label for f in run.report.findings if f.check == "root cause"), None)
-    print(f"fault {run.fault} ({run.env}): exit {run.returncode}; root cause: {root}\n{run.output[-1500:]}\n{run.report.text()}")
+    print(f"fault {run.fault} ({run.env}): exit {run.returncode}; root cause: {root}")
+    print(run.output[-1500:])
+    print(run.report.text())
     payload = dict(run.report.to_dict(), fault=run.fault, fault_env={k: str(v) for k, v in run.env.items()},
                    returncode=run.returncode, output_tail=run.output[-6000:])
     paths.append(record("doctor_report", payload, out, "doctor_fault_hidden_runtime", cmd, weights="none"))
