@@ -181,7 +181,7 @@ def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
     if kwargs is None:
         return report(name, False, "a dict of engine arguments", f"None ({NOT_DONE})")
     if not isinstance(kwargs, dict):
-        return report(name, False, "a dict of engine arguments, e.g. {'kv_cache_dtype': ...}",
+        return report(name, False, "a dict of engine arguments, {argument name: value}",
                       f"{type(kwargs).__name__}", "set my_fix to a dict")
     dashed = [k for k in kwargs if isinstance(k, str) and "-" in k]
     if dashed:

@@ -76,7 +76,7 @@ def check_missing_symbol(fn) -> CheckResult:
         if isinstance(got, str):
             got = got.strip()
         if got != want:
-            hint = "return just the symbol, e.g. 'GLIBCXX_3.4.29'"
+            hint = "return just the versioned symbol as a string (a name like 'GLIBC_2.34'), nothing else"
             if want is None:
                 hint = "this log has no \"version `...' not found\" line: return None"
             elif isinstance(got, str) and want in got:
