@@ -262,7 +262,8 @@ def guarded(fn: Callable, forbidden: dict[str, Callable]) -> Iterator[None]:
     """While the block runs, each function in ``forbidden`` (label -> vramlab's reference function) is
     replaced by a stand-in that raises :class:`UsedPackageAnswer`: in its own module, in the learner's
     globals (``from vramlab.quarot.hadamard import fwht``) and in any module the learner's globals name
-    (``quant.quantize_per_token_sym``). Everything is put back afterwards."""
+    (``quant.quantize_per_token_sym``), and in the learner's closure cells. Everything is put back
+    afterwards. ``fn`` being one of them itself is caught by :func:`call_learner` before the call."""
     targets = {id(f): label for label, f in forbidden.items()}
     originals = {id(f): f for f in forbidden.values()}
     spaces: list[Any] = []
@@ -282,6 +283,14 @@ def guarded(fn: Callable, forbidden: dict[str, Callable]) -> Iterator[None]:
         return used
 
     try:
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value) and id(value) in targets and value is originals[id(value)]:
+                replaced.append((cell, "cell_contents", value))
+                cell.cell_contents = stand_in(targets[id(value)])
         for space in spaces:
             items = list(space.items()) if isinstance(space, dict) else list(vars(space).items())
             for key, value in items:
@@ -341,6 +350,10 @@ def call_learner(name: str, fn: Callable, *args, expected: str = "", none_is_unt
     if not callable(fn):
         return None, report(name, False, expected or "a function", f"{fmt_number(fn)} (not a function)",
                             hint="define the function in the exercise cell, then run this cell again")
+    used = next((label for label, f in (forbidden or {}).items() if fn is f), None)
+    if used is not None:   # `butterfly = fwht`
+        return None, report(name, False, expected or "your own code", f"vramlab's own {used} itself",
+                            hint=f"your function is vramlab's own {used}; write it yourself")
     try:
         with guarded(fn, forbidden or {}):
             value = fn(*args, **kwargs)
