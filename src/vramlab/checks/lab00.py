@@ -27,7 +27,7 @@ def _fp16_hint(value: float | None, params: int, tied: int) -> str:
     for wrong, hint in recognised.items():
         if math.isclose(value, wrong, rel_tol=1e-3):
             return hint
-    return "count every parameter once (lm_head shares the embedding matrix) and multiply by the bytes per float16 value"
+    return "which parameters does model.parameters() yield (is anything shared?), and how many bytes is one float16 value?"
 
 
 def _fp16_answer(model=None, **_) -> str:

@@ -259,12 +259,11 @@ def check_oom_verdict(fn) -> CheckResult:
             if got not in VERDICTS:
                 hint = f"return one of {', '.join(map(repr, VERDICTS))}"
             elif want == "cap":
-                hint = ("the device had that much free, yet the allocation failed: neither shortage nor "
-                        "fragmentation explains it. What limits one process when the GPU has room?")
+                hint = "compare the request with the device's free memory first: was the device itself short?"
             elif want == "fragmentation":
-                hint = "PyTorch's cache already held at least the request, unused: it was just not in one piece"
+                hint = "compare the request with PyTorch's reserved-but-unallocated memory too, not only the device's"
             else:
-                hint = "neither the device nor PyTorch's cache had that much to give"
+                hint = "compare the request with each of the two numbers: could either have served it?"
             return report(name, False, f"a verdict for tried={tried:,}, free={free:,}, reserved-unallocated={unalloc:,}",
                           repr(got), hint)
     return report(name, True, "", f"all {len(_VERDICT_CASES)} cases right")

@@ -154,8 +154,8 @@ def check_keys_by_hand(fn) -> CheckResult:
             elif torch.allclose(got[..., :d_n].double(), layer.expand_kv(raw_c, k_rope)[0][..., :d_n], atol=1e-9):
                 hint = "normalise the latent with kv_a_layernorm before the up-projection (that is what is cached)"
             elif torch.allclose(got[..., d_n:].double(), want[..., d_n:], atol=1e-9):
-                hint = "the RoPE part is right; the content part is W_UK (the first qk_nope_head_dim rows of each " \
-                       "head in kv_b_proj) times the normed latent"
+                hint = "the RoPE part is right; the content part comes from the normed latent through kv_b_proj: " \
+                       "which of each head's rows there belong to the key?"
             elif torch.allclose(got[..., :d_n].double(), want[..., :d_n], atol=1e-9):
                 hint = "the content part is right; the RoPE key is the LAST qk_rope_head_dim values of " \
                        "kv_a_proj_with_mqa's output, rotated with apply_rope(..., layer.config.rope_interleave)"

@@ -78,7 +78,7 @@ def check_missing_symbol(fn) -> CheckResult:
         if got != want:
             hint = "return just the versioned symbol as a string (a name like 'GLIBC_2.34'), nothing else"
             if want is None:
-                hint = "this log has no \"version `...' not found\" line: return None"
+                hint = "does this log have a \"version `...' not found\" line at all? What should you return then?"
             elif isinstance(got, str) and want in got:
                 hint = "the symbol is in there: strip the quotes and the rest of the line"
             elif isinstance(got, str) and "libstdc++" in got:
