@@ -83,8 +83,8 @@ def check_missing_symbol(fn) -> CheckResult:
                 hint = "the symbol is in there: strip the quotes and the rest of the line"
             elif isinstance(got, str) and "libstdc++" in got:
                 hint = "that is the library that lacks the symbol; return the symbol itself"
-            return report(name, False, "the symbol the loader did not find" if want is not None else
-                          "None (no missing symbol in this log)", repr(got)[:120], hint)
+            return report(name, False, "the symbol the loader did not find, if the log names one", repr(got)[:120],
+                          hint)
     return report(name, True, "", f"all {len(_SYMBOL_CASES)} logs right (e.g. {missing_versions(_SYMBOL_CASES[0])[0]['symbol']!r})")
 
 
