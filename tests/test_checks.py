@@ -23,7 +23,9 @@ def test_fp16_weight_bytes_rejects_stub_and_accepts_solution(smollm2, capsys):
     assert "269,030,016" not in out  # not revealed before a real attempt
     wrong = 2 * (sum(p.numel() for p in model.parameters()) + 49152 * 576)  # tied matrix counted twice
     assert not check_fp16_weight_bytes(wrong, model)
-    assert "expected 269,030,016 bytes; got 325,653,120 bytes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "expected a number of bytes (an int); got 325,653,120 bytes, too high" in out, out
+    assert "269,030,016" not in out  # a wrong attempt is told what is wrong, not the answer (issue 19)
     assert check_fp16_weight_bytes(2 * sum(p.numel() for p in model.parameters()), model)
     assert capsys.readouterr().out == "PASS fp16 weight bytes: 269,030,016 bytes, as expected.\n"
 
@@ -168,3 +170,198 @@ def test_check_prediction_names_a_wrong_sign(capsys):
     assert check_prediction(-12, 256.6, "weights in MiB", "MiB")  # still accepted: it teaches, it does not grade
     out = capsys.readouterr().out
     assert "(the wrong sign)" in out and "too low" not in out
+
+
+# --------------------------------------------------------------------------- teach without telling (issue 19)
+from vramlab.checks._core import EXERCISES, answer_text  # noqa: E402
+
+NOTEBOOKS = TESTS.parent / "notebooks"
+
+
+def _boom(*args, **kwargs):
+    raise ValueError("not like this")
+
+
+WRONG_LABEL = "surely_not_the_label"
+# Wrong attempts: a value check gets each value; a function check gets a function returning each value,
+# and one raising ValueError.
+WRONG_VALUES = [0, 1e12, -1, WRONG_LABEL]
+# Predictions also need the measurement (and the lesson's extra numbers); their PASS line shows it.
+PREDICTION_ARGS = {
+    "check_prediction": (1234.0, "bytes per token"),
+    "check_zero_fraction_prediction": (0.956,),
+    "check_no_online_hadamard_prediction": (20.4, 4.7),
+    "check_w16a4_prediction": (2379.0, 14.7),
+    "check_prediction_stored": (),
+    "check_prediction_recorded": (),
+    "check_conversion_prediction": (),
+    "check_predicted_gpu_layers": (),
+    "check_4bit_prediction": (123456789.0,),
+    "check_reserved_prediction": ({"default": 268435456, "expandable": 146800640},),
+}
+_NUMBER_RE = re.compile(r"\d[\d,]{0,40}(?:\.\d{1,12})?")   # bounded: linear on any text
+
+
+def _secrets(answer: str) -> list[str]:
+    """What a wrong attempt must never print of a revealed answer: the answer text itself, its numbers of
+    4+ digits or with 3+ significant digits after a point (6,480; 5.787; 0.3969), and "expected <label>"
+    for its quoted labels (the labels themselves may be listed among the choices)."""
+    out = [answer.rstrip(".")]
+    for number in _NUMBER_RE.findall(answer):
+        digits = number.replace(",", "").rstrip(".")
+        significant = digits.replace(".", "").lstrip("0")
+        if len(digits.replace(".", "")) >= 4 and not set(significant) <= {"0"} or ("." in digits and len(significant) >= 3):
+            out.append(number.rstrip(".,"))
+    for label in re.findall(r"'([A-Za-z_][\w.]{0,60})'", answer):
+        out += [f"expected {label}", f"expected '{label}'", f"got {label}; expected", f"exactly '{label}'"]
+    return out
+
+
+def _call(name: str, attempt, extra, **kwargs):
+    return getattr(checks, name)(attempt, *extra, **kwargs)
+
+
+def _extra(name: str, model) -> tuple:
+    if name == "check_fp16_weight_bytes":
+        return (model,)
+    return PREDICTION_ARGS.get(name, ())
+
+
+def _attempts(name: str) -> list:
+    first = next(iter(inspect.signature(getattr(checks, name)).parameters))
+    if first == "fn":
+        return [(lambda value: (lambda *a, **k: value))(v) for v in WRONG_VALUES] + [_boom]
+    return list(WRONG_VALUES)
+
+
+def test_every_exported_check_is_registered_with_its_exercise():
+    """reveal=True and checks.reveal(lab, n) work only for registered checks: every export is one."""
+    names = _exported_checks()
+    missing = [n for n in names if n not in EXERCISES]
+    assert not missing, f"checks without @exercise(...) in their labNN.py: {missing}"
+    for name in names:
+        assert "reveal" in inspect.signature(getattr(checks, name)).parameters, name
+
+
+def _notebook_exercises() -> dict[str, tuple[str, str]]:
+    """check name -> (lab id, exercise number) read from the notebooks' '### Exercise N' headings."""
+    import json
+
+    found = {}
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        lab, current = f"lab{path.name[:2]}", None
+        for cell in json.loads(path.read_text())["cells"]:
+            text = "".join(cell["source"])
+            heading = re.search(r"^### Exercise (\d{1,2}(?:\.\d{1,2})?)\b", text, re.M)
+            if cell["cell_type"] == "markdown" and heading:
+                current = heading.group(1).split(".")[-1]
+            elif cell["cell_type"] == "markdown" and re.search(r"^#{1,3} ", text, re.M):
+                current = None   # a new section ends the exercise
+            if cell["cell_type"] == "code" and current is not None:
+                for call in re.findall(r"\b(check_\w{1,60})\(", text):
+                    if call in EXERCISES and EXERCISES[call].number is not None:
+                        found.setdefault(call, (lab, current))
+    return found
+
+
+def test_exercise_numbers_follow_the_notebooks():
+    found = _notebook_exercises()
+    assert len(found) >= 15, found
+    for name, (lab, number) in found.items():
+        entry = EXERCISES[name]
+        assert (entry.lab, str(entry.number)) == (lab, number), (name, entry, lab, number)
+
+
+@pytest.mark.parametrize("name", _exported_checks())
+def test_a_wrong_attempt_never_reveals_the_answer(name, smollm2, capsys):
+    """Wrong values (0, 1e12, -1, a wrong label), functions returning them and a function raising
+    ValueError: the check fails, says what is wrong, and prints neither the answer nor its numbers."""
+    entry = EXERCISES[name]
+    extra = _extra(name, smollm2[0])
+    params = list(inspect.signature(getattr(checks, name)).parameters)[1:]
+    context = dict(zip(params, extra))
+    secrets = _secrets(answer_text(name, **context))
+    for attempt in _attempts(name):
+        result = _call(name, attempt, extra)
+        out = capsys.readouterr().out
+        assert isinstance(result, CheckResult) and not result.revealed and "ANSWER" not in out, (name, out)
+        if entry.prediction and result.passed:
+            continue  # a stored number: the prediction's PASS line shows the measurement, that is its point
+        assert not result.passed and out.startswith("FAIL "), (name, attempt, out)
+        for secret in secrets:
+            assert secret not in out, f"{name}({attempt!r}) shows {secret!r} of the answer: {out}"
+        if attempt is _boom:
+            assert "ValueError: not like this, raised at line" in out and "raise ValueError" in out, out
+            expected_part = out.split("; got ", 1)[0]
+            assert "expected" in expected_part, out
+    if entry.prediction:
+        for measured in (str(v) for v in extra if isinstance(v, float)):
+            for attempt in (None, WRONG_LABEL):
+                _call(name, attempt, extra)
+                out = capsys.readouterr().out
+                assert measured not in out, f"{name}({attempt!r}) shows the measurement {measured}: {out}"
+
+
+@pytest.mark.parametrize("name", _exported_checks())
+def test_reveal_true_shows_the_answer_and_records_it(name, smollm2, capsys):
+    extra = _extra(name, smollm2[0])
+    attempt = _attempts(name)[0]
+    result = _call(name, attempt, extra, reveal=True)
+    out = capsys.readouterr().out
+    assert result.revealed and result.answer, (name, out)
+    verdict, answer_line = out.rstrip("\n").split("\n")
+    assert verdict.startswith(("FAIL ", "PASS ")) and answer_line.startswith("ANSWER ")
+    assert result.answer.rstrip(".") in answer_line
+    params = list(inspect.signature(getattr(checks, name)).parameters)[1:]
+    assert result.answer == answer_text(name, **dict(zip(params, extra)))
+    # the next call without reveal is back to normal
+    again = _call(name, attempt, extra)
+    assert not again.revealed and "ANSWER" not in capsys.readouterr().out
+
+
+def test_reveal_by_lab_and_exercise_number(capsys):
+    results = checks.reveal("lab02", 3)
+    out = capsys.readouterr().out
+    assert len(results) == 1 and results[0].revealed and not results[0].passed
+    assert out == ("ANSWER check_kv4_bytes_per_token (lab02 exercise 3): 6,480 bytes: 2 (K and V) x 30 layers x 3 KV "
+                   "heads x (64 x 4 bits / 8 + 2 x 2 bytes for the group's scale and zero point).\n")
+    assert len(checks.reveal("lab04", 1)) == 3                                  # three checks in one exercise
+    capsys.readouterr()
+    assert checks.reveal("lab00", "0.1")[0].answer.startswith("269,030,016 bytes")  # "Exercise 0.1"
+    numbered = {(e.lab, e.number) for e in EXERCISES.values() if e.number is not None}
+    for lab, number in numbered:
+        assert all(r.revealed for r in checks.reveal(lab, number)), (lab, number)
+    with pytest.raises(ValueError, match="no exercise 9 in 'lab02'"):
+        checks.reveal("lab02", 9)
+
+
+def test_pass_lines_are_unchanged(capsys):
+    """The committed notebooks store PASS lines and nbval compares them: reveal=False keeps them exact."""
+    assert checks.check_kv4_bytes_per_token(6480)
+    assert checks.check_cap_oom_reason("b")
+    assert checks.check_needed_gib(5.625)
+    assert capsys.readouterr().out == (
+        "PASS KV4 bytes per token: 6,480 bytes, as expected.\n"
+        "PASS why a capped process runs out of memory: b: PyTorch's allocator refuses to reserve past fraction x "
+        "total for this process, whatever the device has free.\n"
+        "PASS Qwen3-8B needed GiB at 40960: 5.625 GiB.\n")
+
+
+def test_direction_names_a_recognisable_factor_only():
+    from vramlab.checks._core import direction
+
+    assert direction(2 * 6480, 6480) == "2x too high"
+    assert direction(6480 / 8, 6480) == "8x too low"
+    assert direction(1.7 * 6480, 6480) == "too high"       # no odd factor that would give the answer away
+    assert direction(-3, 6480) == "the wrong sign"
+    assert direction(0, 6480) == "too low"
+
+
+def test_secrets_regex_is_linear():
+    import time
+
+    start = time.perf_counter()
+    _secrets("9" * 100_000)
+    _secrets("1," * 50_000 + ".")
+    _NUMBER_RE.findall("x" * 50_000_000)
+    assert time.perf_counter() - start < 20

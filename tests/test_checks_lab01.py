@@ -160,13 +160,58 @@ def test_solution_is_accepted(name, capsys):
     assert getattr(checks, name) is getattr(lab01, name)  # re-exported from vramlab.checks
 
 
-def test_package_reference_functions_pass_the_checks():
-    from vramlab.quarot.hadamard import fwht_butterfly, sylvester
+def test_package_reference_functions_agree_with_the_solutions():
+    """The lesson's own functions and the checks' references cannot disagree (the checks refuse the
+    package functions themselves as an answer, see test_calling_vramlabs_own_answer_is_refused)."""
+    from vramlab.quarot.hadamard import fwht, fwht_butterfly, sylvester
     from vramlab.quarot.rotate import fold_rmsnorm_into_linear
 
-    assert lab01.check_sylvester_hadamard(sylvester)
-    assert lab01.check_butterfly(fwht_butterfly)
-    assert lab01.check_fold_rmsnorm(fold_rmsnorm_into_linear)
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 2, 8, 64):
+        assert torch.equal(sylvester(n).double(), sylvester_solution(n).double())
+        x = torch.randn(3, n, generator=g, dtype=torch.float64)
+        assert torch.allclose(fwht_butterfly(x), butterfly_solution(x), atol=1e-9)
+        assert torch.allclose(fwht(x), butterfly_solution(x), atol=1e-9)
+    gamma, W = torch.rand(10, generator=g) + 0.5, torch.randn(7, 10, generator=g)
+    assert torch.allclose(fold_rmsnorm_into_linear(gamma, W), fold_solution(gamma, W))
+
+
+def test_calling_vramlabs_own_answer_is_refused(capsys):
+    """Lab 01's exercises cannot be bypassed with the imported solution (issue 19)."""
+    from vramlab.quarot import hadamard
+    from vramlab.quarot.hadamard import fwht, sylvester
+    from vramlab.quarot.rotate import fold_rmsnorm_into_linear
+
+    def via_global(x):           # `from vramlab.quarot.hadamard import fwht` in the notebook
+        return FWHT(x)
+
+    def via_module(x):           # `hadamard.fwht(x)`
+        return hadamard.fwht(x)
+
+    def via_closure(x):          # a name from an enclosing scope
+        return fwht(x)
+
+    globals()["FWHT"] = fwht
+    try:
+        for fn in (via_global, via_module, via_closure, fwht):
+            assert not lab01.check_butterfly(fn)
+            out = capsys.readouterr().out
+            assert "vramlab's own quarot.hadamard.fwht" in out and "write it yourself" in out, out
+    finally:
+        del globals()["FWHT"]
+    assert hadamard.fwht is fwht   # put back
+    assert not lab01.check_sylvester_hadamard(lambda n: sylvester(n))
+    assert "vramlab's own quarot.hadamard.sylvester" in capsys.readouterr().out
+    assert not lab01.check_fold_rmsnorm(lambda g, w: fold_rmsnorm_into_linear(g, w))
+    assert "vramlab's own quarot.rotate.fold_rmsnorm_into_linear; write it yourself" in capsys.readouterr().out
+    assert lab01.check_butterfly(butterfly_solution)  # the guard is gone: a real solution still passes
+
+
+def test_fold_rows_instead_of_columns_gets_the_rows_hint(capsys):
+    """gamma[:, None] * W raises on a non-square W: the square case comes first so the hint is reached."""
+    assert not lab01.check_fold_rmsnorm(lambda g, w: g[:, None] * w)
+    out = capsys.readouterr().out
+    assert "the rows (output features) scaled by gamma" in out and "input features" in out, out
 
 
 def test_hints_name_the_mistake(capsys):

@@ -79,11 +79,29 @@ def test_solution_passes(name, capsys):
     assert result.passed and out.startswith("PASS"), out
 
 
-def test_package_quantizers_pass_their_own_checks(capsys):
+def test_package_quantizers_agree_with_the_solutions():
+    """The checks' references are vramlab's own quantizers; the hand-written solutions match them."""
+    import torch
+
     from vramlab.quarot.quant import quantize_groupwise_asym, quantize_per_token_sym
 
-    assert lab02.check_per_token_quantizer(quantize_per_token_sym)
-    assert lab02.check_kv_quantizer(quantize_groupwise_asym)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 3, 5, 64, generator=g)
+    assert torch.allclose(quantize_per_token_sym(x, 4, 0.9), per_token_solution(x, 4, 0.9))
+    assert torch.allclose(quantize_groupwise_asym(x, 4, 32, 0.95), kv_solution(x, 4, 32, 0.95), atol=1e-6)
+
+
+def test_calling_vramlabs_own_quantizer_is_refused(capsys):
+    """Lab 02's exercises cannot be bypassed with quant.quantize_per_token_sym (issue 19)."""
+    from vramlab.quarot import quant
+
+    for fn in (lambda x, b, c: quant.quantize_per_token_sym(x, b, c), quant.quantize_per_token_sym):
+        assert not lab02.check_per_token_quantizer(fn)
+        out = capsys.readouterr().out
+        assert "vramlab's own quarot.quant.quantize_per_token_sym; write it yourself" in out, out
+    assert not lab02.check_kv_quantizer(lambda x, b, gs, c: quant.quantize_groupwise_asym(x, b, gs, c))
+    assert "vramlab's own quarot.quant.quantize_groupwise_asym" in capsys.readouterr().out
+    assert lab02.check_per_token_quantizer(per_token_solution)   # everything put back
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
@@ -120,10 +138,9 @@ def test_quantizer_checks_reject_nan_and_a_missing_scale_clamp():
 
 def test_in_place_solution_does_not_corrupt_later_cases():
     from vramlab.checks import check_per_token_quantizer
-    from vramlab.quarot.quant import quantize_per_token_sym
 
-    def in_place(x, bits, clip):
-        x.copy_(quantize_per_token_sym(x, bits, clip))
+    def in_place(x, bits, clip):   # written by hand: vramlab's own quantizer would be refused
+        x.copy_(per_token_solution(x, bits, clip))
         return x
 
     assert check_per_token_quantizer(in_place)

@@ -56,9 +56,9 @@ WRONG = {
                        ({"weights_bytes": 0}, "facts of the deployment"),
                        ({"non_torch_bytes": 0, "activation_bytes": 0}, "facts of the deployment")],
     "check_oom_verdict": [(lambda tried, free, unalloc: "fragmentation" if unalloc >= tried else "shortage",
-                           "limits one process"),
+                           "was the device itself short"),
                           (lambda tried, free, unalloc: "fragmentation" if unalloc > tried else "shortage",
-                           "at least the request"),
+                           "reserved-but-unallocated memory too"),
                           (lambda tried, free, unalloc: "OOM", "return one of")],
 }
 STUBS = [None, lambda *a: None, _raises]

@@ -90,3 +90,13 @@ def test_oom_divide_by_1000_is_caught(capsys):
     assert "/1000 is GB" in capsys.readouterr().out
     assert not checks.check_oom_numbers({**good, "free_gib": 406.38})      # copied without converting
     assert "406.38 is in MiB" in capsys.readouterr().out
+
+
+def test_the_untouched_dict_of_nones_is_not_done_yet(capsys):
+    """The lab's stub (a dict of three Nones) is told "not done yet", not "write a float" (issue 19)."""
+    result = checks.check_oom_numbers({"tried_gib": None, "free_gib": None, "reserved_gib": None})
+    out = capsys.readouterr().out
+    assert not result and result.untouched and "not done yet" in out and "not a string" not in out, out
+    result = checks.check_oom_numbers({"tried_gib": 2.0, "free_gib": None, "reserved_gib": None})
+    out = capsys.readouterr().out
+    assert not result.untouched and "free_gib" in out and "0.397" not in out, out   # a partial attempt

@@ -1,20 +1,32 @@
 """The machinery every exercise check uses: run the learner's code, compare, say what happened.
 
 A check never raises on a wrong answer: it prints one line starting with a pass/fail mark, what
-was expected and what it got, and returns a :class:`CheckResult` (truthy when passed). This is
-what keeps a half-done lab executable top to bottom. An untouched exercise (the stub's None,
-``...`` or NotImplementedError) is told "not done yet" and never shown the expected value.
+kind of answer was wanted and what it got, and returns a :class:`CheckResult` (truthy when passed).
+This is what keeps a half-done lab executable top to bottom.
+
+Checks teach without telling: a wrong attempt is told what is wrong (the direction, a recognisable
+factor, the likely misconception), never the expected value, label, range or formula. The answer comes
+only when the learner asks for it: ``check_x(answer, reveal=True)`` or ``vramlab.checks.reveal("lab03", 2)``
+(lab id, exercise number). Every check registers how to compute its answer with :func:`exercise`; the
+result then says so (``CheckResult.revealed``). Predictions (predict, then measure) keep showing the
+measured value once a number is stored: that is their point.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import inspect
 import math
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 PASS_MARK = "PASS"
 FAIL_MARK = "FAIL"
+ANSWER_MARK = "ANSWER"
 # What an untouched exercise says instead of the expected value: the answer is revealed only after a
 # real attempt (a value that is not the stub's None / ... / NotImplementedError).
 NOT_DONE_EXPECTED = "your answer in place of the stub"
@@ -55,12 +67,22 @@ class CheckResult:
     hint: str = ""
     details: dict = field(default_factory=dict)
     untouched: bool = False
+    revealed: bool = False   # the learner asked for the answer (reveal=True or checks.reveal(...))
+    answer: str = ""         # the revealed answer; "" unless revealed
 
     def __bool__(self) -> bool:
         return self.passed
 
     @property
     def message(self) -> str:
+        """The verdict line, and when the answer was asked for, an ``ANSWER <name>: ...`` line after it."""
+        line = self.verdict
+        if self.revealed:
+            line += f"\n{ANSWER_MARK} {self.name}: {str(self.answer).rstrip('.')}."
+        return line
+
+    @property
+    def verdict(self) -> str:
         got = str(self.got).rstrip(".")
         if self.passed:
             if self.expected and _value_like(got):
@@ -81,21 +103,210 @@ class CheckResult:
 _MISSING = object()
 
 
+# --------------------------------------------------------------------------- answers, revealed on request
+@dataclass(frozen=True)
+class Exercise:
+    """One check's place in a lab and how to compute its answer.
+
+    ``lab``: ``"lab03"``; ``number``: the notebook's ``### Exercise N`` (None for a prediction outside an
+    exercise); ``answer``: called with the check's own arguments after the learner's answer (by name,
+    all optional) and returns the answer as text; ``prediction``: a predict-then-measure check, whose
+    PASS line shows the measured value anyway.
+    """
+
+    lab: str
+    number: int | None
+    check: str
+    answer: Callable[..., str]
+    prediction: bool = False
+
+
+#: check name -> its Exercise, filled by :func:`exercise` when a labNN module is imported.
+EXERCISES: dict[str, Exercise] = {}
+_REVEALING: contextvars.ContextVar = contextvars.ContextVar("vramlab_checks_revealing", default=None)
+
+
+def exercise(lab: str, number: int | None, answer: Callable[..., str], *, prediction: bool = False):
+    """Decorator: register a check as ``lab``'s exercise ``number`` and give it a ``reveal=False`` keyword.
+
+    With ``reveal=True`` the check runs as usual (the learner's answer is still judged), and its result
+    also carries the answer (``answer(**the check's other arguments)``), printed on an ``ANSWER`` line
+    after the verdict, with ``revealed=True``.
+    """
+
+    def decorate(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+        sig = inspect.signature(check)
+        entry = Exercise(lab, number, check.__name__, answer, prediction)
+        EXERCISES[check.__name__] = entry
+
+        @functools.wraps(check)
+        def wrapper(*args, reveal: bool = False, **kwargs) -> CheckResult:
+            if not reveal:
+                return check(*args, **kwargs)
+            try:
+                bound = sig.bind(*args, **kwargs)
+                context = {k: v for k, v in list(bound.arguments.items())[1:]}
+            except TypeError:
+                context = {}
+            token = _REVEALING.set((entry, context))
+            try:
+                return check(*args, **kwargs)
+            finally:
+                _REVEALING.reset(token)
+
+        wrapper.__signature__ = sig.replace(parameters=[
+            *sig.parameters.values(),
+            inspect.Parameter("reveal", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)])
+        wrapper.exercise = entry
+        return wrapper
+
+    return decorate
+
+
+def answer_text(check: str, **context) -> str:
+    """The answer of the registered check named ``check`` (text), computed from ``context`` (its other arguments)."""
+    entry = EXERCISES[check]
+    try:
+        return str(entry.answer(**context))
+    except Exception as exc:  # noqa: BLE001 - a reveal must not crash the lab
+        return f"(could not be computed here: {type(exc).__name__}: {exc})"
+
+
+def _exercise_number(lab: str, number: Any) -> str:
+    """``"2"`` for ``2``, ``"2"`` and for lab00 also ``"0.1"`` -> ``"1"`` (the notebook's "Exercise 0.1")."""
+    text = str(number).strip()
+    prefix = f"{int(lab[3:])}." if lab[3:].isdigit() else ""
+    if prefix and text.startswith(prefix) and "." in text:
+        text = text[len(prefix):]
+    return text
+
+
+class RevealedAnswer(CheckResult):
+    """What :func:`reveal` returns for one check: only the ``ANSWER`` line (there was no attempt to judge)."""
+
+    @property
+    def message(self) -> str:
+        return f"{ANSWER_MARK} {self.name}: {str(self.answer).rstrip('.')}."
+
+
+class Revealed(list):
+    """The results of :func:`reveal` (one per check of the exercise); each already printed its line."""
+
+    def _ipython_display_(self) -> None:
+        return None
+
+
+def reveal(lab: str, number: int | str) -> Revealed:
+    """Show the answer of ``lab``'s exercise ``number`` (``reveal("lab03", 2)``), and record that it was revealed.
+
+    Prints one ``ANSWER <check> (<lab> exercise <n>): ...`` line per check of the exercise; returns their
+    results (:class:`RevealedAnswer`: not passed, ``revealed=True``).
+    """
+    lab_id = str(lab).strip().lower()
+    if lab_id.isdigit():
+        lab_id = f"lab{int(lab_id):02d}"
+    want = _exercise_number(lab_id, number)
+    entries = [e for e in EXERCISES.values() if e.lab == lab_id and str(e.number) == want]
+    if not entries:
+        known = sorted({f"{e.lab} {e.number}" for e in EXERCISES.values() if e.number is not None})
+        raise ValueError(f"no exercise {number!r} in {lab!r}: use a lab id and an exercise number, one of "
+                         f"{', '.join(known)}.")
+    results = Revealed()
+    for entry in entries:
+        token = _REVEALING.set((entry, {}))
+        try:
+            results.append(report(f"{entry.check} ({entry.lab} exercise {entry.number})", False, "",
+                                  "the answer, revealed on request", result_class=RevealedAnswer))
+        finally:
+            _REVEALING.reset(token)
+    return results
+
+
 def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, value: Any = _MISSING,
-           untouched_hint: str = "", **details) -> CheckResult:
+           untouched_hint: str = "", result_class: type | None = None, **details) -> CheckResult:
     """Print the one-line verdict and return it as a :class:`CheckResult`.
 
     Format: ``PASS <name>: <got>[, as expected].`` or ``FAIL <name>: expected <expected>; got <got>. Hint: ...``.
-    A failure on an untouched stub (``value`` is None / ``...`` / NotImplementedError, or, when ``value``
-    is not given, ``got`` reads ``None``) never shows ``expected``: the answer is revealed only after a
-    real attempt.
+    ``expected`` describes the kind of answer wanted ("a number of bytes", "a tensor of shape (3, 8)"),
+    never the answer itself. A failure on an untouched stub (``value`` is None / ``...`` /
+    NotImplementedError, or, when ``value`` is not given, ``got`` reads ``None``) says "not done yet".
+    Inside a check called with ``reveal=True`` (or :func:`reveal`) the result carries the answer,
+    printed on an ``ANSWER`` line, and ``revealed=True``.
     """
     untouched = not passed and (is_untouched(value) if value is not _MISSING else _untouched_text(got))
     if untouched:
         hint = untouched_hint  # the exercise's own hint can wait for a real attempt too
-    result = CheckResult(name, bool(passed), expected, got, hint if not passed else "", details, untouched)
+    result = (result_class or CheckResult)(name, bool(passed), expected, got, hint if not passed else "",
+                                           details, untouched)
+    revealing = _REVEALING.get()
+    if revealing is not None:
+        entry, context = revealing
+        result.revealed = True
+        result.answer = answer_text(entry.check, **context)
+        _REVEALING.set(None)   # one verdict per check call reveals
     print(result.message)
     return result
+
+
+# --------------------------------------------------------------------------- the package's own answers
+class UsedPackageAnswer(Exception):
+    """Raised by a stand-in for one of vramlab's reference functions while the learner's function runs."""
+
+    def __init__(self, label: str):
+        super().__init__(f"your function calls vramlab's own {label}")
+        self.label = label
+
+
+@contextlib.contextmanager
+def guarded(fn: Callable, forbidden: dict[str, Callable]) -> Iterator[None]:
+    """While the block runs, each function in ``forbidden`` (label -> vramlab's reference function) is
+    replaced by a stand-in that raises :class:`UsedPackageAnswer`: in its own module, in the learner's
+    globals (``from vramlab.quarot.hadamard import fwht``) and in any module the learner's globals name
+    (``quant.quantize_per_token_sym``), and in the learner's closure cells. Everything is put back
+    afterwards. ``fn`` being one of them itself is caught by :func:`call_learner` before the call."""
+    targets = {id(f): label for label, f in forbidden.items()}
+    originals = {id(f): f for f in forbidden.values()}
+    spaces: list[Any] = []
+    for f in forbidden.values():
+        module = sys.modules.get(getattr(f, "__module__", ""), None)
+        if module is not None:
+            spaces.append(module)
+    learner_globals = getattr(fn, "__globals__", None)
+    if isinstance(learner_globals, dict):
+        spaces.append(learner_globals)
+        spaces.extend(v for v in list(learner_globals.values()) if isinstance(v, type(sys)))
+    replaced: list[tuple[Any, str, Callable]] = []
+
+    def stand_in(label: str) -> Callable:
+        def used(*args, **kwargs):
+            raise UsedPackageAnswer(label)
+        return used
+
+    try:
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value) and id(value) in targets and value is originals[id(value)]:
+                replaced.append((cell, "cell_contents", value))
+                cell.cell_contents = stand_in(targets[id(value)])
+        for space in spaces:
+            items = list(space.items()) if isinstance(space, dict) else list(vars(space).items())
+            for key, value in items:
+                if callable(value) and id(value) in targets and value is originals[id(value)]:
+                    replaced.append((space, key, value))
+                    if isinstance(space, dict):
+                        space[key] = stand_in(targets[id(value)])
+                    else:
+                        setattr(space, key, stand_in(targets[id(value)]))
+        yield
+    finally:
+        for space, key, value in reversed(replaced):
+            if isinstance(space, dict):
+                space[key] = value
+            else:
+                setattr(space, key, value)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -126,20 +337,29 @@ def learner_line(exc: BaseException, fn: Callable) -> str:
 
 
 def call_learner(name: str, fn: Callable, *args, expected: str = "", none_is_untouched: bool = True,
-                 **kwargs) -> tuple[Any, CheckResult | None]:
+                 forbidden: dict[str, Callable] | None = None, **kwargs) -> tuple[Any, CheckResult | None]:
     """Call the learner's function; on an exception return ``(None, failing CheckResult)``.
 
     An untouched stub (``fn`` is None, it raises NotImplementedError, or, with ``none_is_untouched``,
     it returns None / ``...``) fails without revealing ``expected``. Any other exception fails with
-    the line of the learner's cell that raised it.
+    the line of the learner's cell that raised it. ``forbidden`` (label -> vramlab's reference function):
+    a function that simply calls one of them fails ("write it yourself"), see :func:`guarded`.
     """
     if fn is None or fn is Ellipsis:
         return None, report(name, False, expected or "a function", repr(fn), value=fn)
     if not callable(fn):
         return None, report(name, False, expected or "a function", f"{fmt_number(fn)} (not a function)",
                             hint="define the function in the exercise cell, then run this cell again")
+    used = next((label for label, f in (forbidden or {}).items() if fn is f), None)
+    if used is not None:   # `butterfly = fwht`
+        return None, report(name, False, expected or "your own code", f"vramlab's own {used} itself",
+                            hint=f"your function is vramlab's own {used}; write it yourself")
     try:
-        value = fn(*args, **kwargs)
+        with guarded(fn, forbidden or {}):
+            value = fn(*args, **kwargs)
+    except UsedPackageAnswer as exc:
+        return None, report(name, False, expected or "your own code", f"a call to vramlab's own {exc.label}",
+                            hint=f"your function calls vramlab's own {exc.label}; write it yourself")
     except NotImplementedError as exc:
         return None, report(name, False, expected, "NotImplementedError from the stub", value=exc)
     except Exception as exc:  # noqa: BLE001 - anything the learner raises is reported
@@ -182,14 +402,39 @@ def as_float(x: Any) -> float | None:
         return None
 
 
+_FACTORS = (2, 3, 4, 8, 16, 32, 64, 1000, 1024)
+
+
+def direction(value: float, want: float) -> str:
+    """How a wrong number is off, without the answer: ``"2x too high"`` for a recognisable factor
+    (2, 4, 8, 1000, 1024 ...), else ``"too high"`` / ``"too low"`` / ``"the wrong sign"``."""
+    if not (math.isfinite(value) and math.isfinite(want)) or want == 0:
+        return "too high" if value > want else "too low"
+    ratio = value / want
+    if ratio <= 0:
+        return "too low" if value == 0 else "the wrong sign"
+    for k in _FACTORS:
+        if math.isclose(ratio, k, rel_tol=1e-3):
+            return f"{k}x too high"
+        if math.isclose(ratio, 1 / k, rel_tol=1e-3):
+            return f"{k}x too low"
+    return "too high" if ratio > 1 else "too low"
+
+
 def check_close(name: str, got: Any, expected: float, rel: float = 1e-6, abs_tol: float = 0.0,
-                unit: str = "", hint: str = "") -> CheckResult:
-    """Pass when ``got`` is a number within ``rel`` (relative) or ``abs_tol`` of ``expected``."""
+                unit: str = "", hint: str = "", what: str = "") -> CheckResult:
+    """Pass when ``got`` is a number within ``rel`` (relative) or ``abs_tol`` of ``expected``.
+
+    A wrong number is told its direction (:func:`direction`), never ``expected``; ``what`` describes
+    the answer wanted (default ``"a number of <unit>"``).
+    """
     value = as_float(got)
     unit_s = f" {unit}" if unit else ""
-    want = f"{fmt_number(expected)}{unit_s}"
+    want = what or (f"a number of {unit}" if unit else "a number")
     if value is None:
         return report(name, False, want, f"{fmt_number(got)}" + ("" if is_untouched(got) else " (not a number)"),
                       hint, value=got)
     ok = math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol)
-    return report(name, ok, want, f"{fmt_number(value)}{unit_s}", hint, value=got)
+    if ok:
+        return report(name, True, want, f"{fmt_number(value)}{unit_s}", value=got)
+    return report(name, False, want, f"{fmt_number(value)}{unit_s}, {direction(value, expected)}", hint, value=got)

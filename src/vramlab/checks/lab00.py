@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, check_close, fmt_number, is_untouched, report
+from vramlab.checks._core import CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, report
 
 __all__ = ["check_fp16_weight_bytes", "check_prediction"]
 
@@ -27,9 +27,25 @@ def _fp16_hint(value: float | None, params: int, tied: int) -> str:
     for wrong, hint in recognised.items():
         if math.isclose(value, wrong, rel_tol=1e-3):
             return hint
-    return "count every parameter once (lm_head shares the embedding matrix) and multiply by the bytes per float16 value"
+    return "which parameters does model.parameters() yield (is anything shared?), and how many bytes is one float16 value?"
 
 
+def _fp16_answer(model=None, **_) -> str:
+    if model is None:  # reveal("lab00", 1) without the model: the same parameters on the meta device
+        from vramlab.dispatch import empty_model
+
+        model = empty_model("smollm2-135m")
+    params = sum(p.numel() for p in model.parameters())
+    return f"{2 * params:,} bytes (2 bytes x {params:,} parameters; the tied embedding counts once)"
+
+
+def _prediction_answer(actual=None, unit: str = "", **_) -> str:
+    if actual is None:
+        return "a prediction has no answer to reveal: the measurement comes in a later cell"
+    return f"the measured value is {fmt_number(as_float(actual), 4)}{' ' + unit if unit else ''}"
+
+
+@exercise("lab00", 1, _fp16_answer)
 def check_fp16_weight_bytes(got: Any, model) -> CheckResult:
     """The model's parameter bytes if stored in float16: 2 bytes x unique parameters.
 
@@ -45,9 +61,10 @@ def check_fp16_weight_bytes(got: Any, model) -> CheckResult:
         model.get_output_embeddings().weight is embedding else 0
     expected = 2 * params
     return check_close("fp16 weight bytes", got, float(expected), rel=0, abs_tol=0.5, unit="bytes",
-                       hint=_fp16_hint(as_float(got), params, tied))
+                       hint=_fp16_hint(as_float(got), params, tied), what="a number of bytes (an int)")
 
 
+@exercise("lab00", None, _prediction_answer, prediction=True)
 def check_prediction(predicted: Any, actual: float | None = None, what: str = "your prediction", unit: str = "",
                      ) -> CheckResult:
     """Predict, then reveal: any honest number passes; the line says how far off it was.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, report
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
            "check_zero_fraction_prediction", "check_no_online_hadamard_prediction", "check_prediction_stored"]
@@ -21,6 +21,20 @@ def _as_tensor(x):
         return None
 
 
+def _sylvester_answer(**_) -> str:
+    return ("H_1 = [[1]], H_2m = [[H_m, H_m], [H_m, -H_m]]: `H = torch.ones(1, 1)`, then while H.shape[0] < n: "
+            "`H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)`")
+
+
+def _hadamard_functions() -> dict:
+    """vramlab's own Hadamard code, which an exercise function must not simply call."""
+    from vramlab.quarot import hadamard
+
+    return {f"quarot.hadamard.{f}": getattr(hadamard, f) for f in
+            ("sylvester", "hadamard_matrix", "fwht", "fwht_butterfly", "fwht_reference")}
+
+
+@exercise("lab01", 1, _sylvester_answer)
 def check_sylvester_hadamard(fn) -> CheckResult:
     """``fn(n)`` builds Sylvester's Hadamard matrix of order ``n = 2^k`` (entries ±1, not normalised)."""
     import torch
@@ -28,9 +42,10 @@ def check_sylvester_hadamard(fn) -> CheckResult:
     from vramlab.quarot.hadamard import sylvester
 
     name = "Sylvester Hadamard"
-    want = "sylvester(n): H_1 = [[1]], H_2m = [[H_m, H_m], [H_m, -H_m]] for n = 1, 2, 4, 8, 64"
+    want = "an n x n matrix of +1 and -1 for n = 1, 2, 4, 8, 64"
+    forbidden = _hadamard_functions()
     for n in (1, 2, 4, 8, 64):
-        got, failure = call_learner(name, fn, n, expected=want)
+        got, failure = call_learner(name, fn, n, expected=f"an n x n matrix for n={n}", forbidden=forbidden)
         if failure is not None:
             return failure
         H = _as_tensor(got)
@@ -50,10 +65,18 @@ def check_sylvester_hadamard(fn) -> CheckResult:
         got_s = "a Hadamard matrix, but not in Sylvester's order" if is_hadamard else \
             f"H H^T has max off-diagonal {float((H @ H.T - torch.diag(torch.diagonal(H @ H.T))).abs().max()):.3g}"
         return report(name, False, f"Sylvester's matrix for n={n}", got_s,
-                      hint="the new matrix is [[H, H], [H, -H]] (torch.cat twice), starting from [[1.]]")
+                      hint="re-read Sylvester's doubling step: which of the four blocks is negated, and where?"
+                      if is_hadamard else "each doubling step builds the next matrix from four copies of the last one")
     return report(name, True, want, "H_1 ... H_64 match Sylvester's construction and H H^T = n I")
 
 
+def _butterfly_answer(**_) -> str:
+    return ("x @ sylvester(n) / sqrt(n) over the last dimension, in log2(n) stages: y = x.reshape(-1, n); for "
+            "h = 1, 2, 4, ...: y = y.view(-1, n // (2h), 2, h), (a, b) -> (a + b, a - b); finally y / sqrt(n), "
+            "reshaped to x.shape")
+
+
+@exercise("lab01", 2, _butterfly_answer)
 def check_butterfly(fn) -> CheckResult:
     """``fn(x)`` is the fast Walsh-Hadamard transform ``x @ H_n / sqrt(n)`` over the last dim, n = 2^k."""
     import torch
@@ -61,13 +84,14 @@ def check_butterfly(fn) -> CheckResult:
     from vramlab.quarot.hadamard import sylvester
 
     name = "butterfly transform"
-    want = "x @ sylvester(n) / sqrt(n) over the last dimension"
+    want = "the orthonormal Walsh-Hadamard transform over the last dimension"
+    forbidden = _hadamard_functions()
     g = torch.Generator().manual_seed(0)
     for shape in ((3, 8), (2, 5, 64), (4, 1)):
         x = torch.randn(*shape, generator=g, dtype=torch.float64)
         n = shape[-1]
         ref = x @ sylvester(n) / math.sqrt(n)
-        got, failure = call_learner(name, fn, x.clone(), expected=want)
+        got, failure = call_learner(name, fn, x.clone(), expected=f"a tensor of shape {shape}", forbidden=forbidden)
         if failure is not None:
             return failure
         y = _as_tensor(got)
@@ -80,26 +104,39 @@ def check_butterfly(fn) -> CheckResult:
         if torch.allclose(y, ref, atol=1e-9):
             continue
         if n > 1 and torch.allclose(y, ref * math.sqrt(n), atol=1e-8):
-            return report(name, False, want, f"x @ H without the 1/sqrt({n})",
-                          hint="divide by sqrt(n) once at the end so the transform is orthonormal")
+            return report(name, False, want, f"sqrt({n}) = {math.sqrt(n):.3g}x too large",
+                          hint="the transform must be orthonormal (it keeps the length of x): what is missing?")
         diff = float((y - ref).abs().max())
         return report(name, False, want, f"max abs difference {diff:.3g} for input shape {shape}",
-                      hint="log2(n) stages: view as (..., n/(2h), 2, h), replace the pair (a, b) by (a+b, a-b)")
+                      hint="compare with your Sylvester matrix on a small x: at each of the log2(n) stages, which "
+                           "pairs of entries are combined, and how?")
     return report(name, True, want, "matches the dense product for widths 8, 64 and 1")
 
 
+def _fold_answer(**_) -> str:
+    return "linear_weight * norm_weight[None, :] (each input column of W scaled by its gamma)"
+
+
+@exercise("lab01", 3, _fold_answer)
 def check_fold_rmsnorm(fn) -> CheckResult:
-    """``fn(norm_weight, linear_weight)`` returns the linear weight that absorbs the RMSNorm scale."""
+    """``fn(norm_weight, linear_weight)`` returns the linear weight that absorbs the RMSNorm scale.
+
+    The square case comes first, so that ``gamma[:, None] * W`` (rows scaled) is recognised before a
+    non-square shape would make it raise a broadcasting error."""
     import torch
 
+    from vramlab.quarot.rotate import fold_rmsnorm_into_linear
+
     name = "fold RMSNorm into linear"
-    want = "W * gamma[None, :] (each input column scaled by its gamma)"
+    want = "the folded weight (same output as linear(x * gamma))"
+    forbidden = {"quarot.rotate.fold_rmsnorm_into_linear": fold_rmsnorm_into_linear}
     g = torch.Generator().manual_seed(1)
-    for out_f, in_f in ((7, 10), (10, 10)):
+    for out_f, in_f in ((10, 10), (7, 10)):
         gamma = torch.rand(in_f, generator=g, dtype=torch.float64) + 0.5
         W = torch.randn(out_f, in_f, generator=g, dtype=torch.float64)
         ref = W * gamma[None, :]
-        got, failure = call_learner(name, fn, gamma.clone(), W.clone(), expected=want)
+        got, failure = call_learner(name, fn, gamma.clone(), W.clone(), expected=f"a tensor of shape {(out_f, in_f)}",
+                                    forbidden=forbidden)
         if failure is not None:
             return failure
         y = _as_tensor(got)
@@ -113,9 +150,10 @@ def check_fold_rmsnorm(fn) -> CheckResult:
             continue
         if out_f == in_f and torch.allclose(y, gamma[:, None] * W, atol=1e-9):
             return report(name, False, want, "the rows (output features) scaled by gamma",
-                          hint="y = (x * gamma) @ W.T: gamma multiplies the input features, i.e. W's columns")
+                          hint="gamma scales x before the layer, so it multiplies the input features: which "
+                               "dimension of W ([out_features, in_features]) meets them?")
         return report(name, False, want, f"max abs difference {float((y - ref).abs().max()):.3g}",
-                      hint="linear(x * gamma) = x @ (W * gamma).T: broadcast gamma over W's last dimension")
+                      hint="write linear(x * gamma) out as a product with W.T and see where gamma can move")
     return report(name, True, want, "linear(rmsnorm(x) * gamma) == linear'(rmsnorm(x))")
 
 
@@ -124,10 +162,10 @@ class PredictionResult(CheckResult):
     """A prediction compared with the measurement: the PASS line reads "you predicted ..., measured ..."."""
 
     @property
-    def message(self) -> str:
+    def verdict(self) -> str:
         if self.passed:
             return f"PASS {self.name}: {self.got}"
-        return super().message
+        return super().verdict
 
 
 def _no_prediction(name: str, predicted, what: str) -> CheckResult | None:
@@ -142,6 +180,13 @@ def _no_prediction(name: str, predicted, what: str) -> CheckResult | None:
     return None
 
 
+def _measured_answer(measured=None, **_) -> str:
+    if measured is None:
+        return "a prediction has no answer to reveal: the measurement comes in the next cell"
+    return f"the measured value is {fmt_number(as_float(measured), 4)}"
+
+
+@exercise("lab01", None, _measured_answer, prediction=True)
 def check_prediction_stored(predicted, low: float | None = None, high: float | None = None) -> CheckResult:
     """The prediction cell's check: a number (within ``[low, high]`` when given) was stored.
 
@@ -156,9 +201,8 @@ def check_prediction_stored(predicted, low: float | None = None, high: float | N
         rng = f"between {fmt_number(low)} and {fmt_number(high)}" if low is not None and high is not None else \
             (f"at least {fmt_number(low)}" if low is not None else f"at most {fmt_number(high)}")
         return report(name, False, f"a number {rng}", fmt_number(p), hint="read the question again: what are the units?")
-    result = PredictionResult(name, True, "", f"{fmt_number(p, 4)}; now run the next cell to measure it.")
-    print(result.message)
-    return result
+    return report(name, True, "", f"{fmt_number(p, 4)}; now run the next cell to measure it.",
+                  result_class=PredictionResult)
 
 
 def prediction_report(name: str, predicted, measured: float, what: str, log: bool = False,
@@ -189,12 +233,12 @@ def prediction_report(name: str, predicted, measured: float, what: str, log: boo
         rel = abs(diff) / abs(measured) if measured else abs(diff)
         off = "spot on (within 10%)" if rel < 0.1 else \
             f"off by {fmt_number(abs(diff), 3)} ({'too high' if diff > 0 else 'too low'})"
-    result = PredictionResult(name, True, "", f"you predicted {fmt_number(p, 4)}, measured "
-                              f"{fmt_number(measured, 4)}: {off}" + (f". Why: {lesson}." if lesson else "."))
-    print(result.message)
-    return result
+    return report(name, True, "", f"you predicted {fmt_number(p, 4)}, measured "
+                  f"{fmt_number(measured, 4)}: {off}" + (f". Why: {lesson}." if lesson else "."),
+                  result_class=PredictionResult)
 
 
+@exercise("lab01", None, _measured_answer, prediction=True)
 def check_zero_fraction_prediction(predicted, measured: float) -> CheckResult:
     """Prediction: the fraction of the outlier token's 1536 values that INT4 rounds to zero (0..1).
 
@@ -218,6 +262,7 @@ def check_zero_fraction_prediction(predicted, measured: float) -> CheckResult:
     return prediction_report(name, p, measured, "the fraction of zeros", lesson=lesson)
 
 
+@exercise("lab01", None, _measured_answer, prediction=True)
 def check_no_online_hadamard_prediction(predicted, measured: float, rotated_value: float) -> CheckResult:
     """Ablation prediction: the largest per-token max/RMS at layer 29's down_proj input when the residual
     stream is rotated but the online Hadamard before down_proj is dropped."""
@@ -258,6 +303,12 @@ def _normalise_side(value) -> str | None:
     return None
 
 
+def _placement_answer(**_) -> str:
+    return ("readers (embed_tokens, q/k/v_proj, gate/up_proj, lm_head) get W Q, writers (o_proj, down_proj) "
+            "get Q^T W")
+
+
+@exercise("lab01", 4, _placement_answer)
 def check_rotation_placement(answer) -> CheckResult:
     """``answer``: dict weight name -> ``"W Q"`` or ``"Q^T W"``: how each weight ([out, in], or the
     embedding's [vocab, hidden]) changes when the residual stream ``x`` becomes ``x Q``."""
@@ -276,8 +327,8 @@ def check_rotation_placement(answer) -> CheckResult:
     if odd:
         k = odd[0]
         if parsed[k] in ("QW", "WQ^T"):
-            hint = ("weights are stored [out, in] and y = x W^T: a reader's W becomes W Q because "
-                    "(x Q)(W Q)^T = x W^T; a writer's output z W^T must become z W^T Q = z (Q^T W)^T")
+            hint = ("weights are stored [out, in] and y = x W^T: write (x Q) W'^T out and ask which W' gives "
+                    "back x W^T (for a reader), or which W' turns z W^T into z W^T Q (for a writer)")
         else:
             hint = 'write "W Q" or "Q^T W"'
         return report(name, False, want, f"{answer[k]!r} for {k}", hint=hint)
@@ -285,17 +336,18 @@ def check_rotation_placement(answer) -> CheckResult:
     if not wrong:
         return report(name, True, want, "readers get W Q, writers (o_proj, down_proj) get Q^T W, "
                                         "and the embedding's rows become E Q")
-    got = ", ".join(f"{k}: {answer[k]}" for k in wrong)
+    got = f"{len(wrong)} of {len(PLACEMENT)} wrong: {', '.join(wrong)}"
     if wrong == ["embed_tokens"]:
         hint = ("the embedding writes the stream, but its weight is stored [vocab, hidden] (one row per "
-                "token, no transpose): the row E[t] must become E[t] Q")
+                "token, no transpose): what must the row E[t] become for the stream to start as x Q?")
     elif {"o_proj", "down_proj", "q_proj", "gate_proj"} <= set(wrong):
-        hint = ("readers and writers are swapped: o_proj and down_proj write the stream (their output is "
-                "added to it), q/k/v, gate/up and lm_head read it")
+        hint = ("readers and writers look swapped: which layers' outputs are added to the residual stream, "
+                "and which take it as input?")
     elif "lm_head" in wrong:
         hint = "lm_head reads the (final-normed) stream like q_proj does"
     elif any(k in wrong for k in ("o_proj", "down_proj")):
-        hint = "o_proj and down_proj write into the stream: their output y must become y Q = x (Q^T W)^T"
+        hint = ("o_proj and down_proj write into the stream: their output must come out rotated too (y -> y Q); "
+                "which side of W does that Q go on, given y = x W^T?")
     else:
-        hint = "a layer that reads the stream sees x Q and must undo it: (x Q)(W Q)^T = x W^T"
-    return report(name, False, "readers W Q, writers Q^T W", got, hint=hint)
+        hint = "a layer that reads the stream sees x Q and must undo the rotation before it applies W"
+    return report(name, False, "the side of Q for each weight", got, hint=hint)

@@ -7,7 +7,7 @@ Each check prints one PASS/FAIL line with what was expected and what it got, and
 
 from __future__ import annotations
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.checks.lab01 import prediction_report
 
 __all__ = ["check_per_token_quantizer", "check_kv_quantizer", "check_kv4_bytes_per_token",
@@ -48,7 +48,7 @@ def _diagnose(got, case, variants, hint: str) -> str:
     return hint
 
 
-def _compare(name: str, fn, cases, reference, step, describe, hint: str, variants=()) -> CheckResult:
+def _compare(name: str, fn, cases, reference, step, describe, hint: str, variants=(), forbidden=None) -> CheckResult:
     """Compare fn(*case) with reference(*case) for every case.
 
     Floating-point noise can move a value that sits exactly between two levels to the other level,
@@ -60,7 +60,8 @@ def _compare(name: str, fn, cases, reference, step, describe, hint: str, variant
         want = reference(*case)
         # a fresh copy per call: an in-place solution must not change the next case or the summary
         case_copy = (case[0].clone(), *case[1:])
-        got, failed = call_learner(name, fn, *case_copy, expected=f"a tensor of shape {tuple(want.shape)}")
+        got, failed = call_learner(name, fn, *case_copy, expected=f"a tensor of shape {tuple(want.shape)}",
+                                   forbidden=forbidden)
         if failed is not None:
             return failed
         label = describe(case)
@@ -79,7 +80,7 @@ def _compare(name: str, fn, cases, reference, step, describe, hint: str, variant
         frac = off.double().mean().item()
         worst = (diff / s).max().item()
         if not (frac <= 1e-4 and worst <= 1.001):
-            return report(name, False, f"the reference values for {label}",
+            return report(name, False, f"values within one quantization step for {label}",
                           f"{100 * frac:.2f}% of the elements differ, worst by {worst:.2f} quantization steps",
                           _diagnose(got, case, variants, hint))
     x0 = cases[0]
@@ -87,6 +88,25 @@ def _compare(name: str, fn, cases, reference, step, describe, hint: str, variant
                                   f"mean |error| {(reference(*x0) - x0[0]).abs().mean().item():.4f})")
 
 
+def _per_token_answer(**_) -> str:
+    return ("per token (row of the last dim): s = (clip * x.abs().amax(-1, keepdim=True) / (2**(bits-1) - 1))"
+            ".clamp_min(1e-12); q = torch.clamp(torch.round(x / s), -2**(bits-1), 2**(bits-1) - 1); return q * s")
+
+
+def _kv_answer(**_) -> str:
+    return ("g = x.reshape(..., d // group_size, group_size); lo = clip * min(g.amin(-1), 0), hi = clip * "
+            "max(g.amax(-1), 0) (keepdim); s = ((hi - lo) / (2**bits - 1)).clamp_min(1e-12); z = round(-lo / s); "
+            "q = clamp(round(g / s) + z, 0, 2**bits - 1); return ((q - z) * s).reshape(x.shape)")
+
+
+def _quant_functions() -> dict:
+    """vramlab's own quantizers, which the exercise functions must not simply call."""
+    from vramlab.quarot import quant
+
+    return {f"quarot.quant.{f}": getattr(quant, f) for f in ("quantize_per_token_sym", "quantize_groupwise_asym")}
+
+
+@exercise("lab02", 1, _per_token_answer)
 def check_per_token_quantizer(fn) -> CheckResult:
     """``fn(x, bits, clip_ratio)`` -> symmetric per-token quantize-dequantize of ``x [..., n]``.
 
@@ -138,10 +158,11 @@ def check_per_token_quantizer(fn) -> CheckResult:
     return _compare(
         "per-token symmetric quantizer", fn, _cases_per_token(), quantize_per_token_sym, step,
         lambda c: f"x {tuple(c[0].shape)}, bits={c[1]}, clip={c[2]}",
-        "compare your output with quant.quantize_per_token_sym on a small tensor: one scale per token from "
-        "its largest |x| times clip, signed integers, scaled back", variants)
+        "try a small tensor by hand: how many scales do you compute, from what, and which integer range do "
+        "the rounded values have to fit in?", variants, _quant_functions())
 
 
+@exercise("lab02", 2, _kv_answer)
 def check_kv_quantizer(fn) -> CheckResult:
     """``fn(x, bits, group_size, clip_ratio)`` -> asymmetric group-wise quantize-dequantize.
 
@@ -187,10 +208,16 @@ def check_kv_quantizer(fn) -> CheckResult:
     return _compare(
         "grouped asymmetric KV quantizer", fn, _cases_kv(), quantize_groupwise_asym, step,
         lambda c: f"x {tuple(c[0].shape)}, bits={c[1]}, group={c[2]}, clip={c[3]}",
-        "compare your output with quant.quantize_groupwise_asym on a small tensor: per group of group_size "
-        "values a scale and an integer zero point, integers in [0, 2**bits - 1], scaled back", variants)
+        "try one group by hand: its range (does it contain 0?), the step between the 2**bits levels, the "
+        "integer zero point, then scale back", variants, _quant_functions())
 
 
+def _kv4_answer(**_) -> str:
+    return ("6,480 bytes: 2 (K and V) x 30 layers x 3 KV heads x (64 x 4 bits / 8 + 2 x 2 bytes for the group's "
+            "scale and zero point)")
+
+
+@exercise("lab02", 3, _kv4_answer)
 def check_kv4_bytes_per_token(got) -> CheckResult:
     """SmolLM2's KV cache bytes per token at 4 bits with one fp16 scale and one fp16 zero per group of 64.
 
@@ -208,7 +235,7 @@ def check_kv4_bytes_per_token(got) -> CheckResult:
     if value is None:
         return report(name, False, "a number of bytes", f"{fmt_number(got)} (not a number)")
     if abs(value - expected) <= 0.5:
-        return report(name, True, f"{fmt_number(expected)} bytes", f"{fmt_number(value)} bytes")
+        return report(name, True, "a number of bytes", f"{fmt_number(value)} bytes")
     mistakes = {
         2 * layers * kv_heads * head_dim * 4 / 8: "the 4-bit values alone: each group of 64 also stores a "
                                                   "float16 scale and a float16 zero point",
@@ -221,12 +248,19 @@ def check_kv4_bytes_per_token(got) -> CheckResult:
                                                        "point): 4 bytes",
     }
     hint = next((h for v, h in mistakes.items() if abs(value - v) <= 0.5),
-                "count per token: K and V, for each layer and KV head, 64 values at 4 bits plus the group's "
-                "scale and zero point")
+                "count what one token leaves behind for one KV head in one layer (values and the group's "
+                "extras), then multiply out")
     return report(name, False, "the bytes of K and V at 4 bits with their scales and zero points",
-                  f"{fmt_number(value)} bytes", hint=hint)
+                  f"{fmt_number(value)} bytes, {direction(value, expected)}", hint=hint)
 
 
+def _w16a4_answer(measured=None, **_) -> str:
+    if measured is None:
+        return "a prediction has no answer to reveal: the measurement comes in the next cell"
+    return f"the measured perplexity is {fmt_number(as_float(measured), 4)}"
+
+
+@exercise("lab02", None, _w16a4_answer, prediction=True)
 def check_w16a4_prediction(predicted, measured: float, fp32: float) -> CheckResult:
     """Prediction: the perplexity of SmolLM2 with 4-bit per-token activations and no rotation (W16A4).
 

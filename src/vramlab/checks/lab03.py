@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.serving.kvcache import GiB, kv_bytes_per_token
 from vramlab.vram.oom_message import VERDICTS, oom_verdict
@@ -50,12 +50,22 @@ def _check_function_cases(name: str, fn, cases, reference, hints: dict[float, st
         if value is None:
             return report(name, False, "a number of bytes per token", f"{fmt_number(got)} (not a number)")
         if not abs(value - want) <= 0.5:  # NaN fails too
-            return report(name, False, f"{fmt_number(want)} bytes for {args}", fmt_number(got),
-                          _ratio_hint(value, want, hints, default_hint))
+            return report(name, False, f"a number of bytes per token for {args}",
+                          f"{fmt_number(got)}, {direction(value, want)}", _ratio_hint(value, want, hints, default_hint))
     return report(name, True, "", f"all {len(cases)} cases match (e.g. {cases[0]} -> "
                                   f"{fmt_number(reference(*cases[0]))} bytes per token)")
 
 
+def _gqa_answer(**_) -> str:
+    return "2 (K and V) x layers x kv_heads x head_dim x dtype_bytes, e.g. (32, 8, 128, 2) -> 131,072 bytes"
+
+
+def _mla_answer(**_) -> str:
+    return ("layers x (kv_lora_rank + qk_rope_head_dim) x dtype_bytes (no factor 2), e.g. (60, 512, 64, 2) -> "
+            "69,120 bytes")
+
+
+@exercise("lab03", 1, _gqa_answer)
 def check_kv_bytes_by_hand(fn) -> CheckResult:
     """``fn(layers, kv_heads, head_dim, dtype_bytes)`` -> KV bytes per token (K and V, all layers)."""
     return _check_function_cases(
@@ -68,6 +78,9 @@ def check_kv_bytes_by_hand(fn) -> CheckResult:
         "count what one token leaves behind in one layer, then multiply by the layers")
 
 
+@exercise("lab03", 2, _mla_answer)
+
+
 def check_mla_bytes_by_hand(fn) -> CheckResult:
     """``fn(layers, kv_lora_rank, qk_rope_head_dim, dtype_bytes)`` -> MLA KV bytes per token."""
     return _check_function_cases(
@@ -78,6 +91,12 @@ def check_mla_bytes_by_hand(fn) -> CheckResult:
         "MLA caches one latent vector plus one shared RoPE key per layer, however many heads there are")
 
 
+def _needed_gib_answer(**_) -> str:
+    want = needed_bytes("qwen3-8b", 40960, kv_cache_dtype="bfloat16") / GiB
+    return f"{want:.4g} GiB (bytes per token x 40,960 tokens / 2**30)"
+
+
+@exercise("lab03", 3, _needed_gib_answer)
 def check_needed_gib(got: Any) -> CheckResult:
     """GiB of KV cache vLLM needs for one Qwen3-8B request of 40,960 tokens in bf16 (the article's case)."""
     name = "Qwen3-8B needed GiB at 40960"
@@ -95,10 +114,19 @@ def check_needed_gib(got: Any) -> CheckResult:
              2.0: "twice too much: bf16 is 2 bytes per element",
              GiB: "that is bytes; divide by 2**30 for GiB",
              4.5: "too big: Qwen3-8B has 8 KV heads (GQA), not 36 query heads' worth"}
-    return report(name, False, f"{want:.4g} GiB", f"{fmt_number(value)} GiB",
-                  _ratio_hint(value, want, hints, "bytes per token times tokens, then / 2**30"))
+    return report(name, False, "a number of GiB", f"{fmt_number(value)} GiB, {direction(value, want)}",
+                  _ratio_hint(value, want, hints, "work out the bytes of one token first, then scale up and convert"))
 
 
+def _max_len_answer(**_) -> str:
+    return ("(available_bytes // (bytes_per_token * block_size)) * block_size: whole blocks only; e.g. "
+            "4.89 GiB for Qwen3-8B -> " + f"{estimate_max_model_len(_MAX_LEN_CFG, int(4.89 * GiB), 1 << 22):,} tokens")
+
+
+_MAX_LEN_CFG = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
+
+
+@exercise("lab03", 4, _max_len_answer)
 def check_max_len_that_fits(fn) -> CheckResult:
     """``fn(bytes_per_token, available_bytes, block_size)`` -> the largest length vLLM would accept
     (whole blocks must fit). Compared with vLLM's binary search on several budgets."""
@@ -121,8 +149,11 @@ def check_max_len_that_fits(fn) -> CheckResult:
                 hint = "that counts single tokens; vLLM allocates whole blocks of block_size tokens"
             elif value is not None and not float(value).is_integer():
                 hint = "a length is a whole number of tokens (use //)"
-            return report(name, False, f"{want:,} tokens (budget {avail:,} bytes, block_size {bs})",
-                          fmt_number(got), hint)
+            if value is not None and value == value:
+                got_s = f"{fmt_number(got)}, {direction(value, want)}"
+            else:
+                got_s = fmt_number(got)
+            return report(name, False, f"a number of tokens (budget {avail:,} bytes, block_size {bs})", got_s, hint)
     return report(name, True, "", f"all {len(cases)} budgets match vLLM's estimate (4.89 GiB, Qwen3-8B -> "
                                   f"{estimate_max_model_len(cfg, cases[0][0], 1 << 22):,} tokens)")
 
@@ -136,6 +167,12 @@ FIX_KNOBS = ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype", "weigh
 MAX_SAFE_UTILIZATION = 0.95   # the troubleshooting articles: 0.9-0.95 on a dedicated GPU, never 1.0
 
 
+def _fix_answer(model: str = FIX_MODEL, gpu: str = FIX_GPU, max_model_len: int = FIX_MAX_MODEL_LEN, **_) -> str:
+    return ("{'kv_cache_dtype': 'fp8'} (half the bytes per token, same context); "
+            "{'weight_bits': 8} (an FP8/INT8 checkpoint) works too")
+
+
+@exercise("lab03", 5, _fix_answer)
 def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
                    max_model_len: int = FIX_MAX_MODEL_LEN) -> CheckResult:
     """``kwargs`` for :func:`vramlab.serving.vllm_memory.plan` with which ``model`` starts on one ``gpu`` and still
@@ -144,7 +181,7 @@ def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
     if kwargs is None:
         return report(name, False, "a dict of engine arguments", f"None ({NOT_DONE})")
     if not isinstance(kwargs, dict):
-        return report(name, False, "a dict of engine arguments, e.g. {'kv_cache_dtype': ...}",
+        return report(name, False, "a dict of engine arguments, {argument name: value}",
                       f"{type(kwargs).__name__}", "set my_fix to a dict")
     dashed = [k for k in kwargs if isinstance(k, str) and "-" in k]
     if dashed:
@@ -199,6 +236,13 @@ _VERDICT_CASES = [  # (tried, free on the device, reserved-but-unallocated)
 ]
 
 
+def _verdict_answer(**_) -> str:
+    return ("'cap' when free_bytes >= tried_bytes (the device had it: a per-process limit refused it), else "
+            "'fragmentation' when reserved_unallocated_bytes >= tried_bytes (PyTorch's cache held it, not in one "
+            "piece), else 'shortage'")
+
+
+@exercise("lab03", 6, _verdict_answer)
 def check_oom_verdict(fn) -> CheckResult:
     """``fn(tried_bytes, free_bytes, reserved_unallocated_bytes)`` -> ``"cap"``, ``"fragmentation"`` or
     ``"shortage"`` (the reference is :func:`vramlab.vram.oom_message.oom_verdict`)."""
@@ -215,12 +259,11 @@ def check_oom_verdict(fn) -> CheckResult:
             if got not in VERDICTS:
                 hint = f"return one of {', '.join(map(repr, VERDICTS))}"
             elif want == "cap":
-                hint = ("the device had that much free, yet the allocation failed: neither shortage nor "
-                        "fragmentation explains it. What limits one process when the GPU has room?")
+                hint = "compare the request with the device's free memory first: was the device itself short?"
             elif want == "fragmentation":
-                hint = "PyTorch's cache already held at least the request, unused: it was just not in one piece"
+                hint = "compare the request with PyTorch's reserved-but-unallocated memory too, not only the device's"
             else:
-                hint = "neither the device nor PyTorch's cache had that much to give"
-            return report(name, False, f"{want!r} for tried={tried:,}, free={free:,}, reserved-unallocated={unalloc:,}",
+                hint = "compare the request with each of the two numbers: could either have served it?"
+            return report(name, False, f"a verdict for tried={tried:,}, free={free:,}, reserved-unallocated={unalloc:,}",
                           repr(got), hint)
     return report(name, True, "", f"all {len(_VERDICT_CASES)} cases right")

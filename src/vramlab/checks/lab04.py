@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.serving.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
 __all__ = ["check_v3_latent_elements", "check_v3_latent_bytes", "check_v3_per_head_elements",
@@ -34,12 +34,27 @@ def _value(name: str, got: Any, want: float, what: str, mistakes: dict[float, st
         return report(name, False, what, f"{fmt_number(got)} (not a finite number)", hint)
     if abs(value - want) <= 0.5:
         return report(name, True, "", fmt_number(int(round(value))))
+    got = f"{fmt_number(value)}, {direction(value, want)}"
     for wrong, why in mistakes.items():
         if abs(value - wrong) <= 0.5:
-            return report(name, False, fmt_number(want), fmt_number(value), why)
-    return report(name, False, fmt_number(want), fmt_number(value), hint)
+            return report(name, False, what, got, why)
+    return report(name, False, what, got, hint)
 
 
+def _v3_latent_answer(**_) -> str:
+    return f"61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) = {fmt_number(kv_bytes_per_token(V3, kv_bits=8))} elements"
+
+
+def _v3_bytes_answer(**_) -> str:
+    return f"{fmt_number(kv_bytes_per_token(V3, 'bfloat16'))} bytes (the latent elements x 2 bytes in bf16)"
+
+
+def _v3_per_head_answer(**_) -> str:
+    return (f"61 layers x 128 heads x (key 128 + 64 = 192, value 128) = "
+            f"{fmt_number(mla_expanded_kv_bytes_per_token(V3, kv_bits=8))} elements")
+
+
+@exercise("lab04", 1, _v3_latent_answer)
 def check_v3_latent_elements(got: Any) -> CheckResult:
     """Elements DeepSeek-V3 caches per token, all 61 layers (latent + shared RoPE key)."""
     want = kv_bytes_per_token(V3, kv_bits=8)            # one byte per element = the element count
@@ -49,9 +64,10 @@ def check_v3_latent_elements(got: Any) -> CheckResult:
         2 * want: "count elements, not bf16 bytes - and MLA has no separate K and V to double",
         61 * (512 + 128): "qk_nope_head_dim (128) is the per-head content width, re-created from the latent; "
                           "the cached RoPE key is qk_rope_head_dim wide",
-    }, "per layer the cache holds kv_lora_rank + qk_rope_head_dim values; read them from the config")
+    }, "what does one layer cache for one token? Read the widths from the config, then count the layers")
 
 
+@exercise("lab04", 1, _v3_bytes_answer)
 def check_v3_latent_bytes(got: Any) -> CheckResult:
     """DeepSeek-V3 latent-cache bytes per token in bf16 (all layers)."""
     want = kv_bytes_per_token(V3, "bfloat16")
@@ -59,9 +75,10 @@ def check_v3_latent_bytes(got: Any) -> CheckResult:
         want / 2: "that is the element count: bf16 takes 2 bytes per element",
         2 * want: "no factor 2 for K and V: MLA caches a single latent row",
         61 * 512 * 2: "the 64-wide RoPE key is cached too",
-    }, "elements per token x 2 bytes")
+    }, "start from the elements per token: how many bytes does one bf16 element take?")
 
 
+@exercise("lab04", 1, _v3_per_head_answer)
 def check_v3_per_head_elements(got: Any) -> CheckResult:
     """Elements per token a per-head K/V cache of DeepSeek-V3 would need (all heads, all layers)."""
     want = mla_expanded_kv_bytes_per_token(V3, kv_bits=8)
@@ -72,7 +89,7 @@ def check_v3_per_head_elements(got: Any) -> CheckResult:
         61 * 2 * 128 * 64: "64 is qk_rope_head_dim (transformers' config.head_dim), not the head width - "
                            "the classic trap",
         2 * want: "count elements, not bf16 bytes",
-    }, "per layer and head: a key of qk_nope + qk_rope values and a value of v_head_dim values")
+    }, "per layer and head, how wide is a key and how wide is a value? Read the widths from the config")
 
 
 def _tiny_layers():
@@ -93,6 +110,13 @@ def _tiny_layers():
     return out
 
 
+def _keys_answer(**_) -> str:
+    return ("c, k_rope = layer.latent_and_rope_key(x); cos, sin = layer.rope_cos_sin(torch.arange(T)[None], x.dtype); "
+            "keys = layer.expand_kv(c, apply_rope(k_rope, cos, sin, layer.config.rope_interleave))[0]: per head "
+            "[W_UK c ; RoPE(k_rope)]")
+
+
+@exercise("lab04", 2, _keys_answer)
 def check_keys_by_hand(fn) -> CheckResult:
     """``fn(layer, x)`` -> per-head keys ``[B, H, T, d_n + d_r]`` for positions 0..T-1, built from
     the layer's pieces; compared with the layer's own naive expansion."""
@@ -120,7 +144,7 @@ def check_keys_by_hand(fn) -> CheckResult:
         if torch.allclose(got.double(), want, atol=1e-9, rtol=0):
             continue
         d_n = cfg.qk_nope_head_dim
-        hint = "build [W_UK c ; RoPE(k_rope)] per head"
+        hint = "each head's key has a content part (from the latent) and a position part (the shared RoPE key)"
         with torch.no_grad():
             raw_c = layer.kv_a_proj_with_mqa(x)[..., :cfg.kv_lora_rank]
             unrotated = layer.expand_kv(c, k_rope)[0]
@@ -130,16 +154,22 @@ def check_keys_by_hand(fn) -> CheckResult:
             elif torch.allclose(got[..., :d_n].double(), layer.expand_kv(raw_c, k_rope)[0][..., :d_n], atol=1e-9):
                 hint = "normalise the latent with kv_a_layernorm before the up-projection (that is what is cached)"
             elif torch.allclose(got[..., d_n:].double(), want[..., d_n:], atol=1e-9):
-                hint = "the RoPE part is right; the content part is W_UK (the first qk_nope_head_dim rows of each " \
-                       "head in kv_b_proj) times the normed latent"
+                hint = "the RoPE part is right; the content part comes from the normed latent through kv_b_proj: " \
+                       "which of each head's rows there belong to the key?"
             elif torch.allclose(got[..., :d_n].double(), want[..., :d_n], atol=1e-9):
                 hint = "the content part is right; the RoPE key is the LAST qk_rope_head_dim values of " \
                        "kv_a_proj_with_mqa's output, rotated with apply_rope(..., layer.config.rope_interleave)"
         err = (got.double() - want).abs().max().item()
-        return report(name, False, "the layer's own keys (max |diff| < 1e-9)", f"max |diff| {err:.3g}", hint)
+        return report(name, False, "keys equal to the layer's own (max |diff| < 1e-9)", f"max |diff| {err:.3g}", hint)
     return report(name, True, "", "keys equal the layer's expansion (interleaved and half-split RoPE)")
 
 
+def _absorbed_answer(**_) -> str:
+    return ("q_latent = torch.einsum('htd,hdc->htc', q_nope, w_uk) (q_nope @ W_UK per head, [H, T, d_c]); "
+            "scores = q_latent @ c_kv.T ([H, T, S])")
+
+
+@exercise("lab04", 3, _absorbed_answer)
 def check_absorbed_scores(fn) -> CheckResult:
     """``fn(q_nope [H, T, d_n], c_kv [S, d_c], w_uk [H, d_n, d_c])`` -> content scores ``[H, T, S]``
     equal to ``q_nope . (W_UK c)`` per head, to 1e-9 in float64."""
@@ -167,7 +197,8 @@ def check_absorbed_scores(fn) -> CheckResult:
         err = (got.double() - want).abs().max().item()
         if not err < 1e-9:
             return report(name, False, "equal to the naive scores (max |diff| < 1e-9)", f"max |diff| {err:.3g}",
-                          "q_latent = q_nope @ W_UK per head ([H, T, d_c]), then q_latent @ c_kv^T")
+                          "q . (W_UK c) can be regrouped: what can you multiply the query by first, so that "
+                          "it meets the latent directly?")
     return report(name, True, "", "absorbed scores equal q . (W_UK c) for every head (to 1e-9)")
 
 
@@ -182,6 +213,16 @@ def _prediction_value(name: str, prediction: Any) -> tuple[float | None, CheckRe
     return value, None
 
 
+def _conversion_answer(rank: int = 96, method: str = "activations", **_) -> str:
+    from vramlab.mla import load_conversion_results
+
+    results = load_conversion_results()
+    measured = [p["ppl"] for p in results["points"] if p["rank"] == rank and p["method"] == method]
+    return (f"the measured perplexity at rank {rank} ({method}) is {measured[0]:.3g}" if measured
+            else f"no measurement at rank {rank} ({method})")
+
+
+@exercise("lab04", 4, _conversion_answer, prediction=True)
 def check_prediction_recorded(prediction: Any, rank: int = 96) -> CheckResult:
     """Before the reveal: accepts any perplexity >= 1 and says nothing about the answer."""
     name = f"prediction at latent rank {rank}"
@@ -191,6 +232,7 @@ def check_prediction_recorded(prediction: Any, rank: int = 96) -> CheckResult:
     return report(name, True, "", f"{value:.3g} (stored; the curve below will tell)")
 
 
+@exercise("lab04", 4, _conversion_answer, prediction=True)
 def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "activations") -> CheckResult:
     """Any honest number passes: says how far the predicted perplexity at ``rank`` was from the measurement."""
     from vramlab.mla import load_conversion_results

@@ -11,7 +11,7 @@ import functools
 import warnings
 from typing import Any, Mapping
 
-from vramlab.checks._core import CheckResult, as_float, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, exercise, fmt_number, report
 
 __all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib"]
 
@@ -48,6 +48,12 @@ def predicted_layers_answer() -> tuple[int, int]:
     return gpu_layers(plan), model.config.num_hidden_layers
 
 
+def _layers_answer(**_) -> str:
+    actual, total = predicted_layers_answer()
+    return f"the planner puts {actual} of the {total} decoder layers on GPU 0"
+
+
+@exercise("lab05", 1, _layers_answer, prediction=True)
 def check_predicted_gpu_layers(prediction: Any) -> CheckResult:
     """Any honest number of layers passes; the check says how far off the prediction was."""
     name = "prediction: Llama-3.1-8B layers on GPU 0"
@@ -77,6 +83,17 @@ def _offload_sizes():
     return module_sizes(_meta("smollm2-135m", "8bit"), quantization="8bit")
 
 
+def _offload_answer(**_) -> str:
+    from vramlab.dispatch import plan_device_map
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        plan = plan_device_map("smollm2-135m", OFFLOAD_BUDGET, quantization="8bit")
+    return (f"what device_map='auto' plans: {gpu_layers(plan)} decoder layers (with the embedding) on GPU 0, the "
+            f"rest on 'cpu': vramlab.dispatch.plan_device_map('smollm2-135m', {OFFLOAD_BUDGET}, quantization='8bit')")
+
+
+@exercise("lab05", 2, _offload_answer)
 def check_offload_device_map(device_map: Any) -> CheckResult:
     """A custom ``device_map`` for SmolLM2 in 8-bit with a 150 MB GPU: covers every weight, uses GPU 0,
     keeps GPU 0 within the 150 MB budget, sends the rest to "cpu". A hand-written map is used as given:
@@ -99,18 +116,20 @@ def check_offload_device_map(device_map: Any) -> CheckResult:
         return report(name, False, expected, f"device {bad[0]!r}", "use 0 for the GPU and 'cpu' for main memory")
     dmap = {k: (0 if v == "cuda:0" else v) for k, v in device_map.items()}
     model = _meta("smollm2-135m", "8bit")
-    try:
-        check_device_map(model, dmap)
-    except ValueError as exc:
-        missing = str(exc).split(":", 1)[-1].strip()
-        return report(name, False, expected, "a map that leaves weights without a device",
-                      f"accelerate says: no device for {missing[:160]}. Every module with weights needs a "
-                      "device (a parent name like 'model.layers' covers all its children)")
     sizes = _offload_sizes()
+    # a mistyped name first: it also leaves its weights without a device, but the typo is the cause
     unknown = [k for k in dmap if k and k not in sizes and k != "lm_head"]
     if unknown:
         return report(name, False, expected, f"unknown module {unknown[0]!r}",
                       "use names from plan_device_map(...) or model.named_modules()")
+    try:
+        check_device_map(model, dmap)
+    except ValueError as exc:
+        missing = [m.strip() for m in str(exc).split(":", 1)[-1].split(",") if m.strip()]
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return report(name, False, expected, "a map that leaves weights without a device",
+                      f"accelerate says: no device for {shown}. Every module with weights needs a "
+                      "device (a parent name like 'model.layers' covers all its children)")
     on_gpu = sum(sizes.get(k, 0) for k, v in dmap.items() if v == 0)
     if on_gpu == 0:
         return report(name, False, expected, "nothing on GPU 0",
@@ -178,6 +197,14 @@ def _fits_on_gpu0(budget_gib: float) -> bool:
     return set(plan.values()) == {0}
 
 
+def _budget_answer(**_) -> str:
+    need = smallest_budget_gib()
+    return (f"at least {need:.3f} GiB (the smallest budget the planner accepts, to 1 MiB) and at most "
+            f"{1.10 * need:.3f} GiB: 0.90 x budget must hold the 4-bit model, whose embed_tokens and lm_head "
+            "stay bf16")
+
+
+@exercise("lab05", 3, _budget_answer)
 def check_budget_gib(budget_gib: Any) -> CheckResult:
     """The GPU budget (GiB) for Llama-3.1-8B in 4-bit to load wholly on GPU 0 with device_map="auto":
     enough (the planner keeps everything on GPU 0) and no more than 10% above the smallest that works."""
@@ -188,14 +215,14 @@ def check_budget_gib(budget_gib: Any) -> CheckResult:
     if budget_gib is None or value is None:
         return report(name, False, "a budget in GiB", f"{budget_gib!r}", "store a number of GiB in `budget_gib`")
     need = smallest_budget_gib()
-    if abs(value - need * GiB / 1e9) <= 0.02:   # the right bytes, written in GB (10**9) instead of GiB
-        return report(name, False, f"between {need:.3f} and {1.10 * need:.3f} GiB", f"{value:.3f}",
-                      "GB vs GiB: that is the answer in GB (10**9 bytes); the check wants GiB (2**30 bytes)")
+    # the range test comes first: a right answer in GiB (e.g. 6.2) may also sit near the GB figure
     if 0 < value <= 1.10 * need and _fits_on_gpu0(value):
         return report(name, True, "", f"{value:.3f} GiB (the planner needs at least {need:.3f} GiB)")
+    wanted = "a budget in GiB: enough for the whole model on GPU 0, and no more than 10% above the smallest"
     total = module_sizes(_meta(BUDGET_CONFIG, "4bit"), quantization="4bit")[""] / GiB
     naive = total  # as loaded, without the 10 % bitsandbytes keeps back
     all_int4 = 8.030261248e9 * 0.5 / GiB  # every parameter at 4 bits, embeddings included
+    side = "too high" if value > 1.10 * need else "too low"
     if value > 1.10 * need:
         hint = "that fits, but it is more than 10% above what is needed: size it from the 4-bit model size"
     elif abs(value - naive) / naive < 0.03:
@@ -204,10 +231,10 @@ def check_budget_gib(budget_gib: Any) -> CheckResult:
     elif abs(value - all_int4) / all_int4 < 0.05 or abs(value - all_int4 / BNB_MAX_MEMORY_FACTOR) < 0.2:
         hint = ("4-bit shrinks only the Linear layers: embed_tokens and lm_head (1 GiB each for a 128k "
                 "vocabulary) stay bf16")
-    elif abs(value * GiB / 1e9 - need) / need < 0.03 or abs(value - need * 1e9 / GiB) / need < 0.03:
-        hint = "GB vs GiB: the check wants GiB (2**30 bytes)"
+    elif abs(value - need * 1e9 / GiB) / need < 0.03:   # GiB figure divided by 1.074: converted the wrong way
+        hint = "GB vs GiB: the check wants GiB (2**30 bytes), a larger unit than GB (10**9 bytes)"
     elif 0 <= need - value < 0.01:
         hint = "just short: 0.90 x budget must hold the whole model; round the budget up, not to the nearest"
     else:
         hint = "too small: part of the model spills to cpu, and bitsandbytes refuses that"
-    return report(name, False, f"between {need:.3f} and {1.10 * need:.3f} GiB", f"{value:.3f} GiB", hint)
+    return report(name, False, wanted, f"{value:.3f} GiB, {side}", hint)

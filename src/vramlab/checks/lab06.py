@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramlab.bnb.logs import LABELS, corpus_entry, explain_log, missing_versions
-from vramlab.checks._core import CheckResult, as_float, call_learner, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, report
 
 __all__ = ["check_log_label", "check_missing_symbol", "check_4bit_prediction"]
 
@@ -26,6 +26,12 @@ _SYMPTOM_HINTS = {
 }
 
 
+def _label_answer(**_) -> str:
+    result = explain_log(corpus_entry(LABEL_EXERCISE_LOG)["text"])
+    return f"{result.label!r}"
+
+
+@exercise("lab06", 2, _label_answer)
 def check_log_label(label: Any) -> CheckResult:
     """Exercise: the root-cause label of the corpus log ``issue1518_nocublaslt_cuda124``."""
     name = "log label"
@@ -36,7 +42,8 @@ def check_log_label(label: Any) -> CheckResult:
                       "copy one of the label strings exactly")
     want = explain_log(corpus_entry(LABEL_EXERCISE_LOG)["text"]).label
     got = label.strip()
-    return report(name, got == want, want, got, _SYMPTOM_HINTS.get(got, "which line explains all the others?"))
+    return report(name, got == want, "the label of the root cause", got,
+                  _SYMPTOM_HINTS.get(got, "a symptom, not the root cause: which line explains all the others?"))
 
 
 _SYMBOL_CASES = [
@@ -47,6 +54,13 @@ _SYMBOL_CASES = [
 ]
 
 
+def _symbol_answer(**_) -> str:
+    return ("re.search(r\"version `([^']{1,80})' not found\", log_text): return match.group(1), or None without a "
+            "match; for these logs: " + ", ".join(repr(missing_versions(t)[0]["symbol"]) if missing_versions(t)
+                                                  else "None" for t in _SYMBOL_CASES))
+
+
+@exercise("lab06", 3, _symbol_answer)
 def check_missing_symbol(fn) -> CheckResult:
     """Exercise: ``fn(log_text)`` returns the versioned symbol the loader did not find
     (``'CXXABI_1.3.9'``), or ``None`` when the log has no such line."""
@@ -56,23 +70,31 @@ def check_missing_symbol(fn) -> CheckResult:
         want = found[0]["symbol"] if found else None
         # a real None answer (the third log has no version line) is judged; None where a symbol is
         # expected is read as the untouched stub and reveals nothing
-        got, failed = call_learner(name, fn, text, expected=repr(want), none_is_untouched=want is not None)
+        got, failed = call_learner(name, fn, text, expected="a symbol string, or None", none_is_untouched=want is not None)
         if failed is not None:
             return failed
         if isinstance(got, str):
             got = got.strip()
         if got != want:
-            hint = "return just the symbol, e.g. 'GLIBCXX_3.4.29'"
+            hint = "return just the versioned symbol as a string (a name like 'GLIBC_2.34'), nothing else"
             if want is None:
-                hint = "this log has no \"version `...' not found\" line: return None"
+                hint = "does this log have a \"version `...' not found\" line at all? What should you return then?"
             elif isinstance(got, str) and want in got:
-                hint = f"strip the quotes and the rest: return exactly {want!r}"
+                hint = "the symbol is in there: strip the quotes and the rest of the line"
             elif isinstance(got, str) and "libstdc++" in got:
                 hint = "that is the library that lacks the symbol; return the symbol itself"
-            return report(name, False, repr(want), repr(got)[:120], hint)
+            return report(name, False, "the symbol the loader did not find, if the log names one", repr(got)[:120],
+                          hint)
     return report(name, True, "", f"all {len(_SYMBOL_CASES)} logs right (e.g. {missing_versions(_SYMBOL_CASES[0])[0]['symbol']!r})")
 
 
+def _footprint_answer(actual_bytes=None, **_) -> str:
+    if actual_bytes is None:
+        return "a prediction has no answer to reveal: the 4-bit model is loaded and measured next"
+    return f"the measured footprint is {fmt_number(int(actual_bytes))} bytes"
+
+
+@exercise("lab06", 1, _footprint_answer, prediction=True)
 def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
                           fp32_bytes: float | None = None) -> CheckResult:
     """Predict, then reveal: any honest number passes; it reports how far off it was.

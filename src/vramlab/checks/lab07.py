@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from vramlab.vram.allocator import MiB, simulate
-from vramlab.checks._core import CheckResult, as_float, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, direction, exercise, fmt_number, is_untouched, report
 from vramlab.vram import parse_oom_message
 
 __all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason"]
@@ -36,6 +36,14 @@ def _oom_expected() -> dict:
     return {"tried_gib": r.tried_bytes / GiB, "free_gib": r.free_bytes / GiB, "reserved_gib": r.reserved_bytes / GiB}
 
 
+def _oom_answer(**_) -> str:
+    want = _oom_expected()
+    return ("{{'tried_gib': {tried_gib:.3f}, 'free_gib': {free_gib:.4f}, 'reserved_gib': {reserved_gib:.4f}}}: "
+            "free = 406.38 / 1024, reserved = 11.18 + 219.44 / 1024 (allocated + reserved-but-unallocated)"
+            .format(**want))
+
+
+@exercise("lab07", 1, _oom_answer)
 def check_oom_numbers(got: Any) -> CheckResult:
     """``got``: ``{"tried_gib", "free_gib", "reserved_gib"}`` read from :data:`READING_OOM`, in GiB
     (reserved = everything PyTorch's cache holds). Within 0.002 GiB, so a MiB figure divided by 1000 (GB)
@@ -45,6 +53,10 @@ def check_oom_numbers(got: Any) -> CheckResult:
     if not isinstance(got, dict):
         return report(name, False, f"a dict with keys {', '.join(_OOM_KEYS)} (GiB)", fmt_number(got),
                       "fill in the dict in the exercise cell")
+    if all(is_untouched(got.get(k)) for k in _OOM_KEYS if k in got) and set(got) <= set(_OOM_KEYS):
+        return report(name, False, "", "a dict of None", value=None,
+                      untouched_hint="not done yet: replace each None with the number you read (in GiB), then "
+                                     "run this cell again")
     missing = [k for k in _OOM_KEYS if k not in got]
     if missing:
         return report(name, False, f"keys {', '.join(_OOM_KEYS)}", f"missing {', '.join(missing)}",
@@ -74,7 +86,7 @@ def check_oom_numbers(got: Any) -> CheckResult:
             hint = "that is only the unused part of the cache; add what is allocated by PyTorch"
         elif abs(value - want[key]) <= 0.01:
             hint = "close: keep three decimals (round only at the end)"
-        return report(name, False, f"{key} = {want[key]:.3f} GiB", f"{key} = {value:g}", hint)
+        return report(name, False, f"{key} as a number of GiB", f"{key} = {value:g}, {direction(value, want[key])}", hint)
     return report(name, True, "", "tried {tried_gib:.2f}, free {free_gib:.3f}, reserved {reserved_gib:.3f} GiB"
                   .format(**want))
 
@@ -88,6 +100,13 @@ def _prediction_pair(pred: Any) -> tuple[float, float] | None:
     return a, b
 
 
+def _reserved_answer(actual: dict | None = None, **_) -> str:
+    real = actual if actual is not None else reserved_reference()
+    return (f"default {real['default'] / MiB:g} MiB, expandable {real['expandable'] / MiB:g} MiB"
+            + ("" if actual is not None else " (the allocator model; the GPU run may differ)"))
+
+
+@exercise("lab07", 2, _reserved_answer, prediction=True)
 def check_reserved_prediction(pred: Any, actual: dict | None = None) -> CheckResult:
     """``pred``: ``{"default": MiB, "expandable": MiB}``, your prediction of ``memory_reserved`` after the
     fragmentation pattern. Without ``actual`` the check only confirms a prediction is stored (no reveal);
@@ -125,6 +144,11 @@ _CAP_HINTS = {
 }
 
 
+def _cap_answer(**_) -> str:
+    return f"'b': {_CAP_CHOICES['b']}"
+
+
+@exercise("lab07", 3, _cap_answer)
 def check_cap_oom_reason(answer: Any) -> CheckResult:
     """``answer``: one letter, ``"a"``-``"d"``: why does a process under
     ``torch.cuda.set_per_process_memory_fraction`` get an OOM while the GPU has memory free?"""
@@ -134,7 +158,7 @@ def check_cap_oom_reason(answer: Any) -> CheckResult:
     letter = answer.strip().lower()
     if letter == "b":
         return report(name, True, "", f"b: {_CAP_CHOICES['b']}")
-    return report(name, False, "another letter (see the hint)", f"{letter}: {_CAP_CHOICES[letter]}",
+    return report(name, False, "the letter that explains it", f"{letter}: {_CAP_CHOICES[letter]}",
                   _CAP_HINTS[letter])
 
 
