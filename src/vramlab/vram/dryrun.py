@@ -79,7 +79,7 @@ def cublas_workspace_bytes(gpu: str | None = None) -> int:
 
 def _gpu_capability(gpu: str | None) -> tuple[int, int]:
     name = DEFAULT_GPU if gpu is None else str(gpu)
-    key = name.upper().replace("NVIDIA", "").replace(" ", "").replace("-", "")
+    key = name.upper().replace("NVIDIA", "").replace(" ", "").replace("-", "").replace("_", "")
     for known, cap in GPUS.items():
         if key == known.upper():
             return cap
@@ -357,6 +357,34 @@ def _make_mode(rec: _Recorder, workspace: int | None):
 # SDPA as the GPU would run it
 # ------------------------------------------------------------------------------------------------
 
+def _math_sdpa(query, key, value, attn_mask, is_causal: bool, scale, gqa: bool):
+    """The math SDPA's allocations, op by op: ``_scaled_dot_product_attention_math`` in
+    aten/src/ATen/native/transformers/attention.cpp (q and k each scaled by sqrt(scale), GQA heads
+    repeated, a causal mask built as [L, S], the scores ``q @ k^T`` [B, H, L, S], softmax into a second
+    [B, H, L, S], then ``@ v``). On the meta device the fused ``aten.scaled_dot_product_attention``
+    only makes its output, so without this the dry run would miss the L x L scores."""
+    import torch
+
+    h = query.shape[-3]
+    if gqa:
+        key = key.repeat_interleave(h // key.shape[-3], dim=-3)
+        value = value.repeat_interleave(h // value.shape[-3], dim=-3)
+    sf = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    lq, lk = query.shape[-2], key.shape[-2]
+    if is_causal:
+        keep = torch.ones((lq, lk), dtype=torch.bool, device=query.device).tril()
+        attn_mask = torch.zeros((lq, lk), dtype=query.dtype, device=query.device).masked_fill(~keep, -math.inf)
+        del keep
+    elif attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~attn_mask, -math.inf)
+    attn = (query * sf) @ (key * sf).transpose(-2, -1)
+    if attn_mask is not None:
+        attn.add_(attn_mask)
+    attn = torch.softmax(attn, dim=-1)
+    return attn @ value
+
+
 @contextlib.contextmanager
 def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list):
     """Replace ``F.scaled_dot_product_attention`` with the allocation pattern of the GPU's kernel."""
@@ -370,9 +398,11 @@ def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list):
         gqa = bool(enable_gqa) and key.shape[-3] != query.shape[-3]
         kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa)
         chosen.append(kernel)
-        if kernel == "math" or query.device.type != "meta":
+        if query.device.type != "meta":
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa, **kw)
+        if kernel == "math":
+            return _math_sdpa(query, key, value, attn_mask, is_causal, scale, gqa)
         b, h, lq = query.shape[0], query.shape[-3], query.shape[-2]
         # flash: aten::_scaled_dot_product_flash_attention returns (out, logsumexp float32 [B, H, Lq], ...);
         # efficient: _scaled_dot_product_efficient_attention computes logsumexp only when
@@ -426,9 +456,9 @@ def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: 
         name = str(cfg.get("_name", "custom"))
         try:
             pconfig = _pretrained_config(cfg)
-        except ValueError:
-            raise
         except Exception as exc:  # transformers: unknown model_type and friends
+            if isinstance(exc, ValueError) and str(exc).startswith("`"):
+                raise
             raise ValueError(f"`model` {name!r}: transformers cannot build its config "
                              f"(model_type {cfg.get('model_type')!r}: {str(exc).splitlines()[0][:160]}).") from None
         built = None
@@ -473,6 +503,10 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
         rec.op = f"load {pname}"
         rec.track(p, "weights", f"load {pname}")
     rec.category = "activations"
+    import inspect
+
+    # transformers 5.x renamed past_key_values to cache (deprecate_kwarg in modeling_llama.py)
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     if static_cache:
         cache = StaticCache(config=config, max_cache_len=seq_len + new_tokens)
     else:
@@ -480,14 +514,14 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
     with torch.inference_mode():
         rec.phase = "prefill"
         ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        out = model(input_ids=ids, use_cache=True, **{kw: cache})
         _label_step(rec, out, cache)
         del ids
         for step in range(new_tokens):
             rec.phase = f"decode {step + 1}"
             nxt = out.logits[:, -1:].argmax(-1)
             out = None                      # the previous step's logits die here, as in a generate loop
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            out = model(input_ids=nxt, use_cache=True, **{kw: cache})
             del nxt
             _label_step(rec, out, cache)
         rec.phase = "end"
