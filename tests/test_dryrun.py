@@ -176,7 +176,10 @@ def test_replay_widget_builds_and_steps():
     assert w.slider.max == len(tr.events) - 1
     w.slider.value = tr.peak_index
     assert "no GPU" in w.figure().layout.title.text
-    assert str(tr.peak_bytes // MiB) in w.label.value or f"{tr.peak_bytes / MiB:,.1f}" in w.label.value
+    assert f"{tr.peak_bytes / MiB:,.1f}" in w.label.value and tr.peak["module"] in w.label.value
+    assert "computed on the meta device, no GPU" in w.figure().layout.title.text
+    w.slider.value = 0
+    assert "load" in w.label.value and len(w.out.outputs) == 1
 
 
 @pytest.mark.gpu
