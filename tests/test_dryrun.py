@@ -195,3 +195,20 @@ def test_dry_run_matches_the_gpu(batch, seq):
     dry = dry_run("smollm2-135m", batch, seq, new_tokens=16, gpu=f"sm_{major}{minor}")
     cmp = compare(dry, real)
     assert abs(cmp["diff_bytes"]) <= max(0.02 * cmp["real_peak"], 8 * MiB), cmp
+
+
+def test_cli_dryrun_json_html_and_bad_input(tmp_path, capsys):
+    from vramlab import cli
+
+    html = tmp_path / "t.html"
+    assert cli.main(["dryrun", "smollm2-135m", "--batch", "1", "--seq", "64", "--json", "--html", str(html)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["peak_at"]["module"] and out["source"].startswith("dry run")
+    text = html.read_text()
+    assert "<script src=\"https://cdn" not in text and "plotly" in text.lower()
+    assert cli.main(["dryrun", "smollm2-135m", "--batch", "0", "--seq", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: `--batch`") and "\n" not in err
+    missing = tmp_path / "nope" / "t.html"
+    assert cli.main(["dryrun", "smollm2-135m", "--seq", "8", "--html", str(missing)]) == 2
+    assert "`--html`" in capsys.readouterr().err and not missing.parent.exists()
