@@ -68,6 +68,17 @@ def test_decode_grows_the_cache_and_keeps_one_step_of_logits():
     assert [p for p in tr.phase_ends if p.startswith("decode")] == ["decode 1", "decode 2", "decode 3"]
 
 
+def test_static_cache_is_allocated_whole_at_prefill():
+    cfg = load_config("smollm2-135m")
+    dyn = dry_run("smollm2-135m", 2, 256, new_tokens=3)
+    sta = dry_run("smollm2-135m", 2, 256, new_tokens=3, static_cache=True)
+    full = int(kv_cache_bytes(cfg, 2 * (256 + 3)))
+    assert dyn.breakdown("prefill")["kv_cache"] < full
+    assert sta.breakdown("prefill")["kv_cache"] >= full                # sized for all 259 tokens up front
+    assert sta.breakdown("prefill")["activations"] == 0
+    assert "efficient" in sta.sdpa_kernel                              # its prefill passes a mask: no flash
+
+
 def test_eager_holds_the_scores_sdpa_does_not():
     b, seq = 1, 2048
     sdpa = dry_run("smollm2-135m", b, seq, attn_implementation="sdpa", gpu="A100")
@@ -160,10 +171,19 @@ def test_an_architecture_that_cannot_be_traced_names_the_model(monkeypatch):
     def broken(self, *a, **k):
         raise NotImplementedError("this layer has a custom kernel")
 
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    sdpa = F.scaled_dot_product_attention
     monkeypatch.setattr(ml.LlamaMLP, "forward", broken)
     with pytest.raises(ValueError, match="could not be traced") as info:
         dry_run("smollm2-135m", 1, 8)
-    assert "`model`" in str(info.value)
+    assert "`model`" in str(info.value) and "\n" not in str(info.value)
+    # nothing left behind: the SDPA stand-in, the dispatch mode and the module hooks are gone
+    assert F.scaled_dot_product_attention is sdpa
+    assert _get_current_dispatch_mode() is None
+    import gc
+    assert gc.isenabled()
 
 
 def test_replay_widget_builds_and_steps():

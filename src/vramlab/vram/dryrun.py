@@ -530,9 +530,12 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
 
 def _label_step(rec: _Recorder, out, cache) -> None:
     rec.relabel(out.logits, "logits")
+    import torch
+
+    # keys, values and the layer's bookkeeping tensors (StaticLayer keeps a position counter per layer)
     for layer in getattr(cache, "layers", []):
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if t is not None and hasattr(t, "untyped_storage"):
+        for t in vars(layer).values():
+            if isinstance(t, torch.Tensor):
                 rec.relabel(t, "kv_cache")
 
 
