@@ -151,7 +151,7 @@ def test_json_round_trip_and_reserved():
 
 
 @pytest.mark.parametrize("kwargs,field", [
-    (dict(model="no-such-model", batch_size=1, seq_len=8), "`config`"),
+    (dict(model="no-such-model", batch_size=1, seq_len=8), "`model`"),
     (dict(model="smollm2-135m", batch_size=0, seq_len=8), "`batch_size`"),
     (dict(model="smollm2-135m", batch_size=1, seq_len=9000), "`seq_len`"),
     (dict(model="smollm2-135m", batch_size=1, seq_len=8, gpu="K80"), "`gpu`"),

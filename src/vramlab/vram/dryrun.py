@@ -117,7 +117,10 @@ class MemoryTrace:
 
     ``events``: one dict per allocation or free: ``i`` (event number), ``op`` (aten op), ``module``
     (dotted module path), ``phase`` (``"load"``, ``"prefill"``, ``"decode 3"``), ``category``,
-    ``bytes`` (+ allocation, - free, rounded to 512), ``live`` (allocated bytes after the event).
+    ``bytes`` (+ allocation, - free, rounded to 512), ``live`` (allocated bytes after the event),
+    ``storage`` (a number per storage: an allocation and its free share it); :func:`measure` adds
+    ``measured`` (``torch.cuda.memory_allocated()`` after the event). A free's ``module`` is where the
+    last reference died.
     """
 
     model: str
@@ -286,7 +289,7 @@ class _Recorder:
 
     def _emit(self, sid: int, nbytes: int, category: str, op: str) -> None:
         self.live += nbytes
-        ev = {"i": len(self.events), "op": op, "module": self.module() if nbytes > 0 else "",
+        ev = {"i": len(self.events), "op": op, "module": self.module(),
               "phase": self.phase, "category": category, "bytes": nbytes, "live": self.live, "storage": sid}
         if self.reader is not None:
             ev["measured"] = self.reader()
@@ -452,7 +455,11 @@ def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: 
         from vramlab.dispatch.planner import _pretrained_config
         from vramlab.configs import load_config
 
-        cfg = load_config(model)
+        try:
+            cfg = load_config(model)
+        except ValueError as exc:                 # load_config names its argument `config`
+            msg = str(exc)
+            raise ValueError("`model`" + msg[len("`config`"):] if msg.startswith("`config`") else msg) from None
         name = str(cfg.get("_name", "custom"))
         try:
             pconfig = _pretrained_config(cfg)
