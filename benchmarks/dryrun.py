@@ -1,11 +1,12 @@
 """Benchmark of the VRAM dry run (vramlab.vram.dryrun): one JSON line per measurement.
 
-    PYTHONPATH=src python benchmarks/dryrun.py [--quick]
+    PYTHONPATH=src python benchmarks/dryrun.py [--quick] [--cpu-shape 8x2048]
 
 * SmolLM2-135M at 8 x 2048 (target < 2 s) and the Llama-3.1-8B config at 1 x 8192 (target < 15 s),
   each timed on a warm process (the first dry run also imports transformers' modelling code: reported
   separately as ``cold_s``).
-* Dry run vs the real CPU forward at the same shape (SmolLM2 geometry, eager attention so that both
+* Dry run vs the real CPU forward at the same shape (default 2 x 512, ``--cpu-shape BxL`` to change it;
+  SmolLM2 geometry, eager attention so that both
   take the same kernels, random weights): seconds of each and their ratio (target >= 10x), and whether
   both saw the same sequence of allocation sizes.
 """
@@ -45,6 +46,8 @@ def main(argv: list[str]) -> int:
 
     cfg = dict(load_config("smollm2-135m"))
     b, l = (1, 128) if quick else (2, 512)
+    if "--cpu-shape" in argv:                      # e.g. --cpu-shape 8x2048 (minutes on a small CPU)
+        b, l = (int(x) for x in argv[argv.index("--cpu-shape") + 1].lower().split("x"))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(_pretrained_config(cfg), dtype=torch.bfloat16,
                                                  attn_implementation="eager")

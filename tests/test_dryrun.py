@@ -165,6 +165,16 @@ def test_bad_input_is_one_sentence(kwargs, field):
     assert field in msg and "\n" not in msg and "Traceback" not in msg
 
 
+def test_measure_without_cuda_says_so():
+    from vramlab import device
+    from vramlab.vram.dryrun import measure
+
+    if device.has_cuda():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="`measure` needs a CUDA GPU"):
+        measure("smollm2-135m", 1, 8)
+
+
 def test_an_architecture_that_cannot_be_traced_names_the_model(monkeypatch):
     import transformers.models.llama.modeling_llama as ml
 
