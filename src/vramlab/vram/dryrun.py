@@ -25,12 +25,15 @@ context (CUDA runtime, cuBLAS/cuDNN kernels, typically a few hundred MiB) lives 
 ``torch.cuda.memory_allocated()`` and is not in the events; it is reported as a separate,
 unmodelled term (:attr:`MemoryTrace.cuda_context_bytes`, ``None`` unless measured).
 
-Kernel fidelity. On the meta device ``F.scaled_dot_product_attention`` takes the math path, which
-materialises ``batch x heads x L x L`` scores; a GPU would run flash or memory-efficient attention,
-which do not. During the dry run :func:`_gpu_sdpa` replaces that call with the kernel the GPU would
-pick (:func:`choose_sdpa_kernel`) and allocates what that kernel allocates: its output, plus for
-flash the float32 ``logsumexp`` (``batch x heads x L``). ``attn_implementation="eager"`` keeps the
-L x L scores (and their float32 softmax), as it does on a GPU.
+Kernel fidelity. On the meta device ``aten.scaled_dot_product_attention`` is one op that only
+makes its output, whatever kernel a GPU would run. During the dry run :func:`_gpu_sdpa` replaces
+``F.scaled_dot_product_attention`` with what the GPU's kernel (:func:`choose_sdpa_kernel`, from the
+``gpu``, dtype, head size, mask and GQA) allocates: flash, its output plus the float32
+``logsumexp`` (``batch x heads x L``); memory-efficient, its output; math (e.g. a T4 in bf16), the
+op-by-op allocations of ``_scaled_dot_product_attention_math`` including the ``batch x heads x L x L``
+scores and their softmax (:func:`_math_sdpa`). ``attn_implementation="eager"`` keeps the L x L scores
+(and their float32 softmax) by itself, as it does on a GPU. On real tensors (:func:`track`,
+:func:`measure`) nothing is replaced.
 
 Reserved memory. :attr:`MemoryTrace.reserved` feeds the allocations above 1 MiB through
 :func:`vramlab.vram.allocator.simulate` (its model covers the large pool only, so allocations of
@@ -280,6 +283,7 @@ class _Recorder:
         self.reader = reader                     # measure(): reads torch.cuda.memory_allocated
         self.refs: list = []
         self.stopped = False
+        self.workspace_done = False
 
     def module(self) -> str:
         if self.modules is None:
@@ -335,7 +339,6 @@ class _Recorder:
 
 
 def _make_mode(rec: _Recorder, workspace: int | None):
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -344,8 +347,8 @@ def _make_mode(rec: _Recorder, workspace: int | None):
     class _Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
-            if workspace is not None and not rec.__dict__.get("_ws") and name in matmuls:
-                rec._ws = True
+            if workspace is not None and not rec.workspace_done and name in matmuls:
+                rec.workspace_done = True   # one handle and stream: cuBLAS takes its workspace once
                 rec.add(workspace, "workspace", "cublas workspace (first GEMM)")
             out = func(*args, **(kwargs or {}))
             rec.op = f"aten.{name}"
@@ -707,7 +710,8 @@ def trace_figure(trace: MemoryTrace, upto: int | None = None, title: str | None 
         if not any(per_cat[c]):
             continue
         fig.add_scatter(x=x, y=[v / MiB for v in ys], name=c, stackgroup="alloc", line_shape="hv",
-                        line_color=COLOURS[c], text=hover, hovertemplate="%{text}<br>" + c + ": %{y:.1f} MiB<extra></extra>")
+                        line_color=COLOURS[c], text=hover,
+                        hovertemplate="%{text}<br>" + c + ": %{y:.1f} MiB<extra></extra>")
     res = trace.reserved
     curve = res["curve"][:n]
     fig.add_scatter(x=[x[i] for i, v in enumerate(curve) if v is not None],
