@@ -35,25 +35,38 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vramlab.logtext import as_text, bounded, flatten, loose
+
 # Binary multipliers, as torch's format_size uses them (and "GB"/"MB"/"KB" in older prints).
 _UNITS = {"bytes": 1, "byte": 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20,
           "gib": 1 << 30, "gb": 1 << 30, "tib": 1 << 40, "tb": 1 << 40}
-_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|byte|[KMGT]i?B|B)\b"
+# Bounded and anchored: the look-behind stops a match from starting inside a run of digits, and at most 15
+# digits are read, so a 100k-digit run costs one pass (an unbounded ``\d+`` here took 65 s on 16k digits).
+_SIZE = r"(?<![\d.])(\d{1,15}(?:\.\d{1,6})?) ?(bytes|byte|[KMGT]i?B|B)\b"
 
 
 def parse_size(text: str) -> int:
     """``"2.00 GiB"`` -> 2147483648 bytes; accepts bytes, KiB/MiB/GiB/TiB and KB/MB/GB (binary)."""
-    m = re.fullmatch(r"\s*" + _SIZE + r"\s*", text, flags=re.IGNORECASE)
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a size as a str like '2.00 GiB' or '512 bytes' (got {type(text).__name__}).")
+    m = re.fullmatch(r"\s{0,64}" + _SIZE + r"\s{0,64}", text[:256], flags=re.IGNORECASE) if len(text) <= 256 else None
     if not m:
-        raise ValueError(f"`text` {text!r} is not a size like '2.00 GiB' or '512 bytes'.")
+        raise ValueError(f"`text` {text[:80]!r} is not a size like '2.00 GiB' or '512 bytes'.")
     return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+
+
+def _bytes(m: re.Match, num: int = 1) -> int:
+    return int(round(float(m.group(num)) * _UNITS[m.group(num + 1).lower()]))
 
 
 def _find(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text, flags=re.IGNORECASE | re.DOTALL)
-    if not m:
-        return None
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    m = re.search(pattern, text, flags=re.IGNORECASE)
+    return _bytes(m) if m else None
+
+
+# The phrases of the messages, each allowed one wrap break inside a word (see vramlab.logtext.loose).
+_L = loose
+_CURRENT = _L("has a total ") + r"capa ?c? ?i? ?t ?y"   # 2.1 printed "capacty"
 
 
 VERDICTS = ("cap", "fragmentation", "shortage")
@@ -98,35 +111,42 @@ class OOMReport:
 
 def parse_oom_message(text: str) -> OOMReport:
     """Extract tried / total / free / allocated / reserved-but-unallocated bytes from a torch
-    CUDA OOM message in any of its formats (see the module docstring)."""
-    if not isinstance(text, str):
-        raise ValueError(f"`text` must be a string (got {type(text).__name__}).")
-    tried = _find(r"Tried to allocate\s+" + _SIZE, text)
-    dev_m = re.search(r"GPU\s+(\d+)", text)
+    CUDA (or ROCm "HIP") OOM message in any of its formats (see the module docstring). The text may be
+    wrapped, coloured or prefixed as a pasted log is (it is cleaned as :func:`vramlab.logtext.flatten`
+    does); bytes are decoded. Anything else raises one ``ValueError``."""
+    text = as_text(text)
+    text = flatten(bounded(text)[0])
+    tried = _find(_L("Tried to allocate") + " ?" + _SIZE, text)
+    dev_m = re.search(r"\b(?:GPU|HIP|device) ?(\d{1,4})\b", text)
     device = int(dev_m.group(1)) if dev_m else None
-    if re.search(r"has a total capa\w*ty of", text, flags=re.IGNORECASE):
-        total = _find(r"total capa\w*ty of\s+" + _SIZE, text)
-        free = _find(r"of which\s+" + _SIZE + r"\s+is free", text)
-        allocated = _find(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", text)
-        unalloc = _find(_SIZE + r"\s+is reserved by PyTorch but unallocated", text)
-        allowed = _find(_SIZE + r"\s+allowed;", text)
-        process = _find(r"this process has\s+" + _SIZE + r"\s+memory in use", text)
-        others = {int(m.group(1)): int(round(float(m.group(2)) * _UNITS[m.group(3).lower()]))
-                  for m in re.finditer(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use", text,
-                                       flags=re.IGNORECASE)}
+    if re.search(_CURRENT, text, flags=re.IGNORECASE):
+        total = _find(r"total capa ?c? ?i? ?t ?y " + _L("of") + " ?" + _SIZE, text)
+        free = _find(_L("of which") + " ?" + _SIZE + " ?" + _L("is free"), text)
+        # "Of the allocated memory A is allocated by PyTorch, [with P allocated in private pools (e.g., CUDA
+        # Graphs), ]and R is reserved by PyTorch but unallocated." (A includes P)
+        allocated = _find(_L("Of the allocated memory") + " ?" + _SIZE + " ?" + _L("is allocated by PyTorch"), text)
+        unalloc = _find(_SIZE + " ?" + _L("is reserved by PyTorch but unallocated"), text)
+        allowed = _find(_SIZE + " ?" + _L("allowed;"), text)
+        process = _find(_L("this process has") + " ?" + _SIZE + " ?" + _L("memory in use"), text)
+        others = {int(m.group(1)): _bytes(m, 2)
+                  for m in re.finditer(_L("Process") + r" ?(\d{1,10}) ?" + _L("has") + " ?" + _SIZE + " ?"
+                                       + _L("memory in use"), text, flags=re.IGNORECASE)}
         return OOMReport(tried, total, free, allocated, unalloc, device, "current", allowed, process,
                          others or None)
-    total = _find(_SIZE + r"\s+total capacity", text)
-    allocated = _find(_SIZE + r"\s+already allocated", text)
-    free = _find(_SIZE + r"\s+free", text)
-    reserved = _find(_SIZE + r"\s+reserved in total by PyTorch", text)
+    total = _find(_SIZE + " ?" + _L("total capacity"), text)
+    allocated = _find(_SIZE + " ?" + _L("already allocated"), text)
+    free = _find(_SIZE + " ?" + _L("free;"), text) or _find(_SIZE + " ?" + r"f ?r ?e ?e\b", text)
+    # 1.8-1.13 print "F free; X allowed; V reserved in total by PyTorch)" when a per-process fraction is set
+    allowed = _find(_SIZE + " ?" + _L("allowed;"), text)
+    reserved = _find(_SIZE + " ?" + _L("reserved in total by PyTorch"), text)
     if reserved is not None:
         unalloc = None if allocated is None else max(reserved - allocated, 0)
-        return OOMReport(tried, total, free, allocated, unalloc, device, "older")
-    cached = _find(_SIZE + r"\s+cached", text)
+        return OOMReport(tried, total, free, allocated, unalloc, device, "older", allowed)
+    cached = _find(_SIZE + " ?" + r"c ?a ?c ?h ?e ?d\b", text)
     if cached is not None:
         return OOMReport(tried, total, free, allocated, cached, device, "oldest")
-    return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown")
+    return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown",
+                     allowed)
 
 
 def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallocated_bytes: int | None) -> str | None:
