@@ -40,7 +40,7 @@ not an OOM).
 
 The text is cleaned first (:mod:`vramlab.logtext`): colour codes (real or pasted as ``^[[0;36m``, ``#033[2m``),
 HTML escapes, worker tags, CI gutters, docker-compose and exception-group prefixes; phrases match across a
-fixed-width wrap inside a word. A log longer than 2 M characters is read at its start and end only (a note
+fixed-width wrap inside a word. A log longer than 1 M characters is read at its start and end only (a note
 says so), so any text is read in bounded time; nothing raises on text or bytes. Each fix says whether it needs a restart (every engine argument does)
 or works on the live server.
 """
@@ -219,7 +219,7 @@ _COMPILED = [(kind, _needle(p), re.compile(p, re.IGNORECASE)) for kind, p in _PA
 
 def normalize_log(text: str) -> str:
     """One line: colour codes, HTML escapes and log prefixes removed, every run of whitespace (line wraps
-    included) made one space (:func:`vramlab.logtext.flatten`). Bytes are decoded; a text longer than 2 M
+    included) made one space (:func:`vramlab.logtext.flatten`). Bytes are decoded; a text longer than 1 M
     characters keeps its start and end, with a marker where the middle was. Not text: one ``ValueError``."""
     text, skipped = bounded(as_text(text))
     if not skipped:

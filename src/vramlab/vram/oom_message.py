@@ -42,7 +42,7 @@ _UNITS = {"bytes": 1, "byte": 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1
           "gib": 1 << 30, "gb": 1 << 30, "tib": 1 << 40, "tb": 1 << 40}
 # Bounded and anchored: the look-behind stops a match from starting inside a run of digits, and at most 15
 # digits are read, so a 100k-digit run costs one pass (an unbounded ``\d+`` here took 65 s on 16k digits).
-_SIZE = r"(?<![\d.])(\d{1,15}(?:\.\d{1,6})?) ?(bytes|byte|[KMGT]i?B|B)\b"
+_SIZE = r"(?<![\d.])(\d{1,15}(?:\.\d{1,6})?) ?(bytes|byte|[KMGT] ?i? ?B|B)\b"   # "G iB": a wrap inside the unit
 
 
 def parse_size(text: str) -> int:
@@ -52,11 +52,11 @@ def parse_size(text: str) -> int:
     m = re.fullmatch(r"\s{0,64}" + _SIZE + r"\s{0,64}", text[:256], flags=re.IGNORECASE) if len(text) <= 256 else None
     if not m:
         raise ValueError(f"`text` {text[:80]!r} is not a size like '2.00 GiB' or '512 bytes'.")
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    return _bytes(m)
 
 
 def _bytes(m: re.Match, num: int = 1) -> int:
-    return int(round(float(m.group(num)) * _UNITS[m.group(num + 1).lower()]))
+    return int(round(float(m.group(num)) * _UNITS[m.group(num + 1).lower().replace(" ", "")]))
 
 
 def _find(pattern: str, text: str) -> int | None:
@@ -66,6 +66,8 @@ def _find(pattern: str, text: str) -> int | None:
 
 # The phrases of the messages, each allowed one wrap break inside a word (see vramlab.logtext.loose).
 _L = loose
+_ANCHORS = [re.compile(_L("tried to allocate")), re.compile(_L("total capa") + r" ?c? ?i? ?t ?y"),
+            re.compile(_L("out of memory"))]
 _CURRENT = _L("has a total ") + r"capa ?c? ?i? ?t ?y"   # 2.1 printed "capacty"
 
 
@@ -114,8 +116,18 @@ def parse_oom_message(text: str) -> OOMReport:
     CUDA (or ROCm "HIP") OOM message in any of its formats (see the module docstring). The text may be
     wrapped, coloured or prefixed as a pasted log is (it is cleaned as :func:`vramlab.logtext.flatten`
     does); bytes are decoded. Anything else raises one ``ValueError``."""
-    text = as_text(text)
-    text = flatten(bounded(text)[0])
+    text = flatten(bounded(as_text(text))[0])
+    # Read only the message itself: find its first phrase (one pass each, in this order), then parse a window
+    # of 4,000 characters from just before it. A long log then costs one scan, not one per number.
+    low = text.lower()
+    anchor = None
+    for pat in _ANCHORS:
+        anchor = pat.search(low)
+        if anchor:
+            break
+    if anchor is None:
+        return OOMReport(None, None, None, None, None, None, "unknown")
+    text = text[max(0, anchor.start() - 300):anchor.start() + 4000]
     tried = _find(_L("Tried to allocate") + " ?" + _SIZE, text)
     dev_m = re.search(r"\b(?:GPU|HIP|device) ?(\d{1,4})\b", text)
     device = int(dev_m.group(1)) if dev_m else None
