@@ -306,3 +306,16 @@ def test_long_and_adversarial_inputs_are_read_in_bounded_time(name):
         assert check(text), reader
         took = time.perf_counter() - t0
         assert took < 3.0, f"{reader} took {took:.2f} s on {name}"
+
+
+def test_escape_stripping_leaves_look_alike_text_alone():
+    from vramlab.logtext import strip_escapes
+
+    assert strip_escapes("^[[0;36mX^[[0m #033[2mY\\x1b[36mZ\\033[1mA\\u001b[0mB\x1b[1;36mC") == "X YZAB" + "C"
+    assert strip_escapes(r"C:\env ^[a-z] #0333 \e") == r"C:\env ^[a-z] #0333 \e"
+
+
+def test_raw_bytes_are_read():
+    assert diagnose(OOM_MSG.encode() + b"\xff\xfe").kind == "allocator_oom"
+    assert explain_log(b"\xff" + BNB["triton_ops"][0].encode()).label == "triton_ops_missing"
+    assert "CUDA out of memory" in normalize_log(OOM_MSG.encode())

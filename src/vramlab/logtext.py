@@ -24,8 +24,9 @@ import re
 
 # A real escape sequence (CSI: ESC [ params final-byte; also the two-byte ESC x forms), or its pasted literal
 # forms. Parameters are bounded ({0,32}) so a long run of digits cannot make the match quadratic.
-_ESC_INTRO = r"(?:\x1b|\^\[|#033|\\x1[bB]|\\033|\\u001[bB]|\\e)"
-_ANSI = re.compile(_ESC_INTRO + r"(?:\[[0-9;?]{0,32}[A-Za-z]|\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)|[()][A-Za-z0-9])?")
+# A literal form must carry its "[params letter" tail, so "^[a-z]" or "C:\\env" is left alone.
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]{0,32}[A-Za-z]|\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)|[()][A-Za-z0-9])?"
+                   r"|(?:\^\[|#033|\\x1[bB]|\\033|\\u001[bB]|\\e)\[[0-9;?]{0,32}[A-Za-z]")
 _ESC_HINTS = ("\x1b", "^[", "#033", "\\x1", "\\033", "\\u001", "\\e")
 
 _HTML = (("&gt;", ">"), ("&lt;", "<"), ("&quot;", '"'), ("&#39;", "'"), ("&#x27;", "'"), ("&#34;", '"'),

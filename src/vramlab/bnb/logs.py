@@ -2,7 +2,9 @@
 
 bitsandbytes has printed two families of setup logs:
 
-* the old ``CUDA SETUP: ...`` lines of ``bitsandbytes/cuda_setup/main.py`` (releases 0.35 - 0.42),
+* the old ``CUDA SETUP: ...`` lines of ``bitsandbytes/cuda_setup/main.py`` (releases 0.35 - 0.43.0; the
+  0.43.1+ diagnostics still print some ``CUDA SETUP:`` lines, so the old format is told by its own lines,
+  ``_OLD_FORMAT``),
   which end in ``RuntimeError: CUDA Setup failed despite GPU being available`` (``cextension.py``);
 * the current messages of ``bitsandbytes/cextension.py`` and ``diagnostics/`` (0.43 and later;
   the installed 0.50.2 is the reference here): ``No compatible CUDA binary found at ...``,
@@ -13,6 +15,24 @@ A log usually shows several lines; most are *symptoms* (``Defaulting to libbitsa
 ``Compute capability < 7.5``, the final ``CUDA Setup failed``). :func:`explain_log` tests the
 causes in a fixed order, root causes first (see ``_RULES``), so the cause that explains the other
 lines wins. Unknown text gives the label ``other`` with the most useful next step; it never raises.
+
+A log that ends in ``SUCCESS!`` (``python -m bitsandbytes``' self-test passed) is ``ok``.
+
+Releases that print each rule's message (checked with the code search on bitsandbytes sources where a
+copy was found; "not verified" where not): ``Configured CUDA binary not found at`` 0.46 - 0.49 (raise in
+``cextension.get_native_library``, seen); ``CUDA Setup failed despite CUDA being available`` and ``Could not
+load bitsandbytes native library:`` 0.43.1 - 0.45 (seen in cextension.py copies; exact first/last tag not
+verified); ``CUDA version lower than 11 are currently not supported`` 0.35 - 0.41 (cuda_setup/main.py, seen;
+tags not verified); ``Could not find the bitsandbytes CUDA binary at`` 0.43.1 - 0.45 (not verified);
+``Forgot to compile the bitsandbytes library`` and ``No compatible CUDA binary found`` in the installed 0.50.2
+(seen); ``CUDA runtime files not found in any environmental path`` 0.43.1 - 0.45.5 diagnostics (the 0.50.2
+file still holds the line, diagnostics/cuda.py); ``No module named 'triton.ops'`` 0.43 - 0.45.0 (not verified);
+"no kernel image is available" / "named symbol not found ... ops.cu" (CUDA's and csrc/ops.cu's errors, release
+range not verified).
+
+The text is cleaned first (colour codes, HTML escapes, line prefixes: :mod:`vramlab.logtext`) and a log
+longer than 1 M characters is read at its start and end; every pattern is bounded, so reading is linear.
+Lines are kept as printed: a phrase broken by a fixed-width wrap is not rejoined here.
 
 The labelled corpus of real logs (old and current, each with its source) is
 ``vramlab/results/bnb_logs.json``; :func:`load_corpus` reads it.

@@ -12,7 +12,13 @@ Three message generations are understood:
   in use. Of the allocated memory A is allocated by PyTorch, and R is reserved by PyTorch but
   unallocated.`` (2.1 spelled "capacty").
 * older (1.x-2.0): ``Tried to allocate X (GPU n; T total capacity; A already allocated; F free;
-  V reserved in total by PyTorch)``; reserved-but-unallocated is V - A.
+  [Y allowed; ]V reserved in total by PyTorch)``; reserved-but-unallocated is V - A. The ``allowed_info``
+  ("Y allowed; ") is printed from 1.8 on when ``set_per_process_memory_fraction`` set a cap: such a message
+  is a cap (verdict "cap"). Format string: ``"CUDA out of memory. Tried to allocate ", format_size(alloc_size),
+  " (GPU ", device, "; ", format_size(device_total), " total capacity; ", ... " already allocated; ",
+  format_size(device_free), " free; ", allowed_info, ... " reserved in total by PyTorch)"`` in
+  ``c10/cuda/CUDACachingAllocator.cpp`` of the 1.8-1.13 series (read in copies of that file found with the
+  code search; the pytorch/pytorch tag itself was not opened).
 * oldest (1.0-1.3): ``... A already allocated; F free; C cached)``; "cached" was already the
   reserved-but-unallocated part (the allocator's comment above the message: '"cached": memory held
   by the allocator but not used by the program').
@@ -24,7 +30,13 @@ Tried to allocate " format_size(alloc_size) ". GPU " n " has a total capacity of
 where ``proc_info`` (from NVML, when the driver lists processes) holds ``Process <pid> has <X> memory in
 use.`` for each process and ``Including non-PyTorch memory, this process has <X> memory in use.`` for this
 one (real messages show either or both), and ``allowed_info`` is ``"<Y> allowed; "``
-only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too.
+only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too. Later 2.x releases
+add ``with <P> allocated in private pools (e.g., CUDA Graphs), `` after "is allocated by PyTorch, " (A then
+includes P). ROCm builds print the same text with "HIP out of memory".
+
+Pasted text is cleaned first (:func:`vramlab.logtext.flatten`: colour codes, prefixes, wraps; bytes are
+decoded), and only a window of 4,000 characters from the message's first phrase is parsed, so a long log
+costs one scan. Every number pattern is bounded and cannot start inside a run of digits (linear).
 
 :func:`oom_verdict` judges the numbers (cap, fragmentation or shortage); the vLLM log triage
 (:mod:`vramlab.serving.triage`) uses it for the allocator OOMs it finds, so the dependency runs one way.
