@@ -83,6 +83,17 @@ def test_whole_traceback_on_one_line_and_html_escapes():
     assert diagnose(KV_MSG.replace("'", "&#39;")).kind == "startup_kv_capacity"
 
 
+def test_box_borders_on_both_sides():
+    box = "\n".join("│ " + OOM_MSG[i:i + 60].ljust(60) + " │" for i in range(0, len(OOM_MSG), 60))
+    d = diagnose(box)
+    assert d.kind == "allocator_oom" and d.oom.reserved_unallocated_bytes == round(1.9 * GiB)
+
+
+def test_host_oom_in_a_pytorch_job_has_pytorch_fixes():
+    d = diagnose("Out of memory: Killed process 77 (python) total-vm:1kB", context="pytorch")
+    assert d.kind == "host_oom" and "DataLoader" in " ".join(f.action for f in d.fixes) and "vLLM" not in d.cause
+
+
 def test_real_escape_codes_are_stripped():
     flat = normalize_log("\x1b[1;36m(EngineCore pid=8)\x1b[0;0m \x1b[32mINFO\x1b[0m text\x1b[K here")
     assert "\x1b" not in flat and "[0;0m" not in flat and flat.endswith("text here")

@@ -52,6 +52,7 @@ _INLINE = re.compile(r"\((?:EngineCore|VllmWorker|RayWorkerWrapper|APIServer|Wor
                      r"|\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]\d\d-\d\d[ \t]\d\d:\d\d:\d\d(?:\.\d{1,6})?[ \t]"
                      r"(?:\[[^\]\s]{1,80}\]|[\w./-]{1,80}:\d{1,6}\])")
 _SPACE = re.compile(r"\s+")
+_RIGHT_BORDER = re.compile(r"(?m)[ \t]{0,64}[│┃║][ \t]{0,16}$")   # a box's right edge (rich tracebacks)
 
 
 def as_text(text, name: str = "text") -> str:
@@ -102,6 +103,8 @@ def strip_prefixes(text: str) -> str:
     """Remove each line's leading decorations (worker tags, log stamps, CI gutters, quote bars ...), and worker
     tags / log stamps inside a line; lines are kept."""
     text = _PREFIX.sub("", text)
+    if "│" in text or "┃" in text or "║" in text:
+        text = _RIGHT_BORDER.sub("", text)
     if "pid=" in text or ":" in text:
         text = _INLINE.sub(" ", text)
     return text

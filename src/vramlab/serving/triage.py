@@ -317,6 +317,9 @@ PYTORCH_FIXES: dict[str, list[Remedy]] = {
     ],
 }
 PYTORCH_CAUSES = {
+    "host_oom": "The machine's RAM (host memory, not the GPU's) ran out and the kernel's OOM killer (or Ray's memory "
+                "monitor) killed the process: data loading workers, pinned buffers or a full CPU copy of the "
+                "weights use host RAM.",
     "allocator_oom": "A PyTorch allocation failed: the step (batch x sequence x model) needs more than the GPU has "
                      "free, or the free memory is in pieces, or a per-process cap refused it.",
 }
