@@ -180,6 +180,46 @@ CUDA SETUP: Setup Failed!"""},
                  "search; their repository was not identified)"],
      "text": """Could not find the bitsandbytes CUDA binary at PosixPath('/venv/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cuda128.so')
 The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable."""},
+    {"id": "triton_ops_bnb045", "format": "current (0.45.0)", "label": "triton_ops_missing",
+     "source": "assembled: the import error bitsandbytes 0.43 - 0.45.0 raise with Triton 3.2+, written for vramlab "
+               "in the real format (paths are placeholders)",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/triton/int8_matmul_mixed_dequantize.py (0.43 - 0.45.0 "
+                                    "import triton.ops.matmul_perf_model)",
+                                    "https://github.com/triton-lang/triton (3.2.0 removed the triton.ops package)"],
+     "text": """Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/bitsandbytes/triton/int8_matmul_mixed_dequantize.py", line 12, in <module>
+    from triton.ops.matmul_perf_model import early_config_prune, estimate_matmul_time
+ModuleNotFoundError: No module named 'triton.ops'"""},
+    {"id": "no_kernel_image_sm120", "format": "current (0.44)", "label": "no_kernel_for_gpu",
+     "source": "assembled: CUDA's launch error for a GPU the wheel has no kernels for, as torch reports it, written "
+               "for vramlab in the real format",
+     "assembled": True, "sources": ["CUDA runtime error string cudaErrorNoKernelImageForDevice: 'no kernel image is "
+                                    "available for execution on the device'",
+                                    BNB_REPO + " csrc/ops.cu (older releases: 'Error named symbol not found at line N "
+                                    "in file .../csrc/ops.cu')"],
+     "text": """  File "/opt/venv/lib/python3.12/site-packages/bitsandbytes/functional.py", line 1305, in quantize_4bit
+    lib.cquantize_blockwise_bf16_nf4(*args)
+RuntimeError: CUDA error: no kernel image is available for execution on the device
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect."""},
+    {"id": "healthy_bnb045_success", "format": "current (0.45.5)", "label": "ok",
+     "source": "assembled: python -m bitsandbytes of 0.43.1 - 0.45.5 on a working GPU machine, written for vramlab in "
+               "the real format; the runtime warning is printed even when the library loads",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/diagnostics/main.py and diagnostics/cuda.py (0.45.5: "
+                                    "print_runtime_diagnostics, 'SUCCESS!')"],
+     "text": """=================== bitsandbytes v0.45.5 ===================
+Platform: Linux-5.15.0-119-generic-x86_64-with-glibc2.35
+  libc: glibc-2.35
+Python: 3.11.9
+PyTorch: 2.6.0+cu124
+  CUDA: 12.4
+  HIP: N/A
+  XPU: N/A
+torch.cuda.is_available(): True
+CUDA specs: CUDASpecs(highest_compute_capability=(8, 9), cuda_version_string='124', cuda_version_tuple=(12, 4))
+PyTorch settings found: CUDA_VERSION=124, Highest Compute Capability: (8, 9).
+CUDA SETUP: WARNING! CUDA runtime files not found in any environmental path.
+Checking that the library is importable and callable...
+SUCCESS!"""},
     {"id": "unknown_segfault", "format": "none", "label": "other",
      "source": "not a bitsandbytes message: a crash with no setup lines (the doctor must answer 'other')",
      "assembled": True, "sources": ["the shell's generic crash line (no single source)"],

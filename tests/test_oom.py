@@ -60,6 +60,17 @@ LOGS = {
         "root cause.",
         "AsyncEngineDeadError: Background loop has errored already.",
     ],
+    "host_oom": [
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the node "
+        "(IP: 10.0.3.7, ID: 5f2e) where the task (task ID: 3a1b, name=RayWorkerWrapper.execute_method, pid=4411, "
+        "memory used=38.20GB) was running was 60.10GB / 62.80GB (0.957), which exceeds the memory usage threshold "
+        "of 0.95.",
+        "[Tue Jul  1 04:24:40 2025] Out of memory: Killed process 2214 (python3) total-vm:91234560kB, "
+        "anon-rss:60123456kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:120000kB oom_score_adj:0",
+        "[ 8123.456789] python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0\n"
+        "[ 8123.456912] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,task=python3,"
+        "pid=2214,uid=1000",
+    ],
     "allocator_oom": [
         TORCH_OOM,
         "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB already "

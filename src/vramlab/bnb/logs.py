@@ -2,7 +2,9 @@
 
 bitsandbytes has printed two families of setup logs:
 
-* the old ``CUDA SETUP: ...`` lines of ``bitsandbytes/cuda_setup/main.py`` (releases 0.35 - 0.42),
+* the old ``CUDA SETUP: ...`` lines of ``bitsandbytes/cuda_setup/main.py`` (releases 0.35 - 0.43.0; the
+  0.43.1+ diagnostics still print some ``CUDA SETUP:`` lines, so the old format is told by its own lines,
+  ``_OLD_FORMAT``),
   which end in ``RuntimeError: CUDA Setup failed despite GPU being available`` (``cextension.py``);
 * the current messages of ``bitsandbytes/cextension.py`` and ``diagnostics/`` (0.43 and later;
   the installed 0.50.2 is the reference here): ``No compatible CUDA binary found at ...``,
@@ -14,6 +16,24 @@ A log usually shows several lines; most are *symptoms* (``Defaulting to libbitsa
 causes in a fixed order, root causes first (see ``_RULES``), so the cause that explains the other
 lines wins. Unknown text gives the label ``other`` with the most useful next step; it never raises.
 
+A log that ends in ``SUCCESS!`` (``python -m bitsandbytes``' self-test passed) is ``ok``.
+
+Releases that print each rule's message (checked with the code search on bitsandbytes sources where a
+copy was found; "not verified" where not): ``Configured CUDA binary not found at`` 0.46 - 0.49 (raise in
+``cextension.get_native_library``, seen); ``CUDA Setup failed despite CUDA being available`` and ``Could not
+load bitsandbytes native library:`` 0.43.1 - 0.45 (seen in cextension.py copies; exact first/last tag not
+verified); ``CUDA version lower than 11 are currently not supported`` 0.35 - 0.41 (cuda_setup/main.py, seen;
+tags not verified); ``Could not find the bitsandbytes CUDA binary at`` 0.43.1 - 0.45 (not verified);
+``Forgot to compile the bitsandbytes library`` and ``No compatible CUDA binary found`` in the installed 0.50.2
+(seen); ``CUDA runtime files not found in any environmental path`` 0.43.1 - 0.45.5 diagnostics (the 0.50.2
+file still holds the line, diagnostics/cuda.py); ``No module named 'triton.ops'`` 0.43 - 0.45.0 (not verified);
+"no kernel image is available" / "named symbol not found ... ops.cu" (CUDA's and csrc/ops.cu's errors, release
+range not verified).
+
+The text is cleaned first (colour codes, HTML escapes, line prefixes: :mod:`vramlab.logtext`) and a log
+longer than 1 M characters is read at its start and end; every pattern is bounded, so reading is linear.
+Lines are kept as printed: a phrase broken by a fixed-width wrap is not rejoined here.
+
 The labelled corpus of real logs (old and current, each with its source) is
 ``vramlab/results/bnb_logs.json``; :func:`load_corpus` reads it.
 """
@@ -23,6 +43,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+
+from vramlab.logtext import bounded, clean_lines, skipped_note
 
 LABELS = (
     "cudart_not_found",
@@ -34,6 +56,9 @@ LABELS = (
     "native_library_unavailable",
     "cuda_runtime_dependency_missing",
     "bnb_cuda_version_override",
+    "triton_ops_missing",
+    "no_kernel_for_gpu",
+    "ok",
     "other",
 )
 STATUSES = ("ok", "warning", "error")
@@ -87,16 +112,22 @@ class Finding:
 
 
 # --------------------------------------------------------------------------- log parsing helpers
+# Every repetition is bounded and every unbounded-looking token is anchored by a look-behind, so no pattern can
+# restart inside a long run of the same characters: reading is linear (an unbounded ``[^\s:`']*`` here took 5.7 s
+# on one 40 KB token, and 139 s at 200 KB).
 _MISSING_VERSION = re.compile(
-    r"(?P<lib>[^\s:`']*lib(?:stdc\+\+|c)\.so\.6)?:?\s*version\s+[`'‘]?(?P<sym>(?:GLIBCXX|CXXABI|GLIBC)_[0-9.]+)"
-    r"[`'’]?\s+not found(?:\s+\(required by\s+(?P<by>[^)]+)\))?")
+    r"version[ \t]{1,4}[`'‘]?"
+    r"(?P<sym>(?:GLIBCXX|CXXABI|GLIBC)_[0-9.]{1,12})[`'’]?[ \t]{1,4}not found"
+    r"(?:[ \t]{1,4}\(required by[ \t]{1,4}(?P<by>[^)\n]{1,400})\))?")
+# the library named before "version `X' not found", read in the 220 characters before the match
+_LIB_BEFORE = re.compile(r"(?<![^\s:`'(\[])(?P<lib>[^\s:`']{0,200}lib(?:stdc\+\+|c)\.so\.6):? ?$")
 # glibc's loader messages (elf/dl-load.c): not found, or found but unusable ("file too short" / "invalid
 # ELF header": a truncated or fake file earlier on the search path shadows the real library)
-_CANNOT_OPEN = re.compile(r"(?P<lib>[\w.+-]+\.so[\w.]*): (?:cannot open shared object file|file too short|"
-                          r"invalid ELF header)")
-_CC = re.compile(r"(?:Compute Capability|compute capability among GPUs detected|Compute capability)[:\s]+\(?"
-                 r"(?P<maj>\d+)(?:\.|,\s*)(?P<min>\d+)\)?", re.IGNORECASE)
-_BNB_BINARY = re.compile(r"libbitsandbytes_(?P<kind>cuda|rocm|cpu)(?P<ver>\d*)(?P<tail>[\w]*)\.(?:so|dll|dylib)")
+_CANNOT_OPEN = re.compile(r"(?<![\w.+-])(?P<lib>[\w.+-]{1,200}?\.so[\w.]{0,40}): (?:cannot open shared object file|"
+                          r"file too short|invalid ELF header)")
+_CC = re.compile(r"(?:Compute Capability|compute capability among GPUs detected|Compute capability)[:\s]{1,8}\(?"
+                 r"(?P<maj>\d{1,3})(?:\.|, ?)(?P<min>\d{1,3})(?!\d)\)?", re.IGNORECASE)
+_BNB_BINARY = re.compile(r"libbitsandbytes_(?P<kind>cuda|rocm|cpu)(?P<ver>\d{0,4})(?P<tail>[a-z_]{0,40})\.(?:so|dll|dylib)")
 
 
 def missing_versions(text: str) -> list[dict]:
@@ -110,13 +141,16 @@ def missing_versions(text: str) -> list[dict]:
         raise TypeError(f"missing_versions(text): text must be a str (a log), got {type(text).__name__}.")
     out = []
     for m in _MISSING_VERSION.finditer(text):
-        out.append({"symbol": m.group("sym"), "library": m.group("lib") or "",
+        lib = _LIB_BEFORE.search(text[max(0, m.start() - 220):m.start()])
+        out.append({"symbol": m.group("sym"), "library": lib.group("lib") if lib else "",
                     "required_by": (m.group("by") or "").strip()})
     return out
 
 
 def compute_capabilities(text: str) -> list[tuple[int, int]]:
     """The compute capabilities a log reports (``Highest Compute Capability: 3.7`` -> ``(3, 7)``)."""
+    if "capabilit" not in text.lower():  # a fast pre-check before the case-blind pattern
+        return []
     return [(int(m.group("maj")), int(m.group("min"))) for m in _CC.finditer(text)]
 
 
@@ -176,6 +210,18 @@ FIXES = {
         "vramlab doctor   # checks the machine and names the cause",
         "scroll up to the first error before this message: that line is the cause",
     ],
+    "triton_ops_missing": [
+        "pip install -U 'bitsandbytes>=0.45.1'   # later releases no longer import triton.ops",
+        "or keep this bitsandbytes and pin Triton below 3.2 (which removed triton.ops): pip install 'triton<3.2'",
+    ],
+    "no_kernel_for_gpu": [
+        "nvidia-smi --query-gpu=name,compute_cap --format=csv   # the GPU's architecture",
+        "pip install -U bitsandbytes   # newer wheels are built for newer architectures",
+        "or compile for this GPU: cmake -DCOMPUTE_BACKEND=cuda -DCOMPUTE_CAPABILITY=<cc, e.g. 120> -S . && make && pip install -e .",
+    ],
+    "ok": [
+        "nothing to fix: the self-test passed (warnings above SUCCESS! are informational)",
+    ],
     "other": [
         "vramlab doctor   # checks torch, the driver, the GPU, the native library and libstdc++",
         "python -m bitsandbytes   # and read the first error it prints",
@@ -202,6 +248,11 @@ CAUSES = {
                           "CPU library: GPU quantization is unavailable",
     "native_library_unavailable": "the native library did not load and the log does not show why; this message is a "
                                   "symptom printed at the first native call",
+    "triton_ops_missing": "this bitsandbytes (0.43 - 0.45.0) imports triton.ops, a module Triton 3.2 removed; the "
+                          "import fails before any GPU code runs",
+    "no_kernel_for_gpu": "the native library has no kernels compiled for this GPU's architecture (a newer GPU than "
+                         "the wheel was built for, or a source build for another one)",
+    "ok": "python -m bitsandbytes ended in SUCCESS!: the native library loaded and its self-test passed",
     "other": "nothing in this text matches a known bitsandbytes setup failure",
 }
 
@@ -212,26 +263,48 @@ def _finding(label: str, status: str, detail: str, evidence: list[str], cause: s
                    fix=list(fix if fix is not None else FIXES[label]), label=label, evidence=evidence)
 
 
+_LINUX_LIB = re.compile(r"(?<![\w.+-])lib[\w+-]{1,60}\.so(?![\w])")
+_WIN_DRIVE = re.compile(r"(?<![A-Za-z])[A-Za-z]:[\\/]")
+
+
 def _rule_windows(t: str) -> Finding | None:
+    """Old Linux-only releases (0.35 - 0.42, the ``CUDA SETUP:`` format) on native Windows: they search
+    ``.so`` names under Windows paths. Needs both a Windows path (``WindowsPath(`` or a drive ``C:\\``) and a
+    Linux library name (``libcudart.so``, not ``.sol`` files); a ``.dll`` binary is a supported Windows build
+    (0.43.1 - 0.45 print ``WindowsPath('...libbitsandbytes_cuda128.dll')``), judged by the binary rule."""
     low = t.lower()
-    if "windowspath" in low or ("c:\\" in low and (".so" in low or "ldconfig" in low)):
-        return _finding("windows_paths", "error", "a Linux-only bitsandbytes on native Windows",
-                        _lines(t, "WindowsPath", "C:\\"))
-    return None
+    if "windowspath" not in low and (":\\" not in t and ":/" not in t or not _WIN_DRIVE.search(t)):
+        return None
+    if ".so" not in low:
+        return None
+    if "libbitsandbytes_" in low and ".dll" in low:
+        return None
+    if not _LINUX_LIB.search(t):
+        return None
+    return _finding("windows_paths", "error", "a Linux-only bitsandbytes on native Windows",
+                    _lines(t, "WindowsPath", ":\\"))
 
 
 _OVERRIDE_PATTERNS = (
     re.compile(r"BNB_CUDA_VERSION='(?P<value>[^']*)': value must be digits"),        # 0.50 cextension.py
-    re.compile(r"BNB_CUDA_VERSION=(?P<value>\S+) environment variable detected"),    # 0.50 cextension.py
-    re.compile(r"Loading CUDA version: BNB_CUDA_VERSION=(?P<value>\S*)"),            # 0.41 cuda_setup/main.py
-    re.compile(r"Manual override via BNB_CUDA_VERSION[\s\S]*?Loading: libbitsandbytes_cuda(?P<value>\w+?)\."),  # 0.42
+    re.compile(r"BNB_CUDA_VERSION=(?P<value>\S{1,40}) environment variable detected"),    # 0.50 cextension.py
+    re.compile(r"Loading CUDA version: BNB_CUDA_VERSION=(?P<value>\S{0,40})"),            # 0.41 cuda_setup/main.py
+    # 0.43.0 cuda_specs/cextension (the "Manual override" text; not verified against the tag)
+    re.compile(r"Manual override via BNB_CUDA_VERSION[\s\S]{0,2000}?Loading: libbitsandbytes_cuda(?P<value>\w{1,20}?)\."),
 )
 
 
 def override_value(text: str) -> str | None:
     """The ``BNB_CUDA_VERSION`` value a log shows in effect (``None`` when it shows no override)."""
-    for pat in _OVERRIDE_PATTERNS:
+    for pat in _OVERRIDE_PATTERNS[:3]:
         m = pat.search(text)
+        if m:
+            return m.group("value")
+    # the two-line 0.43.0 form: read 2,100 characters from the first "Manual override" only (one bounded match,
+    # however often the phrase repeats)
+    i = text.find("Manual override via BNB_CUDA_VERSION")
+    if i >= 0:
+        m = _OVERRIDE_PATTERNS[3].match(text, i, i + 2100)
         if m:
             return m.group("value")
     return None
@@ -258,9 +331,21 @@ def _rule_override(t: str) -> Finding | None:
                           "torch.version.cuda cannot be matched")
 
 
+# Lines only the old cuda_setup/main.py printed (0.35 - 0.43.0). "CUDA SETUP" alone is not enough: 0.43.1+
+# print "CUDA SETUP: WARNING! CUDA runtime files not found ..." and "CUDA SETUP ERROR: Missing dependency" too.
+_OLD_FORMAT = re.compile(r"CUDA[ _]SETUP: (?:Loading binary|Detected CUDA version|Highest compute capability|"
+                         r"CUDA runtime path found|Solution|Setup Failed|Something unexpected|Required library version|"
+                         r"libcudart\.so path is|Defaulting to|Problem:|CUDA version lower than 11|"
+                         r"WARNING! libcudart\.so not found|PyTorch settings found)")
+
+
+def _is_old_format(t: str) -> bool:
+    return _OLD_FORMAT.search(t) is not None
+
+
 def _rule_cc_too_low(t: str) -> Finding | None:
     ccs = compute_capabilities(t)
-    old_format = "CUDA SETUP" in t or "CUDA_SETUP" in t  # releases up to 0.42, long before 0.48
+    old_format = _is_old_format(t)  # releases up to 0.43.0, long before 0.48
     floor = MIN_COMPUTE_CAPABILITY_BEFORE_048 if old_format else MIN_COMPUTE_CAPABILITY
     low = [cc for cc in ccs if cc < floor]
     if low:
@@ -281,17 +366,25 @@ def _rule_abi(t: str) -> Finding | None:
     cause = (f"{lib} lacks {syms}, which the native library was built against: the system "
              + ("glibc is too old for this binary" if glibc_only else "libstdc++ is older than the compiler that "
                 "built bitsandbytes"))
+    fix = None
+    if glibc_only:  # libc.so.6 is glibc: no conda package can replace the system's C library
+        fix = ["ldd --version   # the system glibc; the binary needs at least the GLIBC_x.y named above",
+               "run on a newer OS image or container (e.g. Ubuntu 22.04+), whose glibc is new enough",
+               "or build bitsandbytes from source on this system: cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e .",
+               "conda's libstdcxx-ng does NOT help here: it replaces libstdc++, not glibc"]
     return _finding("libstdcxx_abi", "error", f"missing {syms} in {lib}", _lines(t, "not found (required by"),
-                    cause=cause)
+                    cause=cause, fix=fix)
 
 
 def _cannot_open(t: str) -> list[str]:
+    if ".so" not in t or not any(s in t for s in ("cannot open shared", "file too short", "invalid ELF header")):
+        return []
     return [m.group("lib") for m in _CANNOT_OPEN.finditer(t)]
 
 
 def _rule_dependency(t: str) -> Finding | None:
     libs = [lib for lib in _cannot_open(t) if not lib.startswith("libbitsandbytes")]
-    m = re.search(r"Missing dependency:\s*(\S+)", t)
+    m = re.search(r"Missing dependency: ?(\S{1,200})", t)
     if m and m.group(1) not in libs:
         libs.insert(0, m.group(1))
     if not libs and "could not be read from path" not in t:
@@ -307,11 +400,24 @@ def _cudart_unresolved(t: str) -> bool:
     searched = ("libcudart.so not found" in low or "cuda runtime library was not detected" in low
                 or "runtime files not found in any environmental path" in low)
     found = ("cuda runtime path found" in low or "possible options found for libcudart" in low
-             or re.search(r"loading binary \S*libbitsandbytes_cuda", low) is not None)
+             or re.search(r"loading binary \S{0,400}?libbitsandbytes_cuda", low) is not None)
     return searched and not found
 
 
+_SUCCESS = re.compile(r"SUCCESS!\s{0,200}$")
+
+
+def _succeeded(t: str) -> bool:
+    """The log ends in ``SUCCESS!`` (python -m bitsandbytes' self-test passed, diagnostics/main.py 0.43.1+)."""
+    return _SUCCESS.search(t[-400:]) is not None
+
+
 def _rule_cudart(t: str) -> Finding | None:
+    # 0.43.1 - 0.45.5's python -m bitsandbytes printed "CUDA runtime files not found in any environmental path"
+    # even on healthy setups (it searched the environment, not torch's own runtime): not an error when the
+    # self-test then printed SUCCESS!.
+    if _succeeded(t):
+        return None
     if _cudart_unresolved(t):
         return _finding("cudart_not_found", "error", "libcudart.so was not found in any searched path",
                         _lines(t, "libcudart", "runtime library was not detected", "runtime files not found"))
@@ -319,16 +425,57 @@ def _rule_cudart(t: str) -> Finding | None:
 
 
 def _rule_binary_missing(t: str) -> Finding | None:
-    patterns = ("Required library version not found", "Could not find the bitsandbytes CUDA binary",
+    patterns = ("Required library version not found",          # old cuda_setup/main.py (0.37 - 0.43.0, not verified)
+                "Could not find the bitsandbytes CUDA binary",   # 0.43.1 - 0.45 cextension.py (warning; PosixPath/WindowsPath)
+                "Configured CUDA binary not found at",           # 0.46 - 0.49 cextension.py (raise)
                 "No compatible CUDA binary found", "No compatible CUDA library found", "VERSION MISMATCH",
-                "No compatible ROCm binary found")
+                "No compatible ROCm binary found",               # 0.50 cextension.py
+                "Forgot to compile the bitsandbytes library",    # 0.50 cextension.py: a source checkout, nothing built
+                "You MUST compile from source")
     cannot = [lib for lib in _cannot_open(t) if lib.startswith("libbitsandbytes_cuda")]
     if not (any(p in t for p in patterns) or cannot):
         return None
     names = [b for b in bnb_binaries(t) if "_cpu" not in b]
     wanted = names[0] if names else "the CUDA binary"
+    if "Forgot to compile" in t or "MUST compile from source" in t:
+        return _finding("binary_missing_for_cuda_version", "error",
+                        "a source checkout with nothing compiled: no native library at all", _lines(t, *patterns),
+                        cause="bitsandbytes runs from a source tree (or an sdist) whose native library was never "
+                              "built, so there is no binary for any CUDA version",
+                        fix=["cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e .   # build it",
+                             "or pip install bitsandbytes   # a wheel with prebuilt binaries"])
     return _finding("binary_missing_for_cuda_version", "error",
                     f"{wanted} is not shipped with this bitsandbytes", _lines(t, *patterns, "cannot open"))
+
+
+def _rule_old_cuda(t: str) -> Finding | None:
+    # 0.35 - 0.41 cuda_setup/main.py get_cuda_version: "CUDA SETUP: CUDA version lower than 11 are currently not
+    # supported for LLM.int8(). You will be only to use 8-bit optimizers and quantization routines!!"
+    if "CUDA version lower than 11 are currently not supported" not in t:
+        return None
+    return _finding("binary_missing_for_cuda_version", "warning", "CUDA older than 11: no LLM.int8() binary",
+                    _lines(t, "CUDA version lower than 11"),
+                    cause="PyTorch's CUDA runtime is older than 11; this bitsandbytes has no LLM.int8() kernels for it "
+                          "(only 8-bit optimizers and quantization routines); a 'Detected CUDA version 00' line means "
+                          "the runtime was not found at all")
+
+
+def _rule_triton_ops(t: str) -> Finding | None:
+    # bitsandbytes 0.43 - 0.45.0 bitsandbytes/triton/*.py import triton.ops (not verified per file/tag)
+    if re.search(r"No module named '?triton\.ops", t) is None:
+        return None
+    return _finding("triton_ops_missing", "error", "import fails: triton.ops is gone from Triton 3.2+",
+                    _lines(t, "triton.ops"))
+
+
+def _rule_no_kernel(t: str) -> Finding | None:
+    # CUDA's "no kernel image is available for execution on the device"; old csrc/ops.cu CUDA_CHECK_RETURN:
+    # "Error named symbol not found at line N in file .../csrc/ops.cu" (not verified per release)
+    low = t.lower()
+    if "no kernel image is available" in low or ("named symbol not found" in low and "ops.cu" in low):
+        return _finding("no_kernel_for_gpu", "error", "no kernel compiled for this GPU's architecture",
+                        _lines(t, "no kernel image", "named symbol not found"))
+    return None
 
 
 def _rule_cpu_library(t: str) -> Finding | None:
@@ -350,9 +497,19 @@ def _rule_cpu_library(t: str) -> Finding | None:
 
 def _rule_native(t: str) -> Finding | None:
     needles = ("native library functionality but it's not available", "CUDA Setup failed despite GPU",
+               "CUDA Setup failed despite CUDA being available",   # 0.43.1 - 0.45 cextension.py
+               "Could not load bitsandbytes native library",        # 0.43.1 - 0.45 cextension.py (logger.error)
                "Something unexpected happened", "CUDA SETUP: Setup Failed", "library load error",
                "Failed to load CPU-only bitsandbytes library")
-    sym = re.search(r"(?:function|undefined symbol:?)\s*'?(c\w+)'?(?: not found)?", t)
+    if "not a mach-o file" in t.lower():  # macOS dlopen: the file is a Linux .so, not a macOS library
+        return _finding("native_library_unavailable", "error", "the native library is not a macOS binary",
+                        _lines(t, "mach-o"),
+                        cause="macOS refused the library file: it was built for Linux (or another architecture), so "
+                              "the native library cannot load on this Mac",
+                        fix=["pip install -U bitsandbytes   # use a release with macOS wheels, or",
+                             "build on this Mac: cmake -DCOMPUTE_BACKEND=mps -S . && make && pip install -e ."])
+    sym = (re.search(r"(?:function|undefined symbol:?) ?'?(c\w{1,80})'?(?: not found)?", t)
+           if "function" in t or "undefined symbol" in t else None)
     if any(n.lower() in t.lower() for n in needles) or (sym and "bitsandbytes" in t):
         return _finding("native_library_unavailable", "error", "the native library is not available",
                         _lines(t, *needles, "undefined symbol", "function 'c"))
@@ -371,8 +528,15 @@ def _rule_cc_slow(t: str) -> Finding | None:
 
 
 # Root causes first: each later rule describes something the earlier ones would explain.
-_RULES = (_rule_windows, _rule_override, _rule_cc_too_low, _rule_abi, _rule_dependency, _rule_cudart,
-          _rule_binary_missing, _rule_cpu_library, _rule_native, _rule_cc_slow)
+def _rule_success(t: str) -> Finding | None:
+    if not _succeeded(t):
+        return None
+    return _finding("ok", "ok", "the self-test passed (SUCCESS!)", _lines(t, "SUCCESS!"))
+
+
+_RULES = (_rule_windows, _rule_override, _rule_cc_too_low, _rule_triton_ops, _rule_abi, _rule_dependency,
+          _rule_cudart, _rule_binary_missing, _rule_no_kernel, _rule_cpu_library, _rule_native, _rule_old_cuda,
+          _rule_cc_slow, _rule_success)
 
 
 def explain_log(text) -> Finding:
@@ -383,19 +547,26 @@ def explain_log(text) -> Finding:
     recognise is ``other`` with the next step to take. ``text`` that is not a string (bytes are
     decoded) raises one ``TypeError``.
     """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
         raise TypeError(f"explain_log(text): text must be the log as a str, got {type(text).__name__}.")
+    text, skipped = bounded(text)   # a 50 MB paste is read at its start and end (vramlab.logtext)
+    text = clean_lines(text)        # colour codes, HTML escapes, worker/CI/docker prefixes
+    found = None
     for rule in _RULES:
         try:
             found = rule(text)
         except Exception:  # noqa: BLE001 - a weird log must never crash the explainer
             found = None
         if found is not None:
-            return found
-    snippet = text.strip().splitlines()[:1]
-    return _finding("other", "warning", "no known bitsandbytes setup failure in this text", snippet)
+            break
+    if found is None:
+        snippet = [ln[:200] for ln in text.strip().splitlines()[:1]]
+        found = _finding("other", "warning", "no known bitsandbytes setup failure in this text", snippet)
+    if skipped:
+        found.detail += f" ({skipped_note(skipped)})"
+    return found
 
 
 # --------------------------------------------------------------------------- the corpus

@@ -12,11 +12,18 @@ Crashes
   request with the model's max seq len ..."; "models's" in older releases; V0: "The model's max seq
   len (X) is larger than the maximum number of tokens that can be stored in KV cache (Y)").
 * ``no_cache_blocks`` - "No available memory for the cache blocks": nothing left for KV blocks.
-* ``engine_dead`` - ``EngineDeadError`` (V1) or ``AsyncEngineDeadError: Background loop has errored
-  already`` (V0): only a restart helps. Checked before the OOM that usually killed it.
+* ``engine_dead`` - ``EngineDeadError`` (V1; also glued to a prefix, ``MQEngineDeadError`` of the 0.6-0.7
+  multiprocessing front end), ``AsyncEngineDeadError: Background loop has errored already`` (V0), "Engine loop
+  has died", "Engine core proc ... died unexpectedly": only a restart helps. Checked before the OOM that
+  usually killed it (the diagnosis notes that cause when the log shows it). A worker's "Worker proc ... died
+  unexpectedly" alone is not engine death.
+* ``host_oom`` - the machine's RAM, not the GPU's, ran out: Ray's memory monitor ("Task was killed due to the
+  node running low on memory", raised as ``ray.exceptions.OutOfMemoryError``) or the kernel's OOM killer
+  ("Out of memory: Killed process N", "oom-kill:"). GPU settings do not help.
 * ``allocator_oom`` - ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``: PyTorch's
   caching allocator could not get memory (the message's numbers tell shortage, fragmentation or a
-  per-process cap apart: :func:`oom_verdict`).
+  per-process cap apart: :func:`oom_verdict`). ROCm builds print "HIP out of memory"; some wrappers print
+  ``OutOfMemoryError('CUDA out of memory. ...')`` without ``torch.``.
 * ``cuda_error_oom`` - ``CUDA error: out of memory`` / NCCL "Cuda failure 'out of memory'" /
   ``CUBLAS_STATUS_ALLOC_FAILED``: a library allocating outside PyTorch's cache (NCCL buffers, cuBLAS
   workspaces, CUDA-graph capture). ``expandable_segments`` cannot help here.
@@ -27,7 +34,14 @@ Warnings (only when no crash is in the log)
   preemption). V1 preempts silently (count it with the ``vllm:num_preemptions`` metric) and always
   recomputes, so ``--swap-space`` advice does not apply to V1. Latency, not a crash.
 
-``unknown`` - none of these. Each fix says whether it needs a restart (every engine argument does)
+``unknown`` - none of these (also look-alikes: "No available shared memory broadcast block" is a
+message-queue wait, not ``no_cache_blocks``; "an illegal memory access was encountered" is a kernel bug,
+not an OOM).
+
+The text is cleaned first (:mod:`vramlab.logtext`): colour codes (real or pasted as ``^[[0;36m``, ``#033[2m``),
+HTML escapes, worker tags, CI gutters, docker-compose and exception-group prefixes; phrases match across a
+fixed-width wrap inside a word. A log longer than 1 M characters is read at its start and end only (a note
+says so), so any text is read in bounded time; nothing raises on text or bytes. Each fix says whether it needs a restart (every engine argument does)
 or works on the live server.
 """
 
@@ -36,11 +50,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from vramlab.logtext import HEAD_CHARS, as_text, bounded, flatten, loose, skipped_note
 from vramlab.vram.oom_message import OOMReport, parse_oom_message
 
-KINDS = ("startup_free_memory", "startup_kv_capacity", "no_cache_blocks", "engine_dead", "allocator_oom",
-         "cuda_error_oom", "kv_preemption", "unknown")
-CRASH_KINDS = KINDS[:6]
+KINDS = ("startup_free_memory", "startup_kv_capacity", "no_cache_blocks", "engine_dead", "host_oom",
+         "allocator_oom", "cuda_error_oom", "kv_preemption", "unknown")
+CRASH_KINDS = KINDS[:7]
 
 # A line some generated error catalogues attribute to vLLM; no vLLM release prints it.
 NOT_VLLM_BLOCK_LINE = "Unable to allocate memory for KV cache block"
@@ -76,6 +91,9 @@ CAUSES = {
                        "gpu_memory_utilization budget; nothing is left for KV cache blocks.",
     "engine_dead": "The engine loop died (usually after an OOM escaped into it); every later request fails "
                    "until the process is restarted.",
+    "host_oom": "The machine's RAM (host memory, not the GPU's) ran out: the kernel's OOM killer or Ray's memory "
+                "monitor killed a process. Weights loading through CPU memory, --swap-space, --cpu-offload-gb and "
+                "several workers per node all use host RAM.",
     "allocator_oom": "A PyTorch allocation outside the KV pool failed (prefill spike, activations, sampler, or "
                      "another process on the GPU).",
     "cuda_error_oom": "A CUDA library (NCCL, cuBLAS, graph capture) failed to allocate outside PyTorch's caching "
@@ -116,6 +134,12 @@ FIXES: dict[str, list[Remedy]] = {
         Remedy("if it still OOMs after the restart: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", D),
         Remedy("if it recurs, size the server down: lower max_model_len, fp8 KV cache, lower max_num_seqs", R),
     ],
+    "host_oom": [
+        Remedy("see what holds host RAM: free -g; dmesg -T | grep -iE 'killed process|oom-kill' (Ray: its dashboard)", L),
+        Remedy("give the machine or container more RAM (docker --memory, the Kubernetes memory limit)", R),
+        Remedy("use less host RAM: lower --swap-space and --cpu-offload-gb, fewer replicas or API servers per node", R),
+        Remedy("Ray only: its killer acts at RAY_memory_usage_threshold (0.95); fix the usage before raising it", R),
+    ],
     "allocator_oom": [
         Remedy("send less right now: lower client concurrency, cap max_tokens, shorten prompts", L),
         Remedy("check for other processes on the GPU (nvidia-smi)", L),
@@ -144,40 +168,64 @@ FIXES: dict[str, list[Remedy]] = {
 _CAP_FIX = Remedy("memory is free on the device yet PyTorch refused: look for a per-process cap "
                   "(torch.cuda.set_per_process_memory_fraction, a workshop memory guard, a MIG slice) and raise it", L)
 
+# (kind, needle, regex): the needle (lower case, spaces removed) is looked for in the flattened text with its
+# spaces removed (one fast substring search); only then is the regex, built with ``loose`` so that a phrase
+# still matches across a fixed-width wrap inside a word, run for the evidence. Every repetition is bounded.
+_L = loose
 _PATTERNS: list[tuple[str, str]] = [
-    ("startup_free_memory", r"Free memory on device (?:\S+ )?\(.{0,40}?\) on startup is less than desired GPU memory "
-                            r"utilization"),
-    ("startup_kv_capacity", r"To serve at least one request with the models?'s max seq len"),
-    ("startup_kv_capacity", r"is larger than the maximum number of tokens that can be stored in KV cache"),
-    ("startup_kv_capacity", r"Cannot auto-fit max_model_len"),
-    ("no_cache_blocks", r"No available memory for the cache blocks"),
-    ("engine_dead", r"\b(?:Async)?EngineDeadError\b"),
-    ("engine_dead", r"Background loop has errored already"),
-    ("engine_dead", r"Engine ?Core.{0,200}?\bdied"),
-    ("allocator_oom", r"CUDA out of memory"),
-    ("allocator_oom", r"\bOutOfMemoryError\b(?!: Unable to allocate memory for KV cache block)"),
-    ("allocator_oom", r"Tried to allocate"),
-    ("cuda_error_oom", r"CUDA error: out of memory"),
-    ("cuda_error_oom", r"Cuda failure '?out of memory"),
-    ("cuda_error_oom", r"CUBLAS_STATUS_ALLOC_FAILED"),
-    ("cuda_error_oom", r"cudaErrorMemoryAllocation"),
-    ("kv_preemption", r"is preempted by (?:PreemptionMode\.)?(?:RECOMPUTE|SWAP) mode because there is not enough "
-                      r"KV cache space"),
-    ("kv_preemption", NOT_VLLM_BLOCK_LINE),
+    # vllm/v1/worker/utils.py request_memory (older: vllm/worker/worker.py determine_num_available_blocks)
+    ("startup_free_memory", _L("Free memory on device") + r" ?(?:\S{1,40} )?\(.{0,40}?\) ?" + _L("on startup is less than desired GPU memory utilization")),
+    # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory ("models's" in older releases)
+    ("startup_kv_capacity", _L("To serve at least one request with the model") + r" ?s? ?'? ?s " + _L("max seq len")),
+    ("startup_kv_capacity", _L("is larger than the maximum number of tokens that can be stored in KV cache")),
+    ("startup_kv_capacity", _L("Cannot auto-fit max_model_len")),
+    ("no_cache_blocks", _L("No available memory for the cache blocks")),
+    # vllm/v1/engine/exceptions.py EngineDeadError; 0.6-0.7 vllm/engine/multiprocessing MQEngineDeadError;
+    # V0 vllm/engine/async_llm_engine.py AsyncEngineDeadError / "Background loop has errored already"
+    ("engine_dead", r"E ?n ?g ?i ?n ?e ?D ?e ?a ?d ?E ?r ?r ?o ?r\b"),
+    ("engine_dead", _L("Background loop has errored already")),
+    ("engine_dead", _L("Engine loop has died")),
+    ("engine_dead", r"\bE ?n ?g ?i ?n ?e ?(?:C ?o ?r ?e|c ?o ?r ?e)[ _\w]{0,12}? ?p ?r ?o ?c ?\S{0,40} ?d ?i ?e ?d\b"),
+    # ray/_private/memory_monitor.py (raised as ray.exceptions.OutOfMemoryError); Linux mm/oom_kill.c
+    ("host_oom", _L("Task was killed due to the node running low on memory")),
+    ("host_oom", _L("Out of memory: Killed process")),
+    ("host_oom", r"\boom[-_]kill\b"),
+    # c10/cuda/CUDACachingAllocator.cpp ("HIP out of memory" once hipified for ROCm)
+    ("allocator_oom", r"(?:CUDA|HIP) " + _L("out of memory. Tried to allocate")),
+    ("allocator_oom", r"\bCUDA " + _L("out of memory") + r"(?! ?')"),
+    ("allocator_oom", r"\bHIP " + _L("out of memory")),
+    ("allocator_oom", _L("OutOfMemoryError") + r"\b(?!: Unable to allocate memory for KV cache block)"),
+    ("allocator_oom", _L("Tried to allocate") + r" ?\d"),
+    ("cuda_error_oom", _L("CUDA error: out of memory")),
+    ("cuda_error_oom", _L("Cuda failure") + r" ?'? ?" + _L("out of memory")),   # NCCL's CUDACHECK
+    ("cuda_error_oom", _L("CUBLAS_STATUS_ALLOC_FAILED")),
+    ("cuda_error_oom", _L("cudaErrorMemoryAllocation")),
+    # V0 vllm/core/scheduler.py _preempt
+    ("kv_preemption", _L("is preempted by") + r" (?:PreemptionMode\.)?(?:RECOMPUTE|SWAP) " + _L("mode because there is not enough KV cache space")),
+    ("kv_preemption", _L(NOT_VLLM_BLOCK_LINE)),
 ]
 
-# "(EngineCore pid=129) ERROR 07-01 04:24:37 [core.py:1195] ", "INFO 08-14 14:07:22 [gpu_worker.py:578] "
-# and the older "WARNING 05-14 09:12:44 scheduler.py:1057] "
-_LOG_PREFIX = re.compile(r"(?:\([A-Za-z_0-9]+(?: [A-Za-z_0-9]+)? pid=\d+\)\s*)?"
-                         r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+"
-                         r"(?:\[[^\]\s]+\]|[\w./-]+:\d+\])\s*")
+
+def _needle(pattern: str) -> str:
+    """The longest literal stretch of a pattern, lower case without spaces (a fast pre-check)."""
+    plain = pattern.replace("\\ ?", "").replace(" ?", "").replace("\\ ", "").replace(" ", "")
+    plain = re.sub(r"\\[bdSsw]|\(\?[!:<=]{1,2}[^)]*\)|\[[^\]]*\]|\{\d+,\d+\}\??|\S\?|[()|*+]", "\0", plain)
+    plain = re.sub(r"\\(.)", r"\1", plain)
+    return max(plain.split("\0"), key=len).lower()
+
+
+_COMPILED = [(kind, _needle(p), re.compile(p, re.IGNORECASE)) for kind, p in _PATTERNS]
 
 
 def normalize_log(text: str) -> str:
-    """One line: log prefixes removed, every run of whitespace (line wraps included) made one space."""
-    if not isinstance(text, str):
-        raise ValueError(f"`text` must be a string (got {type(text).__name__}).")
-    return re.sub(r"\s+", " ", _LOG_PREFIX.sub(" ", text)).strip()
+    """One line: colour codes, HTML escapes and log prefixes removed, every run of whitespace (line wraps
+    included) made one space (:func:`vramlab.logtext.flatten`). Bytes are decoded; a text longer than 1 M
+    characters keeps its start and end, with a marker where the middle was. Not text: one ``ValueError``."""
+    text, skipped = bounded(as_text(text))
+    if not skipped:
+        return flatten(text)
+    return (flatten(text[:HEAD_CHARS]) + f" [... {skipped} characters not read ...] "
+            + flatten(text[HEAD_CHARS + 1:]))
 
 
 @dataclass
@@ -216,24 +264,27 @@ def _num(s: str) -> float | int:
 def _startup_numbers(text: str) -> dict:
     """Numbers of the start-up messages; GiB in either "{:.2f}" ("62.00") or format_gib ("62.0") form."""
     out: dict = {}
+    num = r"(?<![\d.])(\d{1,12}(?:\.\d{1,6})?)"   # bounded, never starts inside a digit run (linear)
     patterns = {
-        "max_model_len": r"max seq len \((\d+)\)",
-        "needed_gib": r"\(?(\d+(?:\.\d+)?) GiB KV cache is needed",
-        "available_gib": r"available KV cache memory \((\d+(?:\.\d+)?) GiB\)",
-        "estimated_max_model_len": r"estimated maximum model length is (\d+)",
-        "kv_cache_tokens": r"stored in KV cache \((\d+)\)",
+        "max_model_len": _L("max seq len") + r" ?\(" + num + r"\)",
+        "needed_gib": num + " ?" + _L("GiB KV cache is needed"),
+        "available_gib": _L("available KV cache memory") + r" ?\(" + num + r" ?GiB\)",
+        "estimated_max_model_len": _L("estimated maximum model length is") + " ?" + num,
+        "kv_cache_tokens": _L("stored in KV cache") + r" ?\(" + num + r"\)",
     }
     for key, pat in patterns.items():
-        m = re.search(pat, text)
+        m = re.search(pat, text, flags=re.IGNORECASE)
         if m:
-            out[key] = float(m.group(1)) if "gib" in key else int(m.group(1))
+            out[key] = float(m.group(1)) if "gib" in key else int(float(m.group(1)))
     return out
 
 
 def _free_memory_numbers(text: str) -> dict:
     # "device (F/T GiB)"; later releases name the device: "device cuda:0 (F/T GiB)"
-    m = re.search(r"Free memory on device (?:\S+ )?\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than "
-                  r"desired GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", text, flags=re.IGNORECASE)
+    n = r"(\d{1,9}(?:\.\d{1,6})?)"
+    m = re.search(_L("Free memory on device") + r" ?(?:\S{1,40} )?\(" + n + "/" + n + r" ?GiB\) ?"
+                  + _L("on startup is less than desired GPU memory utilization") + r" ?\(" + n + ", ?" + n + r" ?GiB\)",
+                  text, flags=re.IGNORECASE)
     if not m:
         return {}
     return {"free_gib": float(m.group(1)), "total_gib": float(m.group(2)), "gpu_memory_utilization": float(m.group(3)),
@@ -253,6 +304,12 @@ PYTORCH_FIXES: dict[str, list[Remedy]] = {
         Remedy("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts)", D),
         Remedy("a GPU with more memory, or shard the model (FSDP, device_map)", R),
     ],
+    "host_oom": [
+        Remedy("see what holds host RAM: free -g; dmesg -T | grep -iE 'killed process|oom-kill'", L),
+        Remedy("use less host RAM: fewer DataLoader workers, no pin_memory on huge batches, load weights with "
+               "mmap/safetensors (low_cpu_mem_usage) instead of a full copy", R),
+        Remedy("give the machine or container more RAM (docker --memory, the Kubernetes memory limit)", R),
+    ],
     "cuda_error_oom": [
         Remedy("a library outside PyTorch's cache ran out (cuBLAS, NCCL): make the step smaller and leave headroom", R),
         Remedy("check for other processes on the GPU (nvidia-smi)", L),
@@ -260,12 +317,15 @@ PYTORCH_FIXES: dict[str, list[Remedy]] = {
     ],
 }
 PYTORCH_CAUSES = {
+    "host_oom": "The machine's RAM (host memory, not the GPU's) ran out and the kernel's OOM killer (or Ray's memory "
+                "monitor) killed the process: data loading workers, pinned buffers or a full CPU copy of the "
+                "weights use host RAM.",
     "allocator_oom": "A PyTorch allocation failed: the step (batch x sequence x model) needs more than the GPU has "
                      "free, or the free memory is in pieces, or a per-process cap refused it.",
 }
 
 
-def diagnose(text: str, context: str = "vllm") -> Diagnosis:
+def diagnose(text: str | bytes, context: str = "vllm") -> Diagnosis:
     """Classify a vLLM / PyTorch log or traceback (any length, wrapped or not) and return the cause and
     the ordered fixes. A crash anywhere in the log wins over preemption warnings before it.
     ``context="pytorch"`` is for a plain PyTorch job (training, a notebook): the allocator-OOM cause and
@@ -273,15 +333,26 @@ def diagnose(text: str, context: str = "vllm") -> Diagnosis:
     if context not in CONTEXTS:
         raise ValueError(f"`context` must be one of {', '.join(CONTEXTS)} (got {context!r}): "
                          "'vllm' for a vLLM server log, 'pytorch' for a plain PyTorch job.")
-    flat = normalize_log(text)
-    found = None
-    for kind, pattern in _PATTERNS:
-        m = re.search(pattern, flat, flags=re.IGNORECASE)
+    try:
+        text = as_text(text)
+    except ValueError as err:
+        raise ValueError(f"diagnose: {err}") from None
+    text, skipped = bounded(text)
+    flat = flatten(text)
+    compact = flat.lower().replace(" ", "")
+    hits: list[tuple[str, re.Match]] = []
+    for kind, needle, pattern in _COMPILED:
+        if any(k == kind for k, _ in hits) or needle not in compact:
+            continue
+        m = pattern.search(flat)
         if m:
-            found = (kind, m)
-            break
+            hits.append((kind, m))
+    found = hits[0] if hits else None
     if found is None:
-        return Diagnosis("unknown", CAUSES["unknown"], "", list(FIXES["unknown"]))
+        d = Diagnosis("unknown", CAUSES["unknown"], "", list(FIXES["unknown"]))
+        if skipped:
+            d.notes.append(skipped_note(skipped))
+        return d
     kind, m = found
     fixes = list(PYTORCH_FIXES.get(kind, FIXES[kind]) if context == "pytorch" else FIXES[kind])
     cause = PYTORCH_CAUSES.get(kind, CAUSES[kind]) if context == "pytorch" else CAUSES[kind]
@@ -305,13 +376,20 @@ def diagnose(text: str, context: str = "vllm") -> Diagnosis:
         elif verdict == "cap":
             fixes = [_CAP_FIX] + fixes
     elif kind == "kv_preemption":
-        counts = re.findall(r"total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d+)", flat)
+        counts = re.findall(r"total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d{1,15})", flat)
         if counts:
             details = {"total_num_cumulative_preemption": max(int(c) for c in counts)}
         if NOT_VLLM_BLOCK_LINE.lower() in flat.lower():
             notes.append("'Unable to allocate memory for KV cache block ... free blocks: 0' is not printed by any "
                          "vLLM release (it comes from a generated error catalogue); the real signal is the V0 "
                          "preemption warning or V1's vllm:num_preemptions metric.")
+    elif kind == "engine_dead":
+        causes = [k for k, _ in hits if k in ("host_oom", "allocator_oom", "cuda_error_oom")]
+        if causes:
+            notes.append(f"the log also shows {causes[0]} ({dict(hits)[causes[0]].group(0)!r}): that is most likely "
+                         f"what killed the engine; see diagnose() of that part for its fixes.")
+    if skipped:
+        notes.append(skipped_note(skipped))
     return Diagnosis(kind, cause, m.group(0), fixes, details, oom, notes)
 
 

@@ -12,7 +12,13 @@ Three message generations are understood:
   in use. Of the allocated memory A is allocated by PyTorch, and R is reserved by PyTorch but
   unallocated.`` (2.1 spelled "capacty").
 * older (1.x-2.0): ``Tried to allocate X (GPU n; T total capacity; A already allocated; F free;
-  V reserved in total by PyTorch)``; reserved-but-unallocated is V - A.
+  [Y allowed; ]V reserved in total by PyTorch)``; reserved-but-unallocated is V - A. The ``allowed_info``
+  ("Y allowed; ") is printed from 1.8 on when ``set_per_process_memory_fraction`` set a cap: such a message
+  is a cap (verdict "cap"). Format string: ``"CUDA out of memory. Tried to allocate ", format_size(alloc_size),
+  " (GPU ", device, "; ", format_size(device_total), " total capacity; ", ... " already allocated; ",
+  format_size(device_free), " free; ", allowed_info, ... " reserved in total by PyTorch)"`` in
+  ``c10/cuda/CUDACachingAllocator.cpp`` of the 1.8-1.13 series (read in copies of that file found with the
+  code search; the pytorch/pytorch tag itself was not opened).
 * oldest (1.0-1.3): ``... A already allocated; F free; C cached)``; "cached" was already the
   reserved-but-unallocated part (the allocator's comment above the message: '"cached": memory held
   by the allocator but not used by the program').
@@ -24,7 +30,13 @@ Tried to allocate " format_size(alloc_size) ". GPU " n " has a total capacity of
 where ``proc_info`` (from NVML, when the driver lists processes) holds ``Process <pid> has <X> memory in
 use.`` for each process and ``Including non-PyTorch memory, this process has <X> memory in use.`` for this
 one (real messages show either or both), and ``allowed_info`` is ``"<Y> allowed; "``
-only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too.
+only when ``torch.cuda.set_per_process_memory_fraction`` set a cap. Both are read too. Later 2.x releases
+add ``with <P> allocated in private pools (e.g., CUDA Graphs), `` after "is allocated by PyTorch, " (A then
+includes P). ROCm builds print the same text with "HIP out of memory".
+
+Pasted text is cleaned first (:func:`vramlab.logtext.flatten`: colour codes, prefixes, wraps; bytes are
+decoded), and only a window of 4,000 characters from the message's first phrase is parsed, so a long log
+costs one scan. Every number pattern is bounded and cannot start inside a run of digits (linear).
 
 :func:`oom_verdict` judges the numbers (cap, fragmentation or shortage); the vLLM log triage
 (:mod:`vramlab.serving.triage`) uses it for the allocator OOMs it finds, so the dependency runs one way.
@@ -35,25 +47,40 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vramlab.logtext import as_text, bounded, flatten, loose
+
 # Binary multipliers, as torch's format_size uses them (and "GB"/"MB"/"KB" in older prints).
 _UNITS = {"bytes": 1, "byte": 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20,
           "gib": 1 << 30, "gb": 1 << 30, "tib": 1 << 40, "tb": 1 << 40}
-_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|byte|[KMGT]i?B|B)\b"
+# Bounded and anchored: the look-behind stops a match from starting inside a run of digits, and at most 15
+# digits are read, so a 100k-digit run costs one pass (an unbounded ``\d+`` here took 65 s on 16k digits).
+_SIZE = r"(?<![\d.])(\d{1,15}(?:\.\d{1,6})?) ?(bytes|byte|[KMGT] ?i? ?B|B)\b"   # "G iB": a wrap inside the unit
 
 
 def parse_size(text: str) -> int:
     """``"2.00 GiB"`` -> 2147483648 bytes; accepts bytes, KiB/MiB/GiB/TiB and KB/MB/GB (binary)."""
-    m = re.fullmatch(r"\s*" + _SIZE + r"\s*", text, flags=re.IGNORECASE)
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a size as a str like '2.00 GiB' or '512 bytes' (got {type(text).__name__}).")
+    m = re.fullmatch(r"\s{0,64}" + _SIZE + r"\s{0,64}", text[:256], flags=re.IGNORECASE) if len(text) <= 256 else None
     if not m:
-        raise ValueError(f"`text` {text!r} is not a size like '2.00 GiB' or '512 bytes'.")
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+        raise ValueError(f"`text` {text[:80]!r} is not a size like '2.00 GiB' or '512 bytes'.")
+    return _bytes(m)
+
+
+def _bytes(m: re.Match, num: int = 1) -> int:
+    return int(round(float(m.group(num)) * _UNITS[m.group(num + 1).lower().replace(" ", "")]))
 
 
 def _find(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text, flags=re.IGNORECASE | re.DOTALL)
-    if not m:
-        return None
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    m = re.search(pattern, text, flags=re.IGNORECASE)
+    return _bytes(m) if m else None
+
+
+# The phrases of the messages, each allowed one wrap break inside a word (see vramlab.logtext.loose).
+_L = loose
+_ANCHORS = [re.compile(_L("tried to allocate")), re.compile(_L("total capa") + r" ?c? ?i? ?t ?y"),
+            re.compile(_L("out of memory"))]
+_CURRENT = _L("has a total ") + r"capa ?c? ?i? ?t ?y"   # 2.1 printed "capacty"
 
 
 VERDICTS = ("cap", "fragmentation", "shortage")
@@ -98,35 +125,52 @@ class OOMReport:
 
 def parse_oom_message(text: str) -> OOMReport:
     """Extract tried / total / free / allocated / reserved-but-unallocated bytes from a torch
-    CUDA OOM message in any of its formats (see the module docstring)."""
-    if not isinstance(text, str):
-        raise ValueError(f"`text` must be a string (got {type(text).__name__}).")
-    tried = _find(r"Tried to allocate\s+" + _SIZE, text)
-    dev_m = re.search(r"GPU\s+(\d+)", text)
+    CUDA (or ROCm "HIP") OOM message in any of its formats (see the module docstring). The text may be
+    wrapped, coloured or prefixed as a pasted log is (it is cleaned as :func:`vramlab.logtext.flatten`
+    does); bytes are decoded. Anything else raises one ``ValueError``."""
+    text = flatten(bounded(as_text(text))[0])
+    # Read only the message itself: find its first phrase (one pass each, in this order), then parse a window
+    # of 4,000 characters from just before it. A long log then costs one scan, not one per number.
+    low = text.lower()
+    anchor = None
+    for pat in _ANCHORS:
+        anchor = pat.search(low)
+        if anchor:
+            break
+    if anchor is None:
+        return OOMReport(None, None, None, None, None, None, "unknown")
+    text = text[max(0, anchor.start() - 300):anchor.start() + 4000]
+    tried = _find(_L("Tried to allocate") + " ?" + _SIZE, text)
+    dev_m = re.search(r"\b(?:GPU|HIP|device) ?(\d{1,4})\b", text)
     device = int(dev_m.group(1)) if dev_m else None
-    if re.search(r"has a total capa\w*ty of", text, flags=re.IGNORECASE):
-        total = _find(r"total capa\w*ty of\s+" + _SIZE, text)
-        free = _find(r"of which\s+" + _SIZE + r"\s+is free", text)
-        allocated = _find(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", text)
-        unalloc = _find(_SIZE + r"\s+is reserved by PyTorch but unallocated", text)
-        allowed = _find(_SIZE + r"\s+allowed;", text)
-        process = _find(r"this process has\s+" + _SIZE + r"\s+memory in use", text)
-        others = {int(m.group(1)): int(round(float(m.group(2)) * _UNITS[m.group(3).lower()]))
-                  for m in re.finditer(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use", text,
-                                       flags=re.IGNORECASE)}
+    if re.search(_CURRENT, text, flags=re.IGNORECASE):
+        total = _find(r"total capa ?c? ?i? ?t ?y " + _L("of") + " ?" + _SIZE, text)
+        free = _find(_L("of which") + " ?" + _SIZE + " ?" + _L("is free"), text)
+        # "Of the allocated memory A is allocated by PyTorch, [with P allocated in private pools (e.g., CUDA
+        # Graphs), ]and R is reserved by PyTorch but unallocated." (A includes P)
+        allocated = _find(_L("Of the allocated memory") + " ?" + _SIZE + " ?" + _L("is allocated by PyTorch"), text)
+        unalloc = _find(_SIZE + " ?" + _L("is reserved by PyTorch but unallocated"), text)
+        allowed = _find(_SIZE + " ?" + _L("allowed;"), text)
+        process = _find(_L("this process has") + " ?" + _SIZE + " ?" + _L("memory in use"), text)
+        others = {int(m.group(1)): _bytes(m, 2)
+                  for m in re.finditer(_L("Process") + r" ?(\d{1,10}) ?" + _L("has") + " ?" + _SIZE + " ?"
+                                       + _L("memory in use"), text, flags=re.IGNORECASE)}
         return OOMReport(tried, total, free, allocated, unalloc, device, "current", allowed, process,
                          others or None)
-    total = _find(_SIZE + r"\s+total capacity", text)
-    allocated = _find(_SIZE + r"\s+already allocated", text)
-    free = _find(_SIZE + r"\s+free", text)
-    reserved = _find(_SIZE + r"\s+reserved in total by PyTorch", text)
+    total = _find(_SIZE + " ?" + _L("total capacity"), text)
+    allocated = _find(_SIZE + " ?" + _L("already allocated"), text)
+    free = _find(_SIZE + " ?" + _L("free;"), text) or _find(_SIZE + " ?" + r"f ?r ?e ?e\b", text)
+    # 1.8-1.13 print "F free; X allowed; V reserved in total by PyTorch)" when a per-process fraction is set
+    allowed = _find(_SIZE + " ?" + _L("allowed;"), text)
+    reserved = _find(_SIZE + " ?" + _L("reserved in total by PyTorch"), text)
     if reserved is not None:
         unalloc = None if allocated is None else max(reserved - allocated, 0)
-        return OOMReport(tried, total, free, allocated, unalloc, device, "older")
-    cached = _find(_SIZE + r"\s+cached", text)
+        return OOMReport(tried, total, free, allocated, unalloc, device, "older", allowed)
+    cached = _find(_SIZE + " ?" + r"c ?a ?c ?h ?e ?d\b", text)
     if cached is not None:
         return OOMReport(tried, total, free, allocated, cached, device, "oldest")
-    return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown")
+    return OOMReport(tried, total, free, allocated, None, device, "older" if total is not None else "unknown",
+                     allowed)
 
 
 def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallocated_bytes: int | None) -> str | None:
