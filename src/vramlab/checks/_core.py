@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vramlab import progress as _progress
+
 PASS_MARK = "PASS"
 FAIL_MARK = "FAIL"
 # What an untouched exercise says instead of the expected value: the answer is revealed only after a
@@ -95,6 +97,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
         hint = untouched_hint  # the exercise's own hint can wait for a real attempt too
     result = CheckResult(name, bool(passed), expected, got, hint if not passed else "", details, untouched)
     print(result.message)
+    _progress.record(result)  # one JSON line when VRAMLAB_PROGRESS_DIR is set (off by default)
     return result
 
 
