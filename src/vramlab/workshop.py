@@ -193,7 +193,8 @@ def learner_env(device: str | None, fraction: float, cache: str, progress_dir: s
 def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: str, admin_password: str = "",
               gpu_fraction: float | None = None, port: int = DEFAULT_PORT, ip: str = "127.0.0.1",
               idle_timeout_s: int = IDLE_TIMEOUT_S, nvidia_smi_l: str | None = None,
-              proxy_dirs: Iterable[str] = (), labs_dir: str | None = None) -> RoundRobin:
+              proxy_dirs: Iterable[str] = (), labs_dir: str | None = None, hub_port: int = 8081,
+              proxy_api_port: int = 8001, board_port: int = 10101) -> RoundRobin:
     """Fill the JupyterHub config ``c`` for the room; returns the device assigner (for tests).
 
     Layout under ``room``: ``homes/<learner>`` (each learner's HOME, labs copied in on first start),
@@ -219,6 +220,8 @@ def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: 
 
     c.JupyterHub.ip = ip
     c.JupyterHub.port = int(port)
+    c.JupyterHub.hub_port = int(hub_port)
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(proxy_api_port)}"
     c.JupyterHub.db_url = f"sqlite:///{room / 'jupyterhub.sqlite'}"
     c.JupyterHub.cookie_secret_file = str(room / "jupyterhub_cookie_secret")
     c.ConfigurableHTTPProxy.command = [proxy]
@@ -235,6 +238,8 @@ def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: 
     c.Spawner.cmd = [str(Path(bin_dir) / "jupyterhub-singleuser")]
     c.Spawner.default_url = f"/lab/tree/{LABS_FOLDER}/00_start_here.ipynb"
     c.Spawner.notebook_dir = str(homes / "{username}")
+    # Jupyter Server refuses root without --allow-root (Docker, cloud VMs); the Makefile's `make lab` does the same.
+    c.Spawner.args = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     c.Spawner.start_timeout = 120
     c.Spawner.http_timeout = 120
     c.Spawner.env_keep = ["PATH", "PYTHONPATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "LD_LIBRARY_PATH"]
@@ -257,8 +262,8 @@ def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: 
          "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={int(idle_timeout_s)}"]},
         # Admins only: the service's default access scope is access:services!service=progress, which
         # only the admin role holds (jupyterhub/roles.py), and the handler checks admin again.
-        {"name": "progress", "url": "http://127.0.0.1:10101",
-         "command": [sys.executable, "-m", "vramlab.workshop_board", "--port", "10101", "--dir", str(progress_dir)],
+        {"name": "progress", "url": f"http://127.0.0.1:{int(board_port)}",
+         "command": [sys.executable, "-m", "vramlab.workshop_board", "--dir", str(progress_dir)],
          "oauth_no_confirm": True, "display": True},
     ]
     return assigner
@@ -350,6 +355,9 @@ def configure_from_env(c: Any) -> RoundRobin:
             gpu_fraction=os.environ.get(ENV_FRACTION) or None,
             port=int(os.environ.get("VRAMLAB_WORKSHOP_PORT", DEFAULT_PORT)),
             ip=os.environ.get("VRAMLAB_WORKSHOP_IP", "127.0.0.1"),
+            hub_port=int(os.environ.get("VRAMLAB_WORKSHOP_HUB_PORT", 8081)),
+            proxy_api_port=int(os.environ.get("VRAMLAB_WORKSHOP_PROXY_API_PORT", 8001)),
+            board_port=int(os.environ.get("VRAMLAB_WORKSHOP_BOARD_PORT", 10101)),
             proxy_dirs=[str(Path(os.environ.get(ENV_ROOM, ".")) / "node_modules" / ".bin")])
     except WorkshopError as exc:
         raise SystemExit(f"vramlab workshop: {exc}") from None
