@@ -76,6 +76,16 @@ def test_default_fraction_splits_each_device():
     assert workshop.default_fraction(30, 4) == 0.11  # 8 learners per GPU: 0.9 / 8 = 0.1125, rounded down
     assert workshop.default_fraction(2, 4) == 0.9
     assert workshop.default_fraction(30, 0) == 0.9
+    # 30 learners on one 80 GiB card: 72 GiB minus 30 x 0.5 GiB of contexts, split 30 ways, over 80
+    assert workshop.default_fraction(30, 1, total_gib=80) == 0.02  # 57 / 30 / 80 = 0.02375
+    assert workshop.default_fraction(8, 1, total_gib=141) == 0.1   # (126.9 - 4) / 8 / 141 = 0.1089, rounded down
+    with pytest.raises(WorkshopError, match="add GPUs or lower --learners"):
+        workshop.default_fraction(200, 1, total_gib=16)
+
+
+def test_gpu_memory_from_nvidia_smi_csv():
+    assert workshop.gpu_memory_gib("81559\n143771\n") == pytest.approx(81559 / 1024)
+    assert workshop.gpu_memory_gib("[N/A]\n") is None
 
 
 def test_missing_proxy_names_the_npm_command(monkeypatch):

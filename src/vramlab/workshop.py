@@ -115,12 +115,49 @@ def list_gpus(nvidia_smi_l: str | None = None) -> list[str]:
     return devices
 
 
-def default_fraction(learners: int, devices: int) -> float:
-    """0.9 of a device split evenly between the learners sharing it (2 decimals, rounded down); 0.9 on CPU."""
+CUDA_CONTEXT_GIB = 0.5  # per process, outside the allocator cap (~0.3-0.5 GiB; driver and GPU dependent)
+
+
+def default_fraction(learners: int, devices: int, total_gib: float | None = None,
+                     context_gib: float = CUDA_CONTEXT_GIB) -> float:
+    """Each learner's ``VRAMLAB_GPU_FRACTION``: 0.9 of a device split between the learners sharing it.
+
+    With ``total_gib`` (the device's memory) their CUDA contexts, which the cap does not cover, are
+    taken off first: ``(0.9 * total - k * context) / k / total`` for ``k`` learners per device.
+    Rounded down to 2 decimals; 0.9 on a machine without GPUs. WorkshopError when nothing is left.
+    """
     if devices <= 0:
         return 0.9
     per_device = math.ceil(learners / devices)
-    return max(0.01, math.floor(90 / per_device) / 100)
+    usable = 0.9
+    if total_gib:
+        usable = (0.9 * total_gib - per_device * context_gib) / total_gib
+    fraction = math.floor(100 * usable / per_device) / 100
+    if fraction <= 0:
+        raise WorkshopError(f"{per_device} learners per GPU leave no memory once their CUDA contexts "
+                            f"(~{context_gib:g} GiB each) are counted; add GPUs or lower --learners.")
+    return fraction
+
+
+def gpu_memory_gib(nvidia_smi_csv: str | None = None) -> float | None:
+    """The smallest GPU's memory in GiB from ``nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits``
+    (MiB per line); None without nvidia-smi or on unreadable output."""
+    if nvidia_smi_csv is None:
+        exe = shutil.which("nvidia-smi")
+        if not exe:
+            return None
+        try:
+            nvidia_smi_csv = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                            capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    values = []
+    for line in nvidia_smi_csv.splitlines()[:1024]:
+        try:
+            values.append(float(line.strip()[:20]) / 1024)
+        except ValueError:
+            continue
+    return min(values) if values else None
 
 
 class RoundRobin:
@@ -204,7 +241,12 @@ def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: 
     learners = validate_learners(learners)
     room = Path(room).resolve()
     devices = list_gpus(nvidia_smi_l)
-    fraction = validate_fraction(gpu_fraction) if gpu_fraction is not None else default_fraction(learners, len(devices))
+    if gpu_fraction is not None:
+        fraction = validate_fraction(gpu_fraction)
+    else:  # MIG slices: the card's total is not the slice's, so no context correction
+        mig = any(d.startswith("MIG-") for d in devices)
+        total = None if (mig or nvidia_smi_l is not None) else gpu_memory_gib()
+        fraction = default_fraction(learners, len(devices), total)
     proxy = find_proxy(proxy_dirs)
     if len(user_password) < 8:
         raise WorkshopError("the learners' shared password is shorter than 8 characters; JupyterHub's "
