@@ -85,7 +85,8 @@ def _writer(directory: str, worker: int, n: int) -> None:
 
 
 def test_concurrent_appends_stay_whole(tmp_path):
-    procs = [mp.get_context("fork").Process(target=_writer, args=(str(tmp_path), w, 50)) for w in range(30)]
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 50)) for w in range(30)]
     for p in procs:
         p.start()
     for p in procs:

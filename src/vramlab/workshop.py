@@ -362,7 +362,9 @@ def serve_main(learners: Any, room: str, port: int = DEFAULT_PORT, ip: str = "12
         secrets_file.chmod(0o600)
     cache = room_path / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    host = "localhost" if ip in ("127.0.0.1", "") else ip
+    import socket
+
+    host = {"127.0.0.1": "localhost", "": "localhost", "0.0.0.0": socket.gethostname()}.get(ip, ip)
     print(f"vramlab workshop for {n} learners: http://{host}:{port}/")
     print(f"  learners: any name, password {user_pw}")
     print(f"  instructor: name {INSTRUCTOR}, password {admin_pw} (progress board: http://{host}:{port}/services/progress/)")
