@@ -181,3 +181,29 @@ def test_hub_config_file_compiles():
     source = (ROOT / "workshop" / "jupyterhub_config.py").read_text()
     compile(source, "jupyterhub_config.py", "exec")
     assert "configure_from_env(c)" in source
+
+
+def test_serve_fetches_once_then_starts_the_hub(tmp_path, capsys, monkeypatch):
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs.get("env") or {}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(workshop.subprocess, "run", fake_run)
+    monkeypatch.setattr(workshop, "_ensure_tools", lambda install, dirs: None)
+    room = tmp_path / "room"
+    assert workshop.serve_main("30", str(room)) == 0
+    (fetch, fenv), (chmod, _), (hub, henv) = calls
+    assert fetch[-1] == "fetch-model" and fenv["VRAMLAB_CACHE"] == str(room / "cache")
+    assert chmod == ["chmod", "-R", "a-w", str(room / "cache")]
+    assert hub[1:4] == ["-m", "jupyterhub", "-f"] and hub[4] == str(ROOT / "workshop" / "jupyterhub_config.py")
+    user_pw, admin_pw = (room / "passwords.txt").read_text().split()
+    assert henv["VRAMLAB_WORKSHOP_LEARNERS"] == "30" and henv["VRAMLAB_WORKSHOP_PASSWORD"] == user_pw
+    assert user_pw in capsys.readouterr().out
+    # a model that cannot be fetched stops before the hub, with one sentence
+    calls.clear()
+    monkeypatch.setattr(workshop.subprocess, "run",
+                        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 1))
+    assert workshop.serve_main(30, str(room)) == 1
+    assert len(calls) == 1 and "vramlab fetch-model" in capsys.readouterr().err
