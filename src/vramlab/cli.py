@@ -7,6 +7,8 @@
     vramlab doctor [--json] [--log F] bitsandbytes setup check (exit 1 on errors), or explain a log file
     vramlab dryrun MODEL --batch B --seq L [--new-tokens N] [--attn sdpa|eager] [--gpu G] [--json] [--html F]
                                       every allocation of a forward, computed on the meta device (no GPU)
+    vramlab progress DIR [--stuck-min N] [--html F]  workshop board: learners x exercises
+    vramlab workshop serve --learners N              JupyterHub room for N learners (docs/workshop.md)
 """
 
 from __future__ import annotations
@@ -98,6 +100,16 @@ def _dryrun(args) -> int:
         if args.html:
             print(f"  timeline: {args.html}")
     return 0
+def _progress(args) -> int:
+    from vramlab import progress
+
+    return progress.progress_main(args.dir, stuck_min=args.stuck_min, html=args.html)
+
+
+def _workshop(args) -> int:
+    from vramlab import workshop
+
+    return workshop.workshop_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--html", default=None, metavar="FILE", help="write an offline HTML timeline (plotly inlined)")
     p.set_defaults(func=_dryrun)
+    p = sub.add_parser("progress", help="workshop board: learners x exercises from a VRAMLAB_PROGRESS_DIR folder")
+    p.add_argument("dir", help="the folder the learners' checks append to (VRAMLAB_PROGRESS_DIR)")
+    p.add_argument("--stuck-min", type=float, default=10.0, metavar="N",
+                   help="mark a learner stuck after N minutes without a pass (default 10)")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write an offline plotly heatmap here")
+    p.set_defaults(func=_progress)
+    p = sub.add_parser("workshop", help="serve the labs to a room of learners with JupyterHub")
+    ws = p.add_subparsers(dest="workshop_command", required=True)
+    s = ws.add_parser("serve", help="install what is missing, fetch the model once, start JupyterHub")
+    s.add_argument("--learners", required=True, help="how many learners (1-200)")
+    s.add_argument("--dir", default="vramlab-workshop", help="room folder: homes/, cache/, progress/ (default ./vramlab-workshop)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--ip", default="127.0.0.1", help="0.0.0.0 to let the room's laptops in")
+    s.add_argument("--gpu-fraction", type=float, default=None, help="each learner's GPU share (default: 0.9 split evenly)")
+    s.add_argument("--no-install", action="store_true", help="fail instead of installing jupyterhub / the proxy")
+    s.add_argument("--dry-run", action="store_true", help="check and print the URL and passwords; start nothing")
+    p.set_defaults(func=_workshop)
     return parser
 
 

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from vramlab import progress as _progress
+
 PASS_MARK = "PASS"
 FAIL_MARK = "FAIL"
 ANSWER_MARK = "ANSWER"
@@ -245,6 +247,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
         result.answer = answer_text(entry.check, **context)
         _REVEALING.set(None)   # one verdict per check call reveals
     print(result.message)
+    _progress.record(result)  # one JSON line when VRAMLAB_PROGRESS_DIR is set (off by default)
     return result
 
 
