@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from vramlab import workshop
-from vramlab.workshop import WorkshopError
+from vramlab.workshop import room as workshop
+from vramlab.workshop.room import WorkshopError
 
 ROOT = Path(__file__).resolve().parents[1]
 

