@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 JUPYTER_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 PORT ?= 8888
 
-.PHONY: setup lab test model labs notebooks wheel clean
+.PHONY: setup lab test model labs notebooks wheel workshop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ labs: $(VENV)/.installed
 notebooks: $(VENV)/.installed
 	$(PY) -m vramlab.labs execute notebooks/*.ipynb
 	$(PY) -m vramlab.labs build
+
+# A workshop room: JupyterHub for LEARNERS learners on this machine (docs/workshop.md).
+LEARNERS ?= 30
+workshop: $(VENV)/.installed
+	$(VENV)/bin/vramlab workshop serve --learners $(LEARNERS)
 
 # The wheel an instructor uploads to Colab (VRAMLAB_SOURCE=/content/<wheel> in the setup cell).
 wheel: $(VENV)/.installed
