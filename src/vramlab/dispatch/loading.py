@@ -22,6 +22,7 @@ from vramlab.dispatch.planner import _quiet_device_check, _torch_dtype, bnb_conf
 TRIGGER_BUDGET = {0: "150MB", "cpu": "1GB"}
 FIT_BUDGET = {0: "400MB", "cpu": "1GB"}
 DISPATCH_ERROR_START = "Some modules are dispatched on the CPU or the disk"
+OFFLOAD_PREFIX = "vramlab-offload-"   # temporary offload folders (see load_quantized)
 
 
 def cpu_analogue(max_memory: Mapping[Any, Any]) -> dict:
@@ -44,8 +45,15 @@ def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | N
 
     Exactly the call a learner writes; ``bnb_kwargs`` go to ``BitsAndBytesConfig`` (for example
     ``llm_int8_enable_fp32_cpu_offload=True``). Raises whatever transformers raises.
+
+    When anything goes to ``"disk"``, the weights are offloaded to a new temporary folder
+    (``vramlab-offload-*``) owned by the returned model: it is removed when the model is garbage-collected
+    (``del model``) or at interpreter exit, and at once when loading fails. Its path is
+    ``model._vramlab_offload_folder``; call ``model._vramlab_offload_cleanup()`` to remove it earlier.
     """
+    import shutil
     import tempfile
+    import weakref
 
     from transformers import AutoModelForCausalLM
 
@@ -57,10 +65,22 @@ def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | N
     if max_memory is not None:
         kwargs["max_memory"] = dict(parse_max_memory(max_memory))
     values = set(device_map.values()) if isinstance(device_map, Mapping) else set()
+    folder = None
     if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
-        kwargs["offload_folder"] = tempfile.mkdtemp(prefix="vramlab-offload-")
-    with _quiet_device_check():
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        folder = kwargs["offload_folder"] = tempfile.mkdtemp(prefix=OFFLOAD_PREFIX)
+    try:
+        with _quiet_device_check():
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except BaseException:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if folder is not None:
+        # the model reads its offloaded weights from the folder while it lives, so the folder lives as
+        # long as the model: weakref.finalize runs once, at garbage collection or at interpreter exit
+        model._vramlab_offload_folder = folder
+        model._vramlab_offload_cleanup = weakref.finalize(model, shutil.rmtree, folder, ignore_errors=True)
+    return model
 
 
 def trigger_dispatch_error(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None) -> ValueError:
