@@ -129,6 +129,14 @@ def fix_offload(gpu: bool | None = None):
     cpu/disk stay unquantized, in the load dtype). Without a GPU the map is the CPU analogue
     (cpu + disk), so every module is unquantized there. Returns the model."""
     budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
+    # The map must be a dict, not "auto". transformers 5.24 calls ``hf_quantizer.preprocess_model`` with the
+    # device_map as passed, before ``_get_device_map`` resolves "auto" (modeling_utils.py ``from_pretrained``),
+    # and ``_process_model_before_weight_loading`` adds the cpu/disk modules to ``modules_to_not_convert``
+    # only ``if isinstance(device_map, dict)`` (quantizers/quantizer_bnb_8bit.py and quantizer_bnb_4bit.py).
+    # ``validate_environment`` skips its check whenever the flag is set (same files; called from
+    # integrations/accelerate.py ``_get_device_map``), so "auto" + the flag loads with every Linear
+    # quantized, the offloaded ones too: on CPU, budget {"cpu": "150MB", "disk": "1GB"} loads 210 quantized
+    # Linears (63 modules on disk) and then fails at the first forward.
     return load_quantized("8bit", device_map=offload_map(budget), llm_int8_enable_fp32_cpu_offload=True)
 
 
