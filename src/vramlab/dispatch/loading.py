@@ -165,6 +165,6 @@ def describe_loaded(model) -> dict:
             "footprint_bytes": int(model.get_memory_footprint())}
 
 
-__all__ = ["TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "cpu_analogue", "load_quantized",
-           "trigger_dispatch_error", "fix_budget", "offload_map", "fix_offload", "fix_smaller",
+__all__ = ["TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "OFFLOAD_PREFIX", "cpu_analogue",
+           "load_quantized", "trigger_dispatch_error", "fix_budget", "offload_map", "fix_offload", "fix_smaller",
            "describe_loaded"]

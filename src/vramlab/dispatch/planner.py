@@ -529,4 +529,4 @@ __all__ = ["GiB", "MiB", "QUANTIZATIONS", "QUANT_ELEMENT_SIZE", "BNB_MAX_MEMORY_
            "empty_model", "bnb_config", "make_quantizer", "special_dtypes", "module_sizes",
            "planned_max_memory", "plan_device_map", "transformers_device_map", "spills", "device_usage",
            "old_buffer", "fixed_buffer", "buffer_inputs", "balanced_budget", "plan_with_buffer",
-           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table"]
+           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table", "SIZING_KEYS"]
