@@ -326,7 +326,7 @@ def test_plan_equals_the_map_the_real_from_pretrained_chose(dtype, quant, budget
         before = _offload_folders()
         model = D.load_quantized(quant, budget, dtype=dtype, llm_int8_enable_fp32_cpu_offload=True)
         folder = model._vramlab_offload_folder
-        assert os.path.isdir(folder) and os.listdir(folder)   # the disk modules' weights live there
+        assert os.path.isdir(folder)   # (may stay empty: safetensors weights are read from the checkpoint)
         # with device_map="auto" the flag does NOT keep offloaded modules unquantized: preprocess_model sees
         # the string "auto", and only a dict map adds cpu/disk modules to modules_to_not_convert
         # (transformers quantizers/quantizer_bnb_{8,4}bit.py); see dispatch.fix_offload

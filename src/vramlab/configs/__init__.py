@@ -174,7 +174,12 @@ def _non_negative_int(cfg: Mapping, key: str) -> int:
     value = cfg.get(key)
     if value == 0 and not isinstance(value, bool):
         return 0
-    return _positive_int(cfg, key)
+    try:
+        return _positive_int(cfg, key)
+    except ValueError:
+        if value is None:
+            raise
+        raise _fail(key, f"must be a non-negative integer (got {value!r})") from None
 
 
 def attention_shape(config: Any) -> AttentionShape:
