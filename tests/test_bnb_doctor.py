@@ -284,7 +284,7 @@ def test_doctor_on_gpu_and_one_fault():
     # break it: hide the CUDA runtime of another major's binary behind a fake libcudart on LD_LIBRARY_PATH
     run = doctor.break_and_diagnose("hidden_runtime")
     hide = Path(run.env["LD_LIBRARY_PATH"])
-    assert [p.name for p in hide.iterdir()] == [doctor.cudart_soname(run.env["BNB_CUDA_VERSION"])]
+    assert hide.name.startswith(doctor.HIDDEN_RUNTIME_PREFIX) and not hide.exists()   # removed when done
     assert run.returncode != 0, run.output
     root = run.report.finding("root cause")
     assert root.status == "error"
