@@ -284,7 +284,7 @@ def test_doctor_on_gpu_and_one_fault():
     # break it: hide the CUDA runtime of another major's binary behind a fake libcudart on LD_LIBRARY_PATH
     run = doctor.break_and_diagnose("hidden_runtime")
     hide = Path(run.env["LD_LIBRARY_PATH"])
-    assert [p.name for p in hide.iterdir()] == [doctor.cudart_soname(run.env["BNB_CUDA_VERSION"])]
+    assert hide.name.startswith(doctor.HIDDEN_RUNTIME_PREFIX) and not hide.exists()   # removed when done
     assert run.returncode != 0, run.output
     root = run.report.finding("root cause")
     assert root.status == "error"
@@ -334,3 +334,59 @@ def test_a_fake_runtime_first_on_the_path_really_hides_it(tmp_path):
     assert f"{tmp_path}/{doctor.cudart_soname(version)}: file too short" in out, out
     f = explain_log(out)
     assert f.label == "cuda_runtime_dependency_missing" and doctor.cudart_soname(version) in f.detail
+
+
+# --------------------------------------------------------------------------- hardening
+_HIDDEN = r'''
+import json, sys, tempfile
+from pathlib import Path
+from vramlab.bnb import doctor
+def count():
+    return len(list(Path(tempfile.gettempdir()).glob(doctor.HIDDEN_RUNTIME_PREFIX + "*")))
+before = count()
+with doctor.injected_fault("hidden_runtime") as env:
+    inside = sorted(p.name for p in Path(env["LD_LIBRARY_PATH"]).iterdir())
+try:
+    with doctor.injected_fault("hidden_runtime") as env2:
+        raise KeyError("boom")
+except KeyError:
+    pass
+kept = doctor.fault_env("hidden_runtime")["LD_LIBRARY_PATH"]   # removed at interpreter exit
+print(json.dumps({"before": before, "after": count(), "inside": inside, "soname": doctor.cudart_soname(
+    env["BNB_CUDA_VERSION"]), "gone": not Path(env["LD_LIBRARY_PATH"]).exists() and not Path(env2["LD_LIBRARY_PATH"]).exists(),
+    "kept_now": Path(kept).is_dir(), "kept": kept, "torch": "torch" in sys.modules}))
+'''
+
+
+def test_hidden_runtime_leaves_no_folder_and_no_torch_in_the_caller():
+    proc = subprocess.run([sys.executable, "-c", _HIDDEN], env=doctor.child_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["inside"] == [got["soname"]] and got["gone"]
+    assert got["after"] == got["before"] + 1 and got["kept_now"]   # fault_env's folder lives until exit ...
+    assert not Path(got["kept"]).exists()                         # ... and no longer
+    assert got["torch"] is False                                   # torch's CUDA version was read in a child
+
+
+def test_doctor_log_from_stdin_with_undecodable_bytes():
+    text = logs.corpus_entry("article_cxxabi_cuda117")["text"].encode() + b"\n\xff\xfe stray bytes \x80\n"
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "doctor", "--log", "-"], input=text,
+                          capture_output=True, env=doctor.child_env(), timeout=120)
+    assert proc.returncode == 1, proc.stderr   # 1: the log shows an error (not a decode failure)
+    assert b"libstdcxx_abi" in proc.stdout and b"Traceback" not in proc.stderr
+
+
+def test_doctor_log_unreadable_stdin_exits_2_with_one_sentence(monkeypatch, capsys):
+    class Broken:
+        buffer = None
+
+        def read(self):
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(sys, "stdin", Broken())
+    assert doctor.doctor_main(log="-") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read standard input (Input/output error)") and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr(sys, "stdin", None)
+    assert doctor.doctor_main(log="-") == 2

@@ -89,3 +89,10 @@ def test_nf4_double_quant_live_matches_the_table(windows):
     nll = quantized.window_nlls(model, windows[:1])[0]
     assert abs(nll - row["window_nll"][0]) < 1e-3
     assert "Paris" in quantized.generate(model, tok)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, "6", True])
+def test_threshold_must_be_finite_and_not_negative(bad):
+    with pytest.raises(ValueError, match="^`threshold` must be a finite number >= 0"):
+        quantized.bnb_config("int8", threshold=bad)
+    assert quantized.bnb_config("int8", threshold=0).llm_int8_threshold == 0.0

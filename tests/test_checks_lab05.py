@@ -88,6 +88,19 @@ def test_offload_map_mistakes_get_their_own_hint(capsys):
     assert not check({"": 0}) and "everything on GPU 0" in capsys.readouterr().out
 
 
+def test_offload_map_false_is_not_gpu_0_and_odd_keys_fail_without_raising(capsys):
+    check = lab05.check_offload_device_map
+    as_false = {k: (False if v == 0 else v) for k, v in _hand_map(8).items()}   # False == 0 in Python
+    assert not check(as_false) and "device False" in capsys.readouterr().out
+    assert not check({k: (0.0 if v == 0 else v) for k, v in _hand_map(8).items()})
+    assert "device 0.0" in capsys.readouterr().out
+    out = check({**_hand_map(8), 5: "cpu"})                                      # printed, never raised
+    assert not out and out.got == "key 5"
+    assert capsys.readouterr().out.startswith("FAIL offload device_map")
+    assert not check({**_hand_map(8), ("model", "norm"): "cpu"})
+    assert "FAIL offload device_map" in capsys.readouterr().out
+
+
 def test_budget_hints(capsys):
     need = lab05.smallest_budget_gib()
     assert 5.7 < need < 5.9  # 4-bit Llama-3.1-8B plans at 5.21 GiB; / 0.90

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import os
 
 import pytest
 
@@ -156,6 +158,61 @@ def test_other_bad_arguments():
         D.plan_device_map(model, {0: "1GB"}, quantization="4bit")
 
 
+@pytest.mark.parametrize("missing", ["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                                     "vocab_size"])
+def test_a_partial_config_names_the_missing_sizing_key(missing):
+    """transformers would fill the gap with LlamaConfig's 7B defaults (a "2-layer" model of 1.33 GB)."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100}
+    assert D.module_sizes(cfg, dtype="float32")[""] < 10**6      # the full dict: a tiny model, as written
+    del cfg[missing]
+    with pytest.raises(ValueError, match=f"^`config` has no '{missing}'"):
+        D.module_sizes(cfg)
+    with pytest.raises(ValueError, match=f"'{missing}'"):
+        D.empty_model(cfg)
+    with pytest.raises(ValueError, match="`num_hidden_layers` must be a positive integer"):
+        D.empty_model({**cfg, missing: 1, "num_hidden_layers": float("nan")})
+
+
+def test_unknown_model_type_names_real_ones():
+    with pytest.raises(ValueError, match="^unknown model_type 'lama'; use a transformers model_type such as llama, "
+                                         "qwen3, deepseek_v3"):
+        D.empty_model({"model_type": "lama", "hidden_size": 64})
+
+
+def test_no_split_list_spills_map_and_bnb_kwargs_are_checked():
+    with pytest.raises(TypeError, match="^`no_split_module_classes` must be a list of class names"):
+        D.plan_device_map("smollm2-135m", {0: "100MB", "cpu": "1GB"}, no_split_module_classes="LlamaDecoderLayer")
+    with pytest.raises(TypeError, match="^`device_map` must be a dict"):
+        D.spills(None)
+    with pytest.raises(ValueError, match="^`llm_int8_threshold` must be a finite number >= 0"):
+        D.bnb_config("8bit", llm_int8_threshold=float("nan"))
+    with pytest.raises(TypeError, match="^`threshold` is not a BitsAndBytesConfig argument"):
+        D.bnb_config("8bit", threshold=6.0)
+    assert D.bnb_config("8bit", llm_int8_threshold=4).llm_int8_threshold == 4.0
+
+
+def _offload_folders() -> set[str]:
+    import tempfile
+    from pathlib import Path
+
+    return {p.name for p in Path(tempfile.gettempdir()).glob(D.OFFLOAD_PREFIX + "*")}
+
+
+def test_load_quantized_removes_its_offload_folder_when_loading_fails(monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    def fail(*args, **kwargs):
+        assert os.path.isdir(kwargs["offload_folder"])
+        raise RuntimeError("simulated load failure")
+
+    before = _offload_folders()
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fail)
+    with pytest.raises(RuntimeError, match="simulated"):
+        D.load_quantized("8bit", {"cpu": "150MB", "disk": "1GB"}, llm_int8_enable_fp32_cpu_offload=True)
+    assert _offload_folders() == before
+
+
 # ---------------------------------------------------------------- under-packing
 UNDERPACK_BUDGET = {**{i: "4GiB" for i in range(8)}, "cpu": "64GiB"}
 
@@ -249,9 +306,10 @@ def test_trigger_returns_the_real_transformers_error():
     ("bfloat16", "4bit", {"cpu": "100MB", "disk": "1GB"}),
     ("float32", None, {"cpu": "300MB", "disk": "1GB"}),
 ])
-def test_plan_equals_the_map_the_real_from_pretrained_chose(dtype, quant, budget):
+def test_plan_equals_the_map_the_real_from_pretrained_chose(dtype, quant, budget, tmp_path):
     """The real SmolLM2, loaded with device_map="auto" (cpu + disk, so it loads without a GPU; with
-    llm_int8_enable_fp32_cpu_offload=True bitsandbytes accepts the spill): model.hf_device_map == plan."""
+    llm_int8_enable_fp32_cpu_offload=True transformers skips its spill check, but under "auto" it still
+    quantizes every Linear, offloaded ones included): model.hf_device_map == plan."""
     import tempfile
 
     import torch
@@ -263,12 +321,23 @@ def test_plan_equals_the_map_the_real_from_pretrained_chose(dtype, quant, budget
     if quant is None:
         model = AutoModelForCausalLM.from_pretrained(path, device_map="auto", max_memory=D.parse_max_memory(budget),
                                                      dtype=getattr(torch, dtype),
-                                                     offload_folder=tempfile.mkdtemp(prefix="vramlab-test-"))
+                                                     offload_folder=str(tmp_path / "offload"))
     else:
+        before = _offload_folders()
         model = D.load_quantized(quant, budget, dtype=dtype, llm_int8_enable_fp32_cpu_offload=True)
+        folder = model._vramlab_offload_folder
+        assert os.path.isdir(folder)   # (may stay empty: safetensors weights are read from the checkpoint)
+        # with device_map="auto" the flag does NOT keep offloaded modules unquantized: preprocess_model sees
+        # the string "auto", and only a dict map adds cpu/disk modules to modules_to_not_convert
+        # (transformers quantizers/quantizer_bnb_{8,4}bit.py); see dispatch.fix_offload
+        assert D.describe_loaded(model)["quantized_linears"] == 210
     plan = D.plan_device_map(AutoConfig.from_pretrained(path), budget, dtype=dtype, quantization=quant)
     assert {"cpu", "disk"} <= set(plan.values())
     assert dict(model.hf_device_map) == plan
+    if quant is not None:   # the offload folder belongs to the model: gone with it
+        del model
+        gc.collect()
+        assert not os.path.exists(folder) and _offload_folders() <= before
 
 
 def test_trigger_says_when_the_budget_fits():

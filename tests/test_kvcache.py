@@ -154,3 +154,39 @@ def test_load_config_on_broken_json_names_the_file(tmp_path):
     listed.write_text("[1, 2]")
     with pytest.raises(ValueError, match="holds a JSON list"):
         load_config(str(listed))
+
+
+# --- hardening: bad numbers get one sentence naming the field ---------------------------------------
+
+@pytest.mark.parametrize("bits", [float("inf"), float("nan"), -4, 0, "8", True])
+def test_kv_bits_must_be_finite_and_positive(bits):
+    from vramlab.serving.kvcache import latent_kv_bytes_per_token
+
+    with pytest.raises(ValueError, match="`kv_bits` must be a finite positive number of bits"):
+        kv_bytes_per_token("llama-3.1-8b", kv_bits=bits)
+    with pytest.raises(ValueError, match="`kv_bits`"):
+        latent_kv_bytes_per_token(2, 64, 0, kv_bits=bits)
+
+
+def test_a_derived_head_dim_of_zero_is_refused():
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 4}
+    with pytest.raises(ValueError, match="`hidden_size` \\(4\\) is smaller than num_attention_heads \\(8\\)"):
+        kv_bytes_per_token(cfg)
+    assert kv_bytes_per_token({**cfg, "head_dim": 16}) == 2 * 8 * 2 * 16 * 2   # an explicit head_dim is fine
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "32", 2.5, -1, True])
+def test_nan_inf_and_str_config_fields_name_the_field(value):
+    from vramlab.serving.kvcache import estimate_num_parameters
+
+    base = {"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 64,
+            "intermediate_size": 128, "vocab_size": 100}
+    for key in ("num_hidden_layers", "num_attention_heads", "hidden_size"):
+        with pytest.raises(ValueError, match=f"`{key}` must be a positive integer"):
+            kv_bytes_per_token({**base, key: value})
+    for key in ("intermediate_size", "vocab_size"):
+        with pytest.raises(ValueError, match=f"`{key}` must be a positive integer"):
+            estimate_num_parameters({**base, key: value})
+    moe = {**base, "n_routed_experts": value, "moe_intermediate_size": 32}
+    with pytest.raises(ValueError, match="`n_routed_experts` must be a positive integer"):
+        estimate_num_parameters(moe)

@@ -224,3 +224,78 @@ def test_a_bf16_cache_beside_a_float32_layer_is_read_in_the_layers_dtype():
         want = layer(x)
         got = decode(layer, x, 8, LatentCache(1, 16, 8, dtype=torch.bfloat16))
     assert got.dtype == torch.float32 and (got - want).abs().max() < 0.05   # bf16 rounding of the cache only
+
+
+# --- hardening: one sentence for bad input, never a raw error or a silent broadcast ------------------
+
+@pytest.mark.parametrize("change,field", [
+    (dict(kv_lora_rank=float("nan")), "kv_lora_rank"),
+    (dict(hidden_size=float("inf")), "hidden_size"),
+    (dict(qk_rope_head_dim="6"), "qk_rope_head_dim"),
+    (dict(rms_norm_eps=float("nan")), "rms_norm_eps"),
+    (dict(rope_theta="big"), "rope_theta"),
+    (dict(max_position_embeddings=float("nan")), "max_position_embeddings"),
+    (dict(rope_parameters={"rope_type": "spiral", "factor": 2.0}), "rope_type"),
+])
+def test_nan_inf_str_fields_and_unknown_rope_type_name_the_field(change, field):
+    with pytest.raises(ValueError, match=f"^`{field}`"):
+        mla.MLAConfig.from_config({**GEOMETRIES[0], **change})
+
+
+def test_latent_cache_refuses_a_new_batch_size():
+    cache = LatentCache(1, 4, 2)
+    cache.update(0, torch.ones(1, 3, 4), torch.ones(1, 3, 2))
+    with pytest.raises(ValueError, match="has batch 2 but this cache holds 1 sequences"):
+        cache.update(0, torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
+    assert cache.rows(0).shape == (1, 3, 6)          # nothing was stored or broadcast
+    cache.crop(0)                                    # emptied: a new batch may start
+    cache.update(0, torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
+    assert cache.rows(0).shape == (2, 1, 6)
+    paged = LatentCache(1, 4, 2, paged=True, block_size=4)
+    paged.update(0, torch.ones(2, 5, 4), torch.ones(2, 5, 2))
+    with pytest.raises(ValueError, match="has batch 1"):
+        paged.update(0, torch.zeros(1, 1, 4), torch.zeros(1, 1, 2))
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_latent_cache_holds_a_converted_latent_with_no_rope_key(paged):
+    """A SmolLM2 converted at rank r caches r values per token and layer, no RoPE key (qk_rope_head_dim = 0)."""
+    rank = 384
+    cache = LatentCache(30, rank, 0, paged=paged, dtype=torch.bfloat16)
+    c = torch.randn(1, 7, rank)
+    latent, rope = cache.update(0, c, torch.empty(1, 7, 0))
+    assert torch.equal(latent, c.to(torch.bfloat16)) and rope.shape == (1, 7, 0)
+    assert cache.bytes_per_token() == kvcache.latent_kv_bytes_per_token(30, rank, 0, "bfloat16") \
+        == kvcache.kv_bytes_per_token("smollm2-135m") == 30 * 384 * 2
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        LatentCache(30, rank, -1)
+
+
+def test_latent_cache_dtype_by_name_or_one_sentence():
+    assert LatentCache(1, 4, 2, dtype="float32").dtype is torch.float32
+    assert LatentCache(1, 4, 2, dtype="torch.bfloat16").dtype is torch.bfloat16
+    for bad in ("float33", "Tensor", 16):
+        with pytest.raises(ValueError, match="^`dtype` must be a torch dtype or its name"):
+            LatentCache(1, 4, 2, dtype=bad)
+
+
+def test_latent_cache_update_checks_its_tensors():
+    cache = LatentCache(1, 4, 2)
+    with pytest.raises(ValueError, match="^`c_kv` must be a 3-D tensor"):
+        cache.update(0, "latent", torch.ones(1, 1, 2))
+    with pytest.raises(ValueError, match="^`k_rope` must have the same"):
+        cache.update(0, torch.ones(1, 2, 4), torch.ones(1, 3, 2))
+
+
+def test_mla_layer_inputs_get_one_sentence():
+    layer = MultiHeadLatentAttention(GEOMETRIES[0])
+    with pytest.raises(TypeError, match="^`hidden_states` must be a float tensor"):
+        layer(None)
+    with pytest.raises(TypeError, match="^`hidden_states` must be a floating-point tensor"):
+        layer(torch.ones(1, 2, 48, dtype=torch.long))
+    with pytest.raises(ValueError, match="^`hidden_states` holds no tokens"):
+        layer(torch.ones(1, 0, 48))
+    with pytest.raises(TypeError, match="^`cache` must be a vramlab LatentCache"):
+        layer(torch.ones(1, 2, 48), cache="cache")
+    with pytest.raises(TypeError, match="^`position_ids` must be an integer tensor"):
+        layer(torch.ones(1, 2, 48), position_ids=[0, 1])

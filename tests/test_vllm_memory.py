@@ -335,3 +335,14 @@ def test_every_pinned_file_belongs_to_the_pinned_line():
     assert inspect.signature(plan).parameters["estimate_cudagraphs"].default is True
     assert "nvfp4_ds_mla" not in VLLM_KV_CACHE_DTYPES and "turboquant_k8v4" in VLLM_KV_CACHE_DTYPES
     assert all("models's" in v or "device name" in v for v in PINNED.older.values())
+
+
+def test_inf_bytes_and_nan_config_sizes_get_one_sentence():
+    from vramlab.serving.vllm_memory import estimate_activation_bytes, plan
+
+    with pytest.raises(ValueError, match="^`weights_bytes` must be a finite non-negative number of bytes"):
+        plan("qwen3-8b", weights_bytes=float("inf"))
+    cfg = dict(load_config("qwen3-8b"), intermediate_size=float("nan"))
+    with pytest.raises(ValueError, match="^`intermediate_size` must be a positive integer"):
+        estimate_activation_bytes(cfg)
+    assert estimate_activation_bytes("qwen3-8b") > 0

@@ -121,3 +121,24 @@ def test_gpu_snapshot_trace_reaches_the_reserved_bytes():
     assert run.returncode == 0 and run.result["mode"] == "GPU", run.stderr_tail
     rows = timeline(run.result["events"])
     assert any(r["action"] == "segment_alloc" for r in rows) and rows[-1]["allocated"] >= 128 * MiB
+
+
+@pytest.mark.parametrize("size", [-5, -1, 1.5, "512", True])
+def test_round_size_refuses_what_is_not_a_byte_count(size):
+    with pytest.raises(ValueError, match="^`size` must be a non-negative number of bytes"):
+        round_size(size)
+    assert round_size(0) == 0
+
+
+@pytest.mark.parametrize("options,field", [({"chunk_bytes": 0}, "chunk_bytes"), ({"cap_bytes": -1}, "cap_bytes"),
+                                           ({"chunk_bytes": 1.5}, "chunk_bytes"), ({"cap_bytes": True}, "cap_bytes"),
+                                           ({"chunk": 1}, "chunk")])
+def test_oom_options_are_checked_before_the_child_starts(options, field):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"^`{field}`"):
+        run_experiment("oom", **options)
+    assert time.perf_counter() - start < 1   # no child process ran (a chunk of 0 used to loop for 14 s)
+    with pytest.raises(ValueError, match="^`cap_bytes` is not an option of the 'fragmentation' experiment"):
+        run_experiment("fragmentation", cap_bytes=1)

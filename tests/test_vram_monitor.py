@@ -265,3 +265,21 @@ def test_gpu_code_path_with_stubbed_counters(monkeypatch):
     assert [tr.name for tr in w.figure().data][:2] == ["allocated (PyTorch)", "reserved, unallocated"]
     with pytest.raises(ValueError, match="device"):
         VramMonitor(device=3)
+
+
+@pytest.mark.parametrize("value", [True, 2.5, "10"])
+def test_max_samples_must_be_a_real_integer(value):
+    with pytest.raises(ValueError, match="^`max_samples` must be a positive integer"):
+        VramMonitor(max_samples=value)
+
+
+@pytest.mark.parametrize("window", [-5, 0, float("nan"), float("inf"), "60", True])
+def test_a_window_that_would_plot_nothing_is_refused(window):
+    from vramlab.vram.widget import VramWidget, monitor_figure
+
+    rows = [{"t": float(i), "rss": i << 20} for i in range(3)]
+    with pytest.raises(ValueError, match="^`window_s` must be a positive number of seconds"):
+        monitor_figure(rows, mode="CPU mode", window_s=window)
+    with pytest.raises(ValueError, match="window_s"):
+        VramWidget(VramMonitor(key="w3"), window_s=window, autostart=False)
+    assert len(monitor_figure(rows, mode="CPU mode", window_s=None).data[0].x) == 3

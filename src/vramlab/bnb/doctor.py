@@ -20,11 +20,14 @@ Facts are from bitsandbytes 0.50.2 (``cextension.py``, ``cuda_specs.py``, ``diag
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import html
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -533,6 +536,38 @@ FAULTS = {
 }
 
 
+HIDDEN_RUNTIME_PREFIX = "vramlab-hidden-cudart-"   # the fake-runtime folders of ``hidden_runtime``
+
+
+def _torch_cuda_version(timeout: float = 120) -> str | None:
+    """PyTorch's CUDA version (``torch.version.cuda``), read in a subprocess so the caller never imports torch."""
+    rc, out = run_python("import torch; print('VRAMLAB_TORCH_CUDA=' + str(torch.version.cuda))", timeout=timeout)
+    for line in out.splitlines():
+        if line.startswith("VRAMLAB_TORCH_CUDA="):
+            value = line.split("=", 1)[1]
+            return None if value == "None" else value
+    return None
+
+
+def _make_hidden_runtime() -> dict:
+    """The ``hidden_runtime`` environment; its fake-runtime folder exists only if this returns."""
+    import tempfile
+
+    shipped = shipped_binaries()
+    major = (_torch_cuda_version() or "12.0").split(".")[0]
+    other = [v for v in shipped if not v.startswith(major)]
+    if not other:
+        raise ValueError("hidden_runtime needs a shipped binary of another CUDA major version; none found.")
+    version = max(other, key=int)
+    hide = Path(tempfile.mkdtemp(prefix=HIDDEN_RUNTIME_PREFIX))
+    try:
+        (hide / cudart_soname(version)).write_text("not a library: hidden by vramlab's fault injection\n")
+    except BaseException:
+        shutil.rmtree(hide, ignore_errors=True)
+        raise
+    return {"BNB_CUDA_VERSION": version, "LD_LIBRARY_PATH": str(hide)}
+
+
 def fault_env(fault: str) -> dict:
     """The environment changes of one of :data:`FAULTS` as a dict for :func:`child_env`
     (``None`` = remove the variable).
@@ -543,27 +578,33 @@ def fault_env(fault: str) -> dict:
     installed. The runtime hidden is the one of a shipped binary of *another* CUDA major than
     PyTorch's, forced with ``BNB_CUDA_VERSION``: PyTorch has already loaded its own major's
     ``libcudart`` by the time bitsandbytes loads, and a library already in the process is never
-    searched for again, so hiding that one could not break anything."""
+    searched for again, so hiding that one could not break anything. PyTorch's CUDA version is read
+    in a subprocess (this process never imports torch). The folder made here is removed at interpreter
+    exit; :func:`injected_fault` (what :func:`break_and_diagnose` uses) removes it as soon as it is done."""
     if fault == "hidden_runtime":
-        import tempfile
-
-        shipped = shipped_binaries()
-        import torch  # only for the CUDA version string; no CUDA initialisation
-
-        major = (torch.version.cuda or "12.0").split(".")[0]
-        other = [v for v in shipped if not v.startswith(major)]
-        if not other:
-            raise ValueError("hidden_runtime needs a shipped binary of another CUDA major version; none found.")
-        version = max(other, key=int)
-        hide = Path(tempfile.mkdtemp(prefix="vramlab-hidden-cudart-"))
-        (hide / cudart_soname(version)).write_text("not a library: hidden by vramlab's fault injection\n")
-        return {"BNB_CUDA_VERSION": version, "LD_LIBRARY_PATH": str(hide)}
+        env = _make_hidden_runtime()
+        atexit.register(shutil.rmtree, env["LD_LIBRARY_PATH"], ignore_errors=True)
+        return env
     if fault not in FAULTS:
         raise ValueError(f"Unknown fault {fault!r}; choose one of: {', '.join([*FAULTS, 'hidden_runtime'])}.")
     env, unset, _ = FAULTS[fault]
     out = dict(env)
     out.update({k: None for k in unset})
     return out
+
+
+@contextlib.contextmanager
+def injected_fault(fault: str):
+    """``with injected_fault(fault) as env:`` the :func:`fault_env` dict, with any temporary folder it made
+    (``hidden_runtime``) removed when the block ends, whether it ends normally or by an exception."""
+    if fault != "hidden_runtime":
+        yield fault_env(fault)
+        return
+    env = _make_hidden_runtime()
+    try:
+        yield env
+    finally:
+        shutil.rmtree(env["LD_LIBRARY_PATH"], ignore_errors=True)
 
 
 _NATIVE_CALL = r'''
@@ -603,9 +644,9 @@ def break_and_diagnose(fault: str, timeout: float = 180) -> FaultRun:
     """Import bitsandbytes in a subprocess under the broken environment ``fault`` (see
     :data:`FAULTS`; ``hidden_runtime`` on GPU machines), make one native call, capture the output,
     and run :func:`diagnose` on the same environment. The caller's process is never changed."""
-    env = fault_env(fault)
-    rc, out = run_python(_NATIVE_CALL, env=env, timeout=timeout)
-    return FaultRun(fault, env, rc, out, diagnose(env))
+    with injected_fault(fault) as env:   # a fake-runtime folder is removed when done (every path)
+        rc, out = run_python(_NATIVE_CALL, env=env, timeout=timeout)
+        return FaultRun(fault, env, rc, out, diagnose(env))
 
 
 # --------------------------------------------------------------------------- what a GPU machine would print
@@ -719,14 +760,28 @@ def version_mismatch_hint_fires(error_text: str, backend: str = "CUDA") -> bool:
     return f"{backend} binary not found" in error_text
 
 
+def _read_stdin() -> str:
+    """Standard input as text: read as bytes and decoded as UTF-8 with ``errors="replace"``, so a log
+    with stray bytes (a Windows code page, a truncated multi-byte character) is still explained."""
+    stream = sys.stdin
+    if stream is None:
+        raise OSError("no standard input")
+    raw = getattr(stream, "buffer", None)
+    if raw is None:   # a text-only stream (a test's StringIO): already decoded
+        return stream.read()
+    return raw.read().decode("utf-8", errors="replace")
+
+
 def doctor_main(as_json: bool = False, log: str | None = None) -> int:
     """``vramlab doctor``: print the report (or explain a log file, ``-`` for stdin); 1 on errors."""
     if log is not None:
         try:
-            text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
-        except OSError as exc:
-            print(f"error: cannot read the log file {log!r} ({exc.strerror}); pass a file path or '-' for stdin.",
-                  file=sys.stderr)
+            text = _read_stdin() if log == "-" else Path(log).read_text(errors="replace")
+        except (OSError, ValueError) as exc:
+            # exit 2, not 1: 1 means "the log shows errors", and an unreadable input shows nothing
+            where = "standard input" if log == "-" else f"the log file {log!r}"
+            print(f"error: cannot read {where} ({getattr(exc, 'strerror', None) or exc}); "
+                  "pass a readable file path or pipe the log into '-'.", file=sys.stderr)
             return 2
         found = explain_log(text)
         print(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
@@ -738,5 +793,6 @@ def doctor_main(as_json: bool = False, log: str | None = None) -> int:
 
 __all__ = ["Report", "diagnose", "probe", "check_override", "cudart_soname", "binary_archs",
            "binary_min_compute_capability", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
-           "shipped_binaries", "FAULTS", "fault_env", "break_and_diagnose", "FaultRun", "SCENARIOS", "simulate",
+           "shipped_binaries", "FAULTS", "fault_env", "injected_fault", "HIDDEN_RUNTIME_PREFIX",
+           "break_and_diagnose", "FaultRun", "SCENARIOS", "simulate",
            "version_mismatch_hint_fires", "doctor_main", "child_env", "run_python"]

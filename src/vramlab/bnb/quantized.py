@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def bnb_config(kind: str, threshold: float | None = None, compute_dtype=None):
     if threshold is not None:
         if kind != "int8":
             raise ValueError(f"threshold applies to kind='int8' (LLM.int8()), not {kind!r}.")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold) \
+                or threshold < 0:
+            raise ValueError(f"`threshold` must be a finite number >= 0 (LLM.int8()'s default is "
+                             f"{LLM_INT8_THRESHOLD}; 0 turns the outlier split off), got {threshold!r}.")
         kwargs["llm_int8_threshold"] = float(threshold)
     if kwargs.get("load_in_4bit"):
         kwargs["bnb_4bit_compute_dtype"] = compute_dtype or torch.float32

@@ -111,7 +111,13 @@ def check_offload_device_map(device_map: Any) -> CheckResult:
     if not isinstance(device_map, Mapping) or not device_map:
         return report(name, False, expected, f"{device_map!r}",
                       "write a dict {module name: 0 or 'cpu'}, e.g. {'model.embed_tokens': 0, ...}")
-    bad = [v for v in device_map.values() if v not in (0, "cpu", "disk", "cuda:0")]
+    bad_keys = [k for k in device_map if not isinstance(k, str)]
+    if bad_keys:
+        return report(name, False, expected, f"key {bad_keys[0]!r}",
+                      "keys are module names (strings) such as 'model.embed_tokens' or 'model.layers.0'")
+    # `False == 0` and `0.0 == 0` in Python: compare types too, so False is not read as GPU 0
+    bad = [v for v in device_map.values()
+           if isinstance(v, bool) or not (v in ("cpu", "disk", "cuda:0") or (type(v) is int and v == 0))]
     if bad:
         return report(name, False, expected, f"device {bad[0]!r}", "use 0 for the GPU and 'cpu' for main memory")
     dmap = {k: (0 if v == "cuda:0" else v) for k, v in device_map.items()}

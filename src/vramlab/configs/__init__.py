@@ -13,6 +13,7 @@ count (``_num_parameters``); keys starting with ``_`` are vramlab metadata.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -162,9 +163,23 @@ def _positive_int(cfg: Mapping, key: str) -> int:
     value = cfg.get(key)
     if value is None:
         raise _fail(key, "is missing from the config (needed to size the KV cache)")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+    # NaN and inf are checked before int(): int(nan) would raise "cannot convert float NaN to integer".
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or value <= 0):
         raise _fail(key, f"must be a positive integer (got {value!r})")
     return int(value)
+
+
+def _non_negative_int(cfg: Mapping, key: str) -> int:
+    value = cfg.get(key)
+    if value == 0 and not isinstance(value, bool):
+        return 0
+    try:
+        return _positive_int(cfg, key)
+    except ValueError:
+        if value is None:
+            raise
+        raise _fail(key, f"must be a non-negative integer (got {value!r})") from None
 
 
 def attention_shape(config: Any) -> AttentionShape:
@@ -185,7 +200,8 @@ def _derive_shape(cfg: Mapping) -> AttentionShape:
     dtype = str(dtype).replace("torch.", "") if dtype is not None else None
     if cfg.get("kv_lora_rank"):
         rank = _positive_int(cfg, "kv_lora_rank")
-        rope = _positive_int(cfg, "qk_rope_head_dim")
+        # 0 is allowed: a GQA model converted to a latent cache keeps RoPE on its re-expanded keys
+        rope = _non_negative_int(cfg, "qk_rope_head_dim")
         return AttentionShape(name, "MLA", layers, heads, 1, rank + rope, 0, rank, rope, max_pos, dtype)
     kv_heads = cfg.get("num_key_value_heads")
     kv_heads = heads if kv_heads is None else _positive_int(cfg, "num_key_value_heads")
@@ -196,6 +212,9 @@ def _derive_shape(cfg: Mapping) -> AttentionShape:
     else:
         hidden = _positive_int(cfg, "hidden_size")
         head_dim = hidden // heads
+        if head_dim == 0:
+            raise _fail("hidden_size", f"({hidden}) is smaller than num_attention_heads ({heads}), so the derived "
+                        "head_dim is 0; set hidden_size to heads x head_dim or give `head_dim` explicitly")
     kind = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
     return AttentionShape(name, kind, layers, heads, kv_heads, head_dim, head_dim, None, None, max_pos, dtype)
 

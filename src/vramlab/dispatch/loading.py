@@ -22,6 +22,7 @@ from vramlab.dispatch.planner import _quiet_device_check, _torch_dtype, bnb_conf
 TRIGGER_BUDGET = {0: "150MB", "cpu": "1GB"}
 FIT_BUDGET = {0: "400MB", "cpu": "1GB"}
 DISPATCH_ERROR_START = "Some modules are dispatched on the CPU or the disk"
+OFFLOAD_PREFIX = "vramlab-offload-"   # temporary offload folders (see load_quantized)
 
 
 def cpu_analogue(max_memory: Mapping[Any, Any]) -> dict:
@@ -44,8 +45,15 @@ def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | N
 
     Exactly the call a learner writes; ``bnb_kwargs`` go to ``BitsAndBytesConfig`` (for example
     ``llm_int8_enable_fp32_cpu_offload=True``). Raises whatever transformers raises.
+
+    When anything goes to ``"disk"``, the weights are offloaded to a new temporary folder
+    (``vramlab-offload-*``) owned by the returned model: it is removed when the model is garbage-collected
+    (``del model``) or at interpreter exit, and at once when loading fails. Its path is
+    ``model._vramlab_offload_folder``; call ``model._vramlab_offload_cleanup()`` to remove it earlier.
     """
+    import shutil
     import tempfile
+    import weakref
 
     from transformers import AutoModelForCausalLM
 
@@ -57,10 +65,22 @@ def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | N
     if max_memory is not None:
         kwargs["max_memory"] = dict(parse_max_memory(max_memory))
     values = set(device_map.values()) if isinstance(device_map, Mapping) else set()
+    folder = None
     if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
-        kwargs["offload_folder"] = tempfile.mkdtemp(prefix="vramlab-offload-")
-    with _quiet_device_check():
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        folder = kwargs["offload_folder"] = tempfile.mkdtemp(prefix=OFFLOAD_PREFIX)
+    try:
+        with _quiet_device_check():
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except BaseException:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if folder is not None:
+        # the model reads its offloaded weights from the folder while it lives, so the folder lives as
+        # long as the model: weakref.finalize runs once, at garbage collection or at interpreter exit
+        model._vramlab_offload_folder = folder
+        model._vramlab_offload_cleanup = weakref.finalize(model, shutil.rmtree, folder, ignore_errors=True)
+    return model
 
 
 def trigger_dispatch_error(quantization: str = "8bit", max_memory: Mapping[Any, Any] | None = None) -> ValueError:
@@ -109,6 +129,14 @@ def fix_offload(gpu: bool | None = None):
     cpu/disk stay unquantized, in the load dtype). Without a GPU the map is the CPU analogue
     (cpu + disk), so every module is unquantized there. Returns the model."""
     budget = TRIGGER_BUDGET if _on_gpu(gpu) else cpu_analogue(TRIGGER_BUDGET)
+    # The map must be a dict, not "auto". transformers 5.24 calls ``hf_quantizer.preprocess_model`` with the
+    # device_map as passed, before ``_get_device_map`` resolves "auto" (modeling_utils.py ``from_pretrained``),
+    # and ``_process_model_before_weight_loading`` adds the cpu/disk modules to ``modules_to_not_convert``
+    # only ``if isinstance(device_map, dict)`` (quantizers/quantizer_bnb_8bit.py and quantizer_bnb_4bit.py).
+    # ``validate_environment`` skips its check whenever the flag is set (same files; called from
+    # integrations/accelerate.py ``_get_device_map``), so "auto" + the flag loads with every Linear
+    # quantized, the offloaded ones too: on CPU, budget {"cpu": "150MB", "disk": "1GB"} loads 210 quantized
+    # Linears (63 modules on disk) and then fails at the first forward.
     return load_quantized("8bit", device_map=offload_map(budget), llm_int8_enable_fp32_cpu_offload=True)
 
 
@@ -137,6 +165,6 @@ def describe_loaded(model) -> dict:
             "footprint_bytes": int(model.get_memory_footprint())}
 
 
-__all__ = ["TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "cpu_analogue", "load_quantized",
-           "trigger_dispatch_error", "fix_budget", "offload_map", "fix_offload", "fix_smaller",
+__all__ = ["TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "OFFLOAD_PREFIX", "cpu_analogue",
+           "load_quantized", "trigger_dispatch_error", "fix_budget", "offload_map", "fix_offload", "fix_smaller",
            "describe_loaded"]

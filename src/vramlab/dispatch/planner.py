@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 from collections import OrderedDict
 from typing import Any, Mapping
@@ -145,6 +146,10 @@ def _torch_dtype(dtype: Any):
     return getattr(torch, name)
 
 
+# The config keys that size a decoder's parameters; a dict missing one is refused (see _pretrained_config).
+SIZING_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
 def _pretrained_config(config: Any):
     """A transformers ``PretrainedConfig`` from a bundled name, JSON path, dict or config."""
     from transformers import AutoConfig, PretrainedConfig
@@ -153,10 +158,24 @@ def _pretrained_config(config: Any):
         return config
     from vramlab.serving.kvcache import load_config
 
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from vramlab.configs import _positive_int
+
     cfg = {k: v for k, v in load_config(config).items() if not k.startswith("_")}
     model_type = cfg.pop("model_type", None)
     if not model_type:
         raise ValueError("`config` has no 'model_type'; transformers needs it to pick the architecture.")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        raise ValueError(f"unknown model_type {model_type!r}; use a transformers model_type such as "
+                         "llama, qwen3, deepseek_v3.")
+    # transformers fills a missing key with its class default (LlamaConfig: the 7B sizes), so a
+    # partial dict would silently plan a 7B-wide model: require the keys that size it.
+    for key in SIZING_KEYS:
+        if cfg.get(key) is None:
+            raise ValueError(f"`config` has no {key!r}; give {', '.join(SIZING_KEYS)} (transformers would "
+                             f"otherwise fill {key!r} with its {model_type} default and size a different model).")
+        _positive_int(cfg, key)
     return AutoConfig.for_model(model_type, **cfg)
 
 
@@ -206,6 +225,20 @@ def bnb_config(quantization: str, **kwargs):
     _check_quantization(quantization)
     if quantization is None:
         raise ValueError("`quantization` must be '8bit' or '4bit' for a BitsAndBytesConfig.")
+    import inspect
+
+    known = set(inspect.signature(BitsAndBytesConfig.__init__).parameters) - {"self", "kwargs"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        # BitsAndBytesConfig only logs "Unused kwargs" at info level, so a typo would be silently ignored
+        raise TypeError(f"`{unknown[0]}` is not a BitsAndBytesConfig argument; use one of {', '.join(sorted(known))}.")
+    threshold = kwargs.get("llm_int8_threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not math.isfinite(threshold) or threshold < 0):
+        # transformers only checks isinstance(float) (utils/quantization_config.py post_init): NaN passes
+        raise ValueError(f"`llm_int8_threshold` must be a finite number >= 0 (default 6.0), got {threshold!r}.")
+    if threshold is not None:
+        kwargs["llm_int8_threshold"] = float(threshold)
     return BitsAndBytesConfig(**{f"load_in_{quantization}": True}, **kwargs)
 
 
@@ -271,6 +304,7 @@ def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "au
     ``no_split_module_classes`` defaults to the model's ``_no_split_modules``."""
     from transformers.integrations.accelerate import get_balanced_memory, get_max_memory
 
+    _check_no_split(no_split_module_classes)
     budget = dict(parse_max_memory(max_memory))
     quantizer = getattr(model, "_vramlab_quantizer", None)
     if strategy not in ("auto", "balanced", "balanced_low_0", "sequential"):
@@ -287,6 +321,16 @@ def planned_max_memory(model, max_memory: Mapping[Any, Any], strategy: str = "au
     return dict(inferred)
 
 
+def _check_no_split(classes: Any) -> None:
+    """A list of class names or None: a bare string would be read letter by letter."""
+    if classes is None:
+        return
+    if isinstance(classes, str) or not isinstance(classes, (list, tuple, set)) \
+            or not all(isinstance(c, str) for c in classes):
+        raise TypeError(f"`no_split_module_classes` must be a list of class names such as ['LlamaDecoderLayer'] "
+                        f"(got {classes!r}).")
+
+
 def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: Any = "bfloat16",
                     quantization: str | None = None, no_split_module_classes: list[str] | None = None,
                     strategy: str = "auto") -> dict[str, int | str]:
@@ -299,6 +343,7 @@ def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: 
     """
     from accelerate import infer_auto_device_map
 
+    _check_no_split(no_split_module_classes)
     model = _as_model(config_or_model, dtype, quantization)
     no_split = (list(model._no_split_modules) if no_split_module_classes is None
                 else list(no_split_module_classes))
@@ -323,6 +368,9 @@ def transformers_device_map(model, max_memory: Mapping[Any, Any], strategy: str 
 def spills(device_map: Mapping[str, Any]) -> bool:
     """True when a map mixes a GPU with ``"cpu"``/``"disk"``: the case bitsandbytes refuses
     (same test as transformers 5.24 ``Bnb4BitHfQuantizer.validate_environment``)."""
+    if not isinstance(device_map, Mapping):
+        raise TypeError(f"`device_map` must be a dict {{module_name: device}} such as plan_device_map returns "
+                        f"(got {type(device_map).__name__}).")
     values = set(device_map.values())
     return values != {"cpu"} and ("cpu" in values or "disk" in values)
 
@@ -481,4 +529,4 @@ __all__ = ["GiB", "MiB", "QUANTIZATIONS", "QUANT_ELEMENT_SIZE", "BNB_MAX_MEMORY_
            "empty_model", "bnb_config", "make_quantizer", "special_dtypes", "module_sizes",
            "planned_max_memory", "plan_device_map", "transformers_device_map", "spills", "device_usage",
            "old_buffer", "fixed_buffer", "buffer_inputs", "balanced_budget", "plan_with_buffer",
-           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table"]
+           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table", "SIZING_KEYS"]

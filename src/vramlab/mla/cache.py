@@ -12,6 +12,17 @@ from vramlab.serving import kvcache
 from vramlab.mla.config import MLA_BLOCK_SIZE, MLAConfig, _fail
 
 
+def _as_dtype(dtype: Any) -> torch.dtype:
+    """A ``torch.dtype`` from a dtype or its name (``"float32"``, ``"torch.bfloat16"``)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        found = getattr(torch, dtype.replace("torch.", ""), None)
+        if isinstance(found, torch.dtype):
+            return found
+    raise _fail("dtype", f"must be a torch dtype or its name such as 'float32' or 'bfloat16' (got {dtype!r})")
+
+
 # --------------------------------------------------------------------------------------------
 # Latent cache
 # --------------------------------------------------------------------------------------------
@@ -27,11 +38,14 @@ class LatentCache:
     """
 
     def __init__(self, num_layers: int, kv_lora_rank: int, qk_rope_head_dim: int, *, paged: bool = False,
-                 block_size: int = MLA_BLOCK_SIZE, dtype: torch.dtype = torch.float32) -> None:
+                 block_size: int = MLA_BLOCK_SIZE, dtype: torch.dtype | str = torch.float32) -> None:
         for name, value in (("num_layers", num_layers), ("kv_lora_rank", kv_lora_rank),
                             ("qk_rope_head_dim", qk_rope_head_dim), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise _fail(name, f"must be a positive integer (got {value!r})")
+            # qk_rope_head_dim may be 0: a converted GQA model (SmolLM2) caches only its rank-r latent
+            low = 0 if name == "qk_rope_head_dim" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise _fail(name, f"must be a {'non-negative' if low == 0 else 'positive'} integer (got {value!r})")
+        dtype = _as_dtype(dtype)
         self.num_layers, self.kv_lora_rank, self.qk_rope_head_dim = num_layers, kv_lora_rank, qk_rope_head_dim
         self.paged, self.block_size, self.dtype = paged, block_size, dtype
         self.width = kv_lora_rank + qk_rope_head_dim
@@ -61,6 +75,18 @@ class LatentCache:
         """Append ``c_kv [B, T, d_c]`` (normed latent) and ``k_rope [B, T, d_r]`` (rotated shared key);
         return the whole context ``([B, S, d_c], [B, S, d_r])``."""
         layer = self._layer(layer_idx)
+        for name, t in (("c_kv", c_kv), ("k_rope", k_rope)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3:
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise _fail(name, f"must be a 3-D tensor [batch, tokens, width] (got {got})")
+        if c_kv.shape[:2] != k_rope.shape[:2]:
+            raise _fail("k_rope", f"must have the same [batch, tokens] as c_kv (got {tuple(k_rope.shape[:2])} "
+                        f"and {tuple(c_kv.shape[:2])})")
+        batch = self._batch()
+        if batch is not None and c_kv.shape[0] != batch:
+            # without this check a batch of 1 would silently broadcast its history to every new row
+            raise _fail("c_kv", f"has batch {c_kv.shape[0]} but this cache holds {batch} sequences; "
+                        "use a new LatentCache (or crop(0)) for a different batch")
         if c_kv.shape[-1] != self.kv_lora_rank or k_rope.shape[-1] != self.qk_rope_head_dim:
             raise _fail("c_kv", f"has width {c_kv.shape[-1]} / k_rope {k_rope.shape[-1]}, but this cache holds "
                         f"kv_lora_rank {self.kv_lora_rank} + qk_rope_head_dim {self.qk_rope_head_dim}")
@@ -90,6 +116,14 @@ class LatentCache:
         rows = self.rows(layer)
         return rows[..., :self.kv_lora_rank], rows[..., self.kv_lora_rank:]
 
+    def _batch(self) -> int | None:
+        """Sequences held (the batch of the first non-empty layer), or None when nothing is cached."""
+        for layer in range(self.num_layers):
+            if self._lengths[layer]:
+                store = self._rows[layer] if not self.paged else self._pool[layer][0]
+                return store.shape[0]
+        return None
+
     def crop(self, max_length: int) -> None:
         """Keep the first ``max_length`` tokens in every layer (as transformers' ``DynamicCache.crop``);
         freed paged blocks are returned."""
@@ -97,6 +131,8 @@ class LatentCache:
             raise _fail("max_length", f"must be a non-negative integer (got {max_length!r})")
         for layer in range(self.num_layers):
             self._lengths[layer] = min(self._lengths[layer], max_length)
+            if not self._lengths[layer]:
+                self._rows[layer] = None     # empty again: a new batch size may follow
             if self.paged:
                 del self._pool[layer][kvcache.cdiv(self._lengths[layer], self.block_size):]
 

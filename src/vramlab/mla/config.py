@@ -73,9 +73,17 @@ class MLAConfig:
             value = cfg.get(key) if value is None else value
             if value is None:
                 raise _fail(key, "is missing from the config (an MLA layer needs it)")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or value != int(value) or value <= 0):
                 raise _fail(key, f"must be a positive integer (got {value!r})")
             return int(value)
+
+        def positive_float(key: str, value: Any, default: float) -> float:
+            if value is None:
+                return default
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise _fail(key, f"must be a finite positive number (got {value!r})")
+            return float(value)
 
         hidden, heads = pos("hidden_size"), pos("num_attention_heads")
         rope = pos("qk_rope_head_dim")
@@ -104,12 +112,25 @@ class MLAConfig:
                 raise _fail("q_lora_rank", f"({q_rank}) is larger than the projection it compresses "
                             f"(hidden_size {hidden} -> {q_out}); use at most {min(hidden, q_out)} or None")
         params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        theta = float(params.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+        if not isinstance(params, dict):
+            raise _fail("rope_parameters", f"must be a dict such as {{'rope_type': 'yarn', 'factor': 40}} "
+                        f"(got {type(params).__name__})")
+        theta = params.get("rope_theta") if params.get("rope_theta") is not None else cfg.get("rope_theta")
+        theta = positive_float("rope_theta", theta, 10000.0)
         rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            # the rope types transformers can compute: keys of ROPE_INIT_FUNCTIONS
+            # (transformers/modeling_rope_utils.py); anything else would fail later with a KeyError
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+            if not isinstance(rope_type, str) or rope_type not in ROPE_INIT_FUNCTIONS:
+                raise _fail("rope_type", f"{rope_type!r} is unknown; use default or one of "
+                            f"{', '.join(sorted(ROPE_INIT_FUNCTIONS))}")
         scaling = {k: v for k, v in params.items()} if rope_type != "default" else None
+        max_pos = pos("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 4096
         return cls(hidden, heads, rank, nope, rope, v_dim, q_rank, theta,
-                   bool(cfg.get("rope_interleave", True)), scaling, float(cfg.get("rms_norm_eps") or 1e-6),
-                   bool(cfg.get("attention_bias", False)), int(cfg.get("max_position_embeddings") or 4096))
+                   bool(cfg.get("rope_interleave", True)), scaling,
+                   positive_float("rms_norm_eps", cfg.get("rms_norm_eps"), 1e-6),
+                   bool(cfg.get("attention_bias", False)), max_pos)
 
     def softmax_scale(self) -> float:
         """1/sqrt(d_n + d_r), times mscale^2 under YaRN with ``mscale_all_dim`` (as transformers'

@@ -142,9 +142,21 @@ class MultiHeadLatentAttention(nn.Module):
         tokens attend causally to the cache and to each other.
         """
         cfg = self.config
+        if not isinstance(hidden_states, torch.Tensor):
+            raise TypeError(f"`hidden_states` must be a float tensor [batch, tokens, {cfg.hidden_size}] "
+                            f"(got {type(hidden_states).__name__}).")
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != cfg.hidden_size:
             raise _fail("hidden_states", f"must be [batch, tokens, {cfg.hidden_size}] (got {tuple(hidden_states.shape)})")
+        if not hidden_states.is_floating_point():
+            raise TypeError(f"`hidden_states` must be a floating-point tensor (got {hidden_states.dtype}); "
+                            "embed token ids first, or call .float().")
         b, t, _ = hidden_states.shape
+        if b == 0 or t == 0:
+            raise _fail("hidden_states", f"holds no tokens (shape {tuple(hidden_states.shape)}); pass at least one")
+        if cache is not None and not isinstance(cache, LatentCache):
+            raise TypeError(f"`cache` must be a vramlab LatentCache or None (got {type(cache).__name__}).")
+        if position_ids is not None and not isinstance(position_ids, torch.Tensor):
+            raise TypeError(f"`position_ids` must be an integer tensor or None (got {type(position_ids).__name__}).")
         past = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         if position_ids is None:
             position_ids = torch.arange(past, past + t, device=hidden_states.device)[None].expand(b, t)

@@ -16,6 +16,7 @@ Configs are read by :mod:`vramlab.configs` (:func:`~vramlab.configs.load_config`
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from vramlab.configs import AttentionShape, _fail, _positive_int, attention_shape, available_configs, load_config
@@ -68,9 +69,7 @@ def kv_bytes_per_token(config: Any, kv_dtype: str = "bfloat16", kv_bits: float |
     if kv_bits is None:
         bits = dtype_bits(kv_dtype, config)
     else:
-        if isinstance(kv_bits, bool) or not isinstance(kv_bits, (int, float)) or not kv_bits > 0:
-            raise _fail("kv_bits", f"must be a positive number of bits (got {kv_bits!r})")
-        bits = kv_bits
+        bits = _bits(None, kv_bits)
     return shape.elements_per_token * bits / 8
 
 
@@ -150,9 +149,9 @@ def estimate_num_parameters(config: Any) -> int:
     heads = shape.num_heads
     norms = 2 * hidden
     if shape.kind == "MLA":
-        q_rank = cfg.get("q_lora_rank")
-        nope, rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
-        v_dim, rank = int(cfg["v_head_dim"]), int(cfg["kv_lora_rank"])
+        q_rank = _positive_int(cfg, "q_lora_rank") if cfg.get("q_lora_rank") is not None else None
+        nope, rope = _positive_int(cfg, "qk_nope_head_dim"), _positive_int(cfg, "qk_rope_head_dim")
+        v_dim, rank = _positive_int(cfg, "v_head_dim"), _positive_int(cfg, "kv_lora_rank")
         q = (hidden * q_rank + q_rank + q_rank * heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
         attn = q + hidden * (rank + rope) + rank + rank * heads * (nope + v_dim) + heads * v_dim * hidden
     else:
@@ -163,13 +162,14 @@ def estimate_num_parameters(config: Any) -> int:
     inter = _positive_int(cfg, "intermediate_size")
     dense_mlp = 3 * hidden * inter
     if cfg.get("n_routed_experts"):
-        moe_inter = int(cfg["moe_intermediate_size"])
-        n_exp = int(cfg["n_routed_experts"]) + int(cfg.get("n_shared_experts") or 0)
-        moe_mlp = n_exp * 3 * hidden * moe_inter + int(cfg["n_routed_experts"]) * hidden
-        k_dense = int(cfg.get("first_k_dense_replace") or 0)
+        moe_inter = _positive_int(cfg, "moe_intermediate_size")
+        n_routed = _positive_int(cfg, "n_routed_experts")
+        n_exp = n_routed + (_positive_int(cfg, "n_shared_experts") if cfg.get("n_shared_experts") else 0)
+        moe_mlp = n_exp * 3 * hidden * moe_inter + n_routed * hidden
+        k_dense = _positive_int(cfg, "first_k_dense_replace") if cfg.get("first_k_dense_replace") else 0
         mlp_total = k_dense * dense_mlp + (layers - k_dense) * moe_mlp
     elif cfg.get("num_local_experts"):
-        experts = int(cfg["num_local_experts"])
+        experts = _positive_int(cfg, "num_local_experts")
         mlp_total = layers * (experts * dense_mlp + experts * hidden)
     else:
         mlp_total = layers * dense_mlp
@@ -182,7 +182,7 @@ def num_parameters(config: Any) -> int:
     :func:`estimate_num_parameters`."""
     cfg = load_config(config)
     if cfg.get("_num_parameters"):
-        return int(cfg["_num_parameters"])
+        return _positive_int(cfg, "_num_parameters")
     return estimate_num_parameters(cfg)
 
 
@@ -210,8 +210,9 @@ __all__ = [
 def _bits(kv_dtype: str | None, kv_bits: float | None, config: Any = None) -> float:
     if kv_bits is None:
         return dtype_bits(kv_dtype, config)
-    if isinstance(kv_bits, bool) or not isinstance(kv_bits, (int, float)) or not kv_bits > 0:
-        raise _fail("kv_bits", f"must be a positive number of bits (got {kv_bits!r})")
+    if (isinstance(kv_bits, bool) or not isinstance(kv_bits, (int, float)) or not math.isfinite(kv_bits)
+            or not kv_bits > 0):
+        raise _fail("kv_bits", f"must be a finite positive number of bits (got {kv_bits!r})")
     return kv_bits
 
 

@@ -59,6 +59,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramlab.configs import _positive_int
 from vramlab.serving.kvcache import GiB, MiB, attention_shape, cdiv, dtype_bits, load_config, num_parameters
 
 
@@ -703,8 +704,8 @@ def _check_utilization(u: float) -> float:
 
 
 def _nonneg(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise ValueError(f"`{name}` must be a non-negative number of bytes (got {value!r}).")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"`{name}` must be a finite non-negative number of bytes (got {value!r}).")
     return int(value)
 
 
@@ -723,9 +724,12 @@ def estimate_activation_bytes(config: Any, max_num_batched_tokens: int = 8192, m
     _pos_int("max_num_batched_tokens", max_num_batched_tokens)
     _pos_int("max_num_seqs", max_num_seqs)
     _check_tp(tensor_parallel_size)
-    hidden = int(cfg.get("hidden_size") or 0)
-    inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 4 * hidden)
-    vocab = int(cfg.get("vocab_size") or 0)
+    def size(key: str) -> int:   # 0 when absent; NaN, inf or a string: one sentence naming the key
+        return _positive_int(cfg, key) if cfg.get(key) is not None else 0
+
+    hidden = size("hidden_size")
+    inter = size("moe_intermediate_size") or size("intermediate_size") or 4 * hidden
+    vocab = size("vocab_size")
     per_token = (4 * hidden + 2 * inter // tensor_parallel_size) * 2
     return max_num_batched_tokens * per_token + max_num_seqs * vocab * 4
 

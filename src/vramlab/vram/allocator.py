@@ -53,6 +53,8 @@ RESULT_PREFIX = "VRAMLAB_RESULT "
 
 def round_size(size: int) -> int:
     """The allocator's ``round_size`` for the large pool: up to a multiple of 512 bytes."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"`size` must be a non-negative number of bytes (got {size!r}).")
     return K_MIN_BLOCK_SIZE * -(-size // K_MIN_BLOCK_SIZE)
 
 
@@ -229,6 +231,21 @@ def _child_env(alloc_conf: str | None) -> dict:
     return env
 
 
+EXPERIMENT_OPTIONS = {"oom": ("cap_bytes", "chunk_bytes")}   # byte counts the child reads (see _child_oom)
+
+
+def _check_options(experiment: str, options: dict) -> None:
+    """One sentence for an unknown option or a byte count that is not a positive integer (a chunk of 0
+    would loop until the timeout; a negative cap would end in a bare MemoryError in the child)."""
+    allowed = EXPERIMENT_OPTIONS.get(experiment, ())
+    for key, value in options.items():
+        if key not in allowed:
+            raise ValueError(f"`{key}` is not an option of the {experiment!r} experiment; "
+                             f"use {', '.join(allowed) if allowed else 'no options'}.")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"`{key}` must be a positive number of bytes (got {value!r}).")
+
+
 def run_experiment(experiment: str, alloc_conf: str | None = None, timeout_s: float = 180.0,
                    **options) -> ExperimentRun:
     """Run ``experiment`` (``"fragmentation"``, ``"oom"`` or ``"snapshot"``) in a fresh Python process
@@ -239,6 +256,7 @@ def run_experiment(experiment: str, alloc_conf: str | None = None, timeout_s: fl
         raise ValueError(f"`experiment` {experiment!r} is unknown; use one of {', '.join(EXPERIMENTS)}.")
     if alloc_conf is not None and not isinstance(alloc_conf, str):
         raise ValueError(f"`alloc_conf` must be a string such as 'expandable_segments:True' (got {alloc_conf!r}).")
+    _check_options(experiment, options)
     cmd = [sys.executable, "-m", "vramlab.vram.allocator", experiment, json.dumps(options)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env(alloc_conf))
     result = None

@@ -245,7 +245,7 @@ class VramMonitor:
                              f"0.1 samples at 10 Hz.")
         if device is not None and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
             raise ValueError(f"`device` must be a CUDA device index such as 0, or None (got {device!r}).")
-        if not isinstance(max_samples, int) or max_samples < 1:
+        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1:
             raise ValueError(f"`max_samples` must be a positive integer (got {max_samples!r}).")
         from vramlab.device import has_cuda
 

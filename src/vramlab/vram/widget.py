@@ -10,10 +10,21 @@ and the monitor's marks as vertical lines. CPU mode: the process's resident memo
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
+from typing import Any
 
 MiB = 1 << 20
+
+
+def _check_window(window_s: Any) -> None:
+    """None (all samples) or a finite number of seconds > 0; a negative or NaN window would plot nothing."""
+    if window_s is None:
+        return
+    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not math.isfinite(window_s) \
+            or window_s <= 0:
+        raise ValueError(f"`window_s` must be a positive number of seconds, or None for all samples (got {window_s!r}).")
 
 
 def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: str = "GPU",
@@ -24,6 +35,7 @@ def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: 
     """
     import plotly.graph_objects as go
 
+    _check_window(window_s)
     rows = list(samples)
     if window_s is not None and rows:
         t_end = rows[-1]["t"]
@@ -93,6 +105,7 @@ class VramWidget:
             raise ValueError(f"`refresh_s` must be a number of seconds >= 0.1 (got {refresh_s!r}).")
         self.monitor = monitor
         self.refresh_s = float(refresh_s)
+        _check_window(window_s)
         self.window_s = window_s
         self.frames = 0
         self.out = widgets.Output(layout=widgets.Layout(min_height="350px"))
