@@ -1,7 +1,7 @@
 """Checks for notebook 07 (watch VRAM live, the caching allocator, a real OOM).
 
 References are vramlab's own functions (``vramlab.vram.parse_oom_message``,
-``vramlab.vram.allocator.simulate``), so a check and the lesson cannot disagree.
+``vramlab.vram.allocator.simulate``, ``vramlab.vram.dryrun.dry_run``), so a check and the lesson cannot disagree.
 """
 
 from __future__ import annotations
