@@ -1,11 +1,12 @@
 """Checks for notebook 07 (watch VRAM live, the caching allocator, a real OOM).
 
 References are vramlab's own functions (``vramlab.vram.parse_oom_message``,
-``vramlab.vram.allocator.simulate``), so a check and the lesson cannot disagree.
+``vramlab.vram.allocator.simulate``, ``vramlab.vram.dryrun.dry_run``), so a check and the lesson cannot disagree.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -13,7 +14,7 @@ from vramlab.vram.allocator import MiB, simulate
 from vramlab.checks._core import CheckResult, as_float, direction, exercise, fmt_number, is_untouched, report
 from vramlab.vram import parse_oom_message
 
-__all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason"]
+__all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms"]
 
 GiB = 1 << 30
 
@@ -165,3 +166,131 @@ def check_cap_oom_reason(answer: Any) -> CheckResult:
 def reserved_reference() -> dict:
     """The allocator model's reserved bytes after the pattern: ``{"default": ..., "expandable": ...}``."""
     return {"default": simulate(expandable=False).reserved, "expandable": simulate(expandable=True).reserved}
+
+
+# --------------------------------------------------------------------------- Exercise 4: the prefill peak, term by term
+#: The capstone's setup: SmolLM2-135M in bf16, one prefill of 8 sequences of 2,048 tokens, sdpa.
+PEAK_SETUP = {"model": "smollm2-135m", "batch_size": 8, "seq_len": 2048, "dtype": "bfloat16",
+              "attn_implementation": "sdpa"}
+PEAK_KEYS = ("weights", "kv_cache", "logits", "activations")
+# A term passes within this fraction of the dry run's value. Activations are tiny at this peak (the
+# lm_head's input), so they get more room; a 2x error still fails on every term.
+_PEAK_TOL = {"weights": 0.05, "kv_cache": 0.05, "logits": 0.05, "activations": 0.35}
+
+
+@functools.lru_cache(maxsize=1)
+def peak_reference():
+    """The dry run of :data:`PEAK_SETUP` (a :class:`vramlab.vram.dryrun.MemoryTrace`; computed once, ~1 s)."""
+    from vramlab.vram.dryrun import dry_run
+
+    setup = dict(PEAK_SETUP)
+    return dry_run(setup.pop("model"), **setup)
+
+
+def _peak_terms(trace: Any) -> dict[str, int]:
+    from vramlab.vram.dryrun import MemoryTrace
+
+    if trace is None:
+        trace = peak_reference()
+    if not isinstance(trace, MemoryTrace) or not trace.events:
+        raise TypeError("trace must be the MemoryTrace that dry_run(...) returned; run the dry-run cell first.")
+    at = trace.breakdown("peak")
+    return {k: int(at[k]) for k in PEAK_KEYS}
+
+
+def _peak_answer(trace: Any = None, **_) -> str:
+    t = _peak_terms(trace)
+    return (f"weights {t['weights']:,} bytes (every parameter once, 2 bytes each), "
+            f"kv_cache {t['kv_cache']:,} bytes (K and V x layers x KV heads x head_dim x 2 bytes x every token of "
+            f"the batch), logits {t['logits']:,} bytes (batch x context x vocabulary x 2 bytes: a plain forward "
+            f"keeps a bf16 logit for every position), activations {t['activations']:,} bytes (about one "
+            f"batch x context x hidden tensor: the lm_head's input; the layers' intermediates are already freed)")
+
+
+def _ratio_is(ratio: float, k: float, rel: float = 0.03) -> bool:
+    return math.isclose(ratio, k, rel_tol=rel)
+
+
+def _term_hint(key: str, value: float, want: float) -> str:
+    """What is likely wrong with one term, from the learner's number and the reference (never the number)."""
+    ratio = value / want if want else float("inf")
+    if want and any(_ratio_is(ratio, u) for u in (1 / 2**20, 1 / 2**30, 1e-6, 1e-9)):
+        return f"{key} looks like MiB/GiB or MB/GB: the dict wants bytes"
+    if key == "weights":
+        if _ratio_is(ratio, 2):
+            return "weights 2x too high: bfloat16 stores 2 bytes per parameter, not float32's 4"
+        if _ratio_is(ratio, 0.5):
+            return "weights 2x too low: bfloat16 takes 2 bytes per parameter"
+        if 1.1 < ratio < 1.35:
+            return ("weights too high: the embedding and the lm_head share one matrix (tied), which is stored "
+                    "and counted once")
+    elif key == "kv_cache":
+        if _ratio_is(ratio, 0.5):
+            return "KV cache 2x too low: the cache holds K and V, two tensors per layer"
+        if _ratio_is(ratio, 3) or _ratio_is(ratio, 6):
+            return ("KV cache too high: with grouped-query attention K and V are stored for the key/value "
+                    "heads only, not for every query head")
+        if _ratio_is(ratio, 2):
+            return "KV cache 2x too high: count K and V once each, at 2 bytes (bf16) per element"
+        if _ratio_is(ratio, 1 / 8):
+            return "KV cache 8x too low: every sequence of the batch has its own cache"
+    elif key == "logits":
+        # transformers' LlamaForCausalLM.forward returns lm_head(hidden_states) as is, in the model's dtype:
+        # no `.float()` in transformers 5 (transformers/models/llama/modeling_llama.py, `logits = self.lm_head(...)`).
+        if _ratio_is(ratio, 2):
+            return "logits 2x too high: are the logits float32 here? check the dtype the lm_head returns"
+        if _ratio_is(ratio, 0.5):
+            return "logits 2x too low: each logit is a bf16 value of 2 bytes"
+        if value == 0 or ratio < 0.01:
+            return ("logits far too low: a plain forward returns a logit for every position of every sequence, "
+                    "not only the last token (only generate() asks for the last one)")
+        if _ratio_is(ratio, 1 / 8):
+            return "logits 8x too low: every sequence of the batch gets its own logits"
+    elif key == "activations":
+        if ratio > 5:
+            return ("activations far too high: sdpa never materialises the L x L attention scores, and when the "
+                    "peak comes the layers' intermediates are already freed")
+        if ratio > 1:
+            return ("activations too high: at the peak only what the lm_head reads is still alive; each layer's "
+                    "intermediates were freed when the layer ended")
+        return "activations too low: what the lm_head reads is still alive at the peak; which tensor is it, and how big?"
+    return f"{key} {direction(value, want)}: work it out again from the config, in bytes"
+
+
+@exercise("lab07", 4, _peak_answer)
+def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
+    """``predicted``: ``{"weights", "kv_cache", "logits", "activations"}`` in bytes, your prediction of
+    what is alive at the prefill peak; ``trace``: the :class:`~vramlab.vram.dryrun.MemoryTrace` of
+    ``dry_run(...)`` (default: :data:`PEAK_SETUP`'s). Each term is judged against ``trace.breakdown("peak")``
+    within 5% (activations 35%); a wrong term is told its direction and the likely mistake, never its value."""
+    name = "the prefill peak, term by term"
+    want = _peak_terms(trace)
+    kind = "the four terms of the prefill peak, in bytes"
+    if not isinstance(predicted, dict):
+        return report(name, False, f"a dict with keys {', '.join(PEAK_KEYS)}", fmt_number(predicted),
+                      "fill in the dict in the exercise cell", value=predicted)
+    if set(predicted) <= set(PEAK_KEYS) and all(is_untouched(predicted.get(k)) for k in predicted):
+        return report(name, False, "", "a dict of None", value=None,
+                      untouched_hint="not done yet: replace each None with a number of bytes, then run this "
+                                     "cell again")
+    unknown = [str(k) for k in predicted if k not in PEAK_KEYS]
+    missing = [k for k in PEAK_KEYS if k not in predicted]
+    if unknown or missing:
+        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
+        return report(name, False, f"keys {', '.join(PEAK_KEYS)}", what,
+                      "use exactly these key names (attention memory belongs under activations)")
+    values = {}
+    for key in PEAK_KEYS:
+        v = as_float(predicted[key])
+        if v is None or math.isnan(v) or math.isinf(v) or v < 0:
+            return report(name, False, f"{key} as a non-negative number of bytes",
+                          f"{key}={fmt_number(predicted[key])}",
+                          "write a number of bytes (an int or a float), not a string or None")
+        values[key] = v
+    wrong = [k for k in PEAK_KEYS if abs(values[k] - want[k]) > _PEAK_TOL[k] * want[k]]
+    if not wrong:
+        total = sum(want.values())
+        return report(name, True, kind, f"{total / MiB:,.0f} MiB")
+    got = ", ".join(f"{k} {'ok' if k not in wrong else direction(values[k], want[k])}" for k in PEAK_KEYS)
+    return report(name, False, kind, got, "; ".join(_term_hint(k, values[k], want[k]) for k in wrong))
