@@ -40,7 +40,8 @@ NEEDS_MODEL=(
   "tests/test_dispatch.py::test_gpu_trigger_and_fix_with_smollm2"
 )
 GPU_TEST_FILES=(tests/test_bnb_doctor.py tests/test_dispatch.py tests/test_models.py tests/test_device.py
-  tests/test_vram_allocator.py tests/test_vram_monitor.py tests/test_vram_ledger.py tests/test_quant.py)
+  tests/test_vram_allocator.py tests/test_vram_monitor.py tests/test_vram_ledger.py tests/test_quant.py
+  tests/test_dryrun.py)
 
 elapsed() { echo "$(date +%s.%N) $t_start" | awk '{printf "%.1f", $1 - $2}'; }
 # step NAME TIMEOUT_S CMD...: run one step under a timeout, log it to $out/NAME.txt, print its time
