@@ -23,9 +23,7 @@ def _line(**kw) -> None:
 
 
 def main(argv: list[str]) -> int:
-    import torch
-
-    from vramlab.vram.dryrun import dry_run, track
+    from vramlab.vram.dryrun import dry_run, random_model, track
 
     quick = "--quick" in argv
     t = time.perf_counter()
@@ -39,28 +37,15 @@ def main(argv: list[str]) -> int:
               events=len(tr.events), peak_mib=round(tr.peak_bytes / 2**20, 1), peak_at=tr.peak["module"],
               cold_s=round(cold, 3))
 
-    from transformers import AutoModelForCausalLM
-
-    from vramlab.configs import load_config
-    from vramlab.dispatch.planner import _pretrained_config
-
-    cfg = dict(load_config("smollm2-135m"))
     b, l = (1, 128) if quick else (2, 512)
     if "--cpu-shape" in argv:                      # e.g. --cpu-shape 8x2048 (minutes on a small CPU)
         b, l = (int(x) for x in argv[argv.index("--cpu-shape") + 1].lower().split("x"))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(_pretrained_config(cfg), dtype=torch.bfloat16,
-                                                 attn_implementation="eager")
-    model = model.to_empty(device="cpu")
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.02, 0.02)
-    model.tie_weights()
+    model = random_model("smollm2-135m", attn_implementation="eager")
     t = time.perf_counter()
     real = track(model, b, l)
     real_s = time.perf_counter() - t
     t = time.perf_counter()
-    dry = dry_run(cfg, b, l, attn_implementation="eager")
+    dry = dry_run("smollm2-135m", b, l, attn_implementation="eager")
     dry_s = time.perf_counter() - t
     same = [e["bytes"] for e in real.events] == [e["bytes"] for e in dry.events if e["category"] != "workspace"]
     _line(bench="dry_vs_cpu_forward", model="smollm2-135m", batch=b, seq=l, dry_s=round(dry_s, 3),

@@ -627,6 +627,42 @@ def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_imp
                   workspace=False)
 
 
+def random_model(config: Any, *, dtype: str = "bfloat16", attn_implementation: str = "eager",
+                 device: str = "cpu", num_hidden_layers: int | None = None):
+    """The real transformers causal LM of ``config`` with random weights on ``device`` (memory does not
+    depend on the values): uniform(-0.02, 0.02) parameters, RoPE frequencies recomputed (``to_empty``
+    leaves buffers uninitialised), tied weights re-tied. ``num_hidden_layers`` shortens the model for
+    quick tests. The comparisons with :func:`track` / :func:`measure` use it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from vramlab.configs import load_config
+    from vramlab.dispatch.planner import _pretrained_config
+
+    cfg = dict(load_config(config))
+    if num_hidden_layers is not None:
+        cfg["num_hidden_layers"] = _check_int("num_hidden_layers", num_hidden_layers, 1)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(_pretrained_config(cfg), dtype=getattr(torch, dtype),
+                                                 attn_implementation=attn_implementation)
+    model = model.to_empty(device=device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.02, 0.02)
+        for mod in model.modules():   # the rotary embedding's own init (transformers' *RotaryEmbedding)
+            if hasattr(mod, "inv_freq") and hasattr(mod, "rope_type"):
+                from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+                init = (type(mod).compute_default_rope_parameters if mod.rope_type == "default"
+                        else ROPE_INIT_FUNCTIONS[mod.rope_type])
+                inv_freq, _ = init(mod.config)
+                for name in ("inv_freq", "original_inv_freq"):
+                    if hasattr(mod, name):
+                        getattr(mod, name).copy_(inv_freq)
+    model.tie_weights()
+    return model
+
+
 def measure(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
             attn_implementation: str = "sdpa") -> MemoryTrace:
     """Run the same forward on the GPU: a :class:`MemoryTrace` whose events also carry ``measured``
