@@ -753,12 +753,23 @@ def trace_figure(trace: MemoryTrace, upto: int | None = None, title: str | None 
     fig.add_scatter(x=[x[i] for i, v in enumerate(curve) if v is not None],
                     y=[v / MiB for v in curve if v is not None], name="reserved (allocator model, > 1 MiB)",
                     line=dict(color="#000000", dash="dot"), line_shape="hv")
-    fig.update_layout(title=title or f"{trace.model} {trace.batch_size}x{trace.seq_len} +{trace.new_tokens} "
-                      f"({trace.attn_implementation}, {trace.gpu}) - {trace.source}",
+    # The peak often comes in the last few events (the logits): a short spike at the right edge that a
+    # stacked area hardly shows, so it is marked and named.
+    peak_i = max(range(len(trace.events)), key=lambda i: trace.events[i]["live"])
+    if peak_i < n:
+        pe = trace.events[peak_i]
+        fig.add_annotation(x=pe["i"], y=pe["live"] / MiB, ax=-110, ay=-10, arrowhead=2, showarrow=True,
+                           text=f"peak {pe['live'] / MiB:,.1f} MiB ({pe['category']}, {pe['module'] or 'top level'})",
+                           bgcolor="rgba(255,255,255,0.8)")
+    span = max(1, len(trace.events) - 1)
+    new = f", {trace.new_tokens} new tokens" if trace.new_tokens else ""
+    fig.update_layout(title=title or f"{trace.model} {trace.batch_size}x{trace.seq_len}{new}, {trace.attn_implementation} "
+                      f"kernels as on {trace.gpu} - {trace.source}",
                       xaxis_title="allocator event (number)", yaxis_title="memory (MiB)", height=380, width=820,
+                      xaxis_range=[-0.02 * span, 1.04 * span],
                       margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.25))
     return fig
 
 
 __all__ = ["dry_run", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
-           "trace_figure", "GPUS", "CATEGORIES"]
+           "trace_figure", "random_model", "GPUS", "CATEGORIES"]
