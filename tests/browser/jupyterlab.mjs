@@ -1,7 +1,12 @@
-// What both browser tests (smoke_jupyterlab.mjs, vram_widget.mjs) need from playwright-core and JupyterLab:
-// Chromium, a sleep, JupyterLab's main menus, and polling the page until a state is reached.
+// What the browser tests (smoke_jupyterlab.mjs, vram_widget.mjs, replay_widget.mjs) need from playwright-core and
+// JupyterLab: Chromium, a sleep, JupyterLab's main menus, polling the page until a state is reached, and a
+// throw-away JupyterLab server.
 
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
 
 const require = createRequire(import.meta.url);
 
@@ -36,4 +41,59 @@ export async function waitForState(page, pageState, pred, what, timeoutMs, inter
     await sleep(intervalMs);
   }
   throw new Error(`timed out after ${Math.round(timeoutMs / 1000)} s waiting for ${what}; last state: ${JSON.stringify(last).slice(0, detailChars)}`);
+}
+
+/** Start a token-protected headless JupyterLab rooted at `repo` whose kernels import vramlab from `repo`/src,
+ *  with throw-away user settings (`settings`: {"docmanager-extension/plugin": '{"autosave": false}', ...});
+ *  its log goes to `out`/jupyterlab.log. Returns { api(method, path), waitForServer(), stopServer(), serverLog }:
+ *  stopServer() ends the server (SIGTERM, then SIGKILL after 5 s) and removes the settings folder. */
+export function startJupyterLab({ jupyter, repo, port, token, out, settings }) {
+  const base = `http://127.0.0.1:${port}`;
+  const api = async (method, p) => {
+    const res = await fetch(`${base}${p}`, { method, headers: { Authorization: `token ${token}` } });
+    if (!res.ok && res.status !== 204) throw new Error(`${method} ${p}: HTTP ${res.status}`);
+    return res.status === 204 ? null : res.json();
+  };
+  const settingsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vramlab-lab-settings-'));
+  for (const [plugin, text] of Object.entries(settings)) {
+    const file = path.join(settingsDir, `@jupyterlab/${plugin}.jupyterlab-settings`);
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, text);
+  }
+  const args = ['lab', '--no-browser', `--port=${port}`, '--ServerApp.port_retries=0', '--ServerApp.ip=127.0.0.1',
+    `--ServerApp.token=${token}`, `--ServerApp.root_dir=${repo}`];
+  if (process.getuid && process.getuid() === 0) args.push('--allow-root');
+  const env = { ...process.env, JUPYTERLAB_SETTINGS_DIR: settingsDir, OMP_NUM_THREADS: process.env.OMP_NUM_THREADS || '1',
+    PYTHONPATH: [path.join(repo, 'src'), process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
+  const serverLog = path.join(out, 'jupyterlab.log');
+  const server = spawn(jupyter, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const logStream = fs.createWriteStream(serverLog);
+  server.stdout.pipe(logStream);
+  server.stderr.pipe(logStream);
+  let exited = false;
+  server.on('exit', () => { exited = true; });
+  server.on('error', (e) => { console.error(`cannot start ${jupyter}: ${e.message}`); exited = true; });
+
+  async function stopServer() {
+    if (!exited) {
+      server.kill('SIGTERM');
+      for (let i = 0; i < 50 && !exited; i++) await sleep(100);
+      if (!exited) server.kill('SIGKILL');
+    }
+    fs.rmSync(settingsDir, { recursive: true, force: true });
+  }
+
+  async function waitForServer() {
+    const t0 = Date.now();
+    while (Date.now() - t0 < 90000) {
+      if (exited) throw new Error(`JupyterLab exited at start (port ${port} in use?); see ${serverLog}`);
+      try {
+        await api('GET', '/api/status');
+        return;
+      } catch { await sleep(500); }
+    }
+    throw new Error(`JupyterLab did not answer on ${base} within 90 s; see ${serverLog}`);
+  }
+
+  return { api, waitForServer, stopServer, serverLog };
 }

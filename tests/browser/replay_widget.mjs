@@ -22,13 +22,11 @@
 // else jupyter on PATH).
 // Exit status: 0 passed, 1 a check failed, 2 set-up error.
 
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { clickMenu, loadChromium, sleep, waitForState } from './jupyterlab.mjs';
+import { clickMenu, loadChromium, sleep, waitForState, startJupyterLab } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 
@@ -57,54 +55,12 @@ if (!fs.existsSync(CHROMIUM)) {
 }
 fs.mkdirSync(OUT, { recursive: true });
 
-async function api(method, p) {
-  const res = await fetch(`${BASE}${p}`, { method, headers: { Authorization: `token ${TOKEN}` } });
-  if (!res.ok && res.status !== 204) throw new Error(`${method} ${p}: HTTP ${res.status}`);
-  return res.status === 204 ? null : res.json();
-}
-
 // ---------- the server ----------
-const settingsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vramlab-lab-settings-'));
-for (const [plugin, settings] of [['docmanager-extension/plugin', '{"autosave": false}'],
-  ['notebook-extension/tracker', '{"windowingMode": "none"}']]) {
-  const file = path.join(settingsDir, `@jupyterlab/${plugin}.jupyterlab-settings`);
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  fs.writeFileSync(file, settings);
-}
-const serverArgs = ['lab', '--no-browser', `--port=${PORT}`, '--ServerApp.port_retries=0', '--ServerApp.ip=127.0.0.1',
-  `--ServerApp.token=${TOKEN}`, `--ServerApp.root_dir=${REPO}`];
-if (process.getuid && process.getuid() === 0) serverArgs.push('--allow-root');
-const env = { ...process.env, JUPYTERLAB_SETTINGS_DIR: settingsDir, OMP_NUM_THREADS: process.env.OMP_NUM_THREADS || '1',
-  PYTHONPATH: [path.join(REPO, 'src'), process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
-const serverLog = path.join(OUT, 'jupyterlab.log');
-const server = spawn(JUPYTER, serverArgs, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-const logStream = fs.createWriteStream(serverLog);
-server.stdout.pipe(logStream);
-server.stderr.pipe(logStream);
-let serverExited = false;
-server.on('exit', () => { serverExited = true; });
-server.on('error', (e) => { console.error(`cannot start ${JUPYTER}: ${e.message}`); serverExited = true; });
-
-async function stopServer() {
-  if (!serverExited) {
-    server.kill('SIGTERM');
-    for (let i = 0; i < 50 && !serverExited; i++) await sleep(100);
-    if (!serverExited) server.kill('SIGKILL');
-  }
-  fs.rmSync(settingsDir, { recursive: true, force: true });
-}
-
-async function waitForServer() {
-  const t0 = Date.now();
-  while (Date.now() - t0 < 90000) {
-    if (serverExited) throw new Error(`JupyterLab exited at start (port ${PORT} in use?); see ${serverLog}`);
-    try {
-      await api('GET', '/api/status');
-      return;
-    } catch { await sleep(500); }
-  }
-  throw new Error(`JupyterLab did not answer on ${BASE} within 90 s; see ${serverLog}`);
-}
+const { api, waitForServer, stopServer, serverLog } = startJupyterLab({
+  jupyter: JUPYTER, repo: REPO, port: PORT, token: TOKEN, out: OUT,
+  settings: { 'docmanager-extension/plugin': '{"autosave": false}',
+    'notebook-extension/tracker': '{"windowingMode": "none"}' },
+});
 
 // ---------- in-page helpers ----------
 function pageState() {
