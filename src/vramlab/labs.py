@@ -276,6 +276,24 @@ def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "pyt
         print(f"executed {path} in {time.perf_counter() - start:.1f} s")
 
 
+MAIN_PATH_WORD_LIMIT = 1800   # issue #19: each lab's main path is at most about 1,800 words
+_DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
+_HTML_TAG = re.compile(r"<[^>]{0,500}>")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’_.,%/+-]{0,200}")
+
+
+def main_path_words(notebook: str | Path) -> int:
+    """Words a learner reads on a notebook's main path: its markdown cells, outside ``<details>`` blocks.
+
+    HTML tags, table pipes and punctuation-only tokens do not count; a token that starts with a letter or a
+    digit does (``6,480``, ``GiB``, ``max_model_len``). Code cells and outputs do not count.
+    """
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    text = _HTML_TAG.sub(" ", _DETAILS.sub(" ", text))
+    return len(_WORD.findall(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vramlab.labs", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -285,7 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("execute", help="run notebooks in place and save their outputs")
     e.add_argument("notebooks", nargs="+")
     e.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    w = sub.add_parser("words", help="main-path markdown words per notebook (outside <details>)")
+    w.add_argument("notebooks", nargs="*")
     args = parser.parse_args(argv)
+    if args.command == "words":
+        paths = args.notebooks or sorted((repo_root() / "notebooks").glob("*.ipynb"))
+        over = 0
+        for path in paths:
+            n = main_path_words(path)
+            over += n > MAIN_PATH_WORD_LIMIT
+            print(f"{n:6d} {'over' if n > MAIN_PATH_WORD_LIMIT else 'ok  '} {path}")
+        return 1 if over else 0
     if args.command == "build":
         try:
             stale = build(args.root, check=args.check)
