@@ -299,3 +299,53 @@ def test_mla_layer_inputs_get_one_sentence():
         layer(torch.ones(1, 2, 48), cache="cache")
     with pytest.raises(TypeError, match="^`position_ids` must be an integer tensor"):
         layer(torch.ones(1, 2, 48), position_ids=[0, 1])
+
+
+# --- the bundled DeepSeek configs keep their public YaRN rope_scaling -------------------------------
+
+def test_deepseek_v3_softmax_scale_applies_yarn_mscale():
+    """DeepSeek-V3's config.json has YaRN (factor 40, mscale_all_dim 1): 192**-0.5 x 1.369**2, not 192**-0.5."""
+    cfg = mla.MLAConfig.from_config("deepseek-v3")
+    assert cfg.rope_scaling["factor"] == 40 and cfg.rope_scaling["mscale_all_dim"] == 1.0
+    assert round(cfg.softmax_scale(), 4) == 0.1352
+    assert round(192 ** -0.5, 4) == 0.0722 != round(cfg.softmax_scale(), 4)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2"])
+def test_bundled_softmax_scale_equals_transformers(name):
+    """Same number as transformers 5.24's own DeepseekV3Attention.scaling (yarn_apply_mscale on the config)."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import yarn_apply_mscale
+
+    raw = {k: v for k, v in kvcache.load_config(name).items() if not k.startswith("_")}
+    raw.pop("model_type")
+    hf = DeepseekV3Config(**raw)
+    cfg = mla.MLAConfig.from_config(name)
+    assert cfg.softmax_scale() == pytest.approx(yarn_apply_mscale(hf.rope_parameters, 192 ** -0.5), rel=1e-15)
+
+
+def test_deepseek_v2_lite_real_numbers():
+    lite = mla.DEEPSEEK_V2_LITE
+    assert (lite["num_hidden_layers"], lite["kv_lora_rank"], lite["qk_rope_head_dim"], lite["q_lora_rank"]) == (27, 512, 64, None)
+    assert kvcache.kv_bytes_per_token(lite, "bfloat16") == 27 * 576 * 2 == 31_104
+    assert kvcache.mla_expanded_kv_bytes_per_token(lite) == 27 * 16 * (192 + 128) * 2
+    cfg = mla.MLAConfig.from_config(lite)
+    assert cfg.q_lora_rank is None and cfg.latent_width == 576
+    assert cfg.softmax_scale() == pytest.approx(192 ** -0.5 * (0.1 * 0.707 * math.log(40) + 1) ** 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("change,field", [
+    (dict(factor=float("nan")), "factor"),
+    (dict(mscale_all_dim="1"), "mscale_all_dim"),
+    (dict(factor=None), "factor"),
+])
+def test_bad_yarn_fields_name_the_field(change, field):
+    rope = {**YARN, **change}
+    with pytest.raises(ValueError, match=f"^`{field}`"):
+        mla.MLAConfig.from_config({**GEOMETRIES[2], "rope_parameters": rope})
+
+
+@pytest.mark.parametrize("bad", [None, 3, "no-such-model"])
+def test_a_layer_from_no_config_gets_one_sentence(bad):
+    with pytest.raises(ValueError, match="^`config`"):
+        MultiHeadLatentAttention(bad)

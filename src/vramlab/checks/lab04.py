@@ -13,10 +13,12 @@ from typing import Any
 from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.serving.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
-__all__ = ["check_v3_latent_elements", "check_v3_latent_bytes", "check_v3_per_head_elements",
-           "check_keys_by_hand", "check_absorbed_scores", "check_prediction_recorded", "check_conversion_prediction"]
+__all__ = ["check_mla_gqa_heads", "check_latent_per_layer_ratio", "check_v2_lite_expansion",
+           "check_keys_by_hand", "check_absorbed_scores", "check_prediction_recorded", "check_conversion_prediction",
+           "check_latent_cache_plan"]
 
 V3 = "deepseek-v3"
+LITE_HEAD_DIM = 128   # DeepSeek-V2-Lite's qk_nope_head_dim = v_head_dim (the width a GQA head of this model would have)
 
 
 def _untouched(name: str, got: Any, what: str) -> CheckResult | None:
@@ -25,71 +27,97 @@ def _untouched(name: str, got: Any, what: str) -> CheckResult | None:
     return None
 
 
-def _value(name: str, got: Any, want: float, what: str, mistakes: dict[float, str], hint: str) -> CheckResult:
+def _ratio(name: str, got: Any, want: float, what: str, mistakes: dict[float, str], hint: str) -> CheckResult:
+    """A positive ratio, right to 0.5%; a known wrong value gets its misconception as the hint."""
     untouched = _untouched(name, got, what)
     if untouched is not None:
         return untouched
     value = as_float(got)
     if value is None or not math.isfinite(value):
         return report(name, False, what, f"{fmt_number(got)} (not a finite number)", hint)
-    if abs(value - want) <= 0.5:
-        return report(name, True, "", fmt_number(int(round(value))))
-    got = f"{fmt_number(value)}, {direction(value, want)}"
+    if abs(value - want) <= 5e-3 * want:
+        return report(name, True, "", fmt_number(round(value, 3)))
+    shown = f"{fmt_number(value)}, {direction(value, want)}"
     for wrong, why in mistakes.items():
-        if abs(value - wrong) <= 0.5:
-            return report(name, False, what, got, why)
-    return report(name, False, what, got, hint)
+        if abs(value - wrong) <= 5e-3 * abs(wrong):
+            return report(name, False, what, shown, why)
+    return report(name, False, what, shown, hint)
 
 
-def _v3_latent_answer(**_) -> str:
-    return f"61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) = {fmt_number(kv_bytes_per_token(V3, kv_bits=8))} elements"
+def _lite():
+    from vramlab.mla.config import DEEPSEEK_V2_LITE
+
+    return DEEPSEEK_V2_LITE
 
 
-def _v3_bytes_answer(**_) -> str:
-    return f"{fmt_number(kv_bytes_per_token(V3, 'bfloat16'))} bytes (the latent elements x 2 bytes in bf16)"
+def _gqa_heads() -> float:
+    """KV heads of width 128 whose K and V take as many elements per token and layer as one MLA latent row."""
+    per_layer = kv_bytes_per_token(_lite(), kv_bits=8) / _lite()["num_hidden_layers"]    # 1 byte = 1 element
+    return per_layer / (2 * LITE_HEAD_DIM)
 
 
-def _v3_per_head_answer(**_) -> str:
-    return (f"61 layers x 128 heads x (key 128 + 64 = 192, value 128) = "
-            f"{fmt_number(mla_expanded_kv_bytes_per_token(V3, kv_bits=8))} elements")
+def _gqa_heads_answer(**_) -> str:
+    return (f"(kv_lora_rank 512 + qk_rope_head_dim 64) / (2 x 128) = {_gqa_heads():g} KV heads: "
+            "a GQA layer caches a key and a value per KV head")
 
 
-@exercise("lab04", 1, _v3_latent_answer)
-def check_v3_latent_elements(got: Any) -> CheckResult:
-    """Elements DeepSeek-V3 caches per token, all 61 layers (latent + shared RoPE key)."""
-    want = kv_bytes_per_token(V3, kv_bits=8)            # one byte per element = the element count
-    return _value("DeepSeek-V3 latent elements per token", got, want, "a count of elements (all layers)", {
-        61 * 512: "the shared RoPE key (qk_rope_head_dim) is cached too, beside the latent",
-        512 + 64: "that is one layer; every one of the 61 layers has its own latent cache",
-        2 * want: "count elements, not bf16 bytes - and MLA has no separate K and V to double",
-        61 * (512 + 128): "qk_nope_head_dim (128) is the per-head content width, re-created from the latent; "
-                          "the cached RoPE key is qk_rope_head_dim wide",
-    }, "what does one layer cache for one token? Read the widths from the config, then count the layers")
+@exercise("lab04", 1, _gqa_heads_answer)
+def check_mla_gqa_heads(got: Any) -> CheckResult:
+    """How many 128-wide KV heads a GQA layer needs to cache as many values per token as DeepSeek-V2-Lite's MLA."""
+    want = _gqa_heads()
+    return _ratio("GQA KV heads with the same cache as one MLA layer", got, want, "a number of KV heads", {
+        2 * want: "a GQA KV head caches two vectors per token, a key and a value, each 128 wide",
+        512 / (2 * LITE_HEAD_DIM): "the RoPE key (qk_rope_head_dim) is cached too, beside the latent",
+        512 / LITE_HEAD_DIM: "the RoPE key is cached too, and each GQA KV head caches a key AND a value",
+        want / 16: "no division by the query heads: MLA's cache does not depend on them",
+        want / 8: "compare one layer with one layer, in elements (both sides in the same dtype)",
+    }, "write the values one token takes in one layer for each: the latent row, and g KV heads' keys and values")
 
 
-@exercise("lab04", 1, _v3_bytes_answer)
-def check_v3_latent_bytes(got: Any) -> CheckResult:
-    """DeepSeek-V3 latent-cache bytes per token in bf16 (all layers)."""
-    want = kv_bytes_per_token(V3, "bfloat16")
-    return _value("DeepSeek-V3 bytes per token (bf16)", got, want, "bytes per token", {
-        want / 2: "that is the element count: bf16 takes 2 bytes per element",
-        2 * want: "no factor 2 for K and V: MLA caches a single latent row",
-        61 * 512 * 2: "the 64-wide RoPE key is cached too",
-    }, "start from the elements per token: how many bytes does one bf16 element take?")
+def _per_layer_ratio() -> float:
+    v3 = kv_bytes_per_token(V3, kv_bits=8) / 61
+    lite = kv_bytes_per_token(_lite(), kv_bits=8) / _lite()["num_hidden_layers"]
+    return v3 / lite
 
 
-@exercise("lab04", 1, _v3_per_head_answer)
-def check_v3_per_head_elements(got: Any) -> CheckResult:
-    """Elements per token a per-head K/V cache of DeepSeek-V3 would need (all heads, all layers)."""
-    want = mla_expanded_kv_bytes_per_token(V3, kv_bits=8)
-    return _value("DeepSeek-V3 per-head K/V elements per token", got, want, "a count of elements", {
-        61 * 128 * 2 * 128: "each key also carries the 64 RoPE dimensions: key width = qk_nope + qk_rope = 192",
-        61 * 128 * 2 * 192: "values are v_head_dim = 128 wide, keys 192",
-        128 * (192 + 128): "that is one layer; multiply by 61",
-        61 * 2 * 128 * 64: "64 is qk_rope_head_dim (transformers' config.head_dim), not the head width - "
-                           "the classic trap",
-        2 * want: "count elements, not bf16 bytes",
-    }, "per layer and head, how wide is a key and how wide is a value? Read the widths from the config")
+def _per_layer_answer(**_) -> str:
+    return (f"{_per_layer_ratio():g}: both cache kv_lora_rank + qk_rope_head_dim = 512 + 64 values per token and layer; "
+            "the number of query heads (128 vs 16) does not enter")
+
+
+@exercise("lab04", 1, _per_layer_answer)
+def check_latent_per_layer_ratio(got: Any) -> CheckResult:
+    """DeepSeek-V3's latent cache per token and layer divided by DeepSeek-V2-Lite's."""
+    want = _per_layer_ratio()
+    return _ratio("DeepSeek-V3 / DeepSeek-V2-Lite latent cache per token and layer", got, want, "a ratio", {
+        128 / 16: "the query heads do not enter the latent cache: each layer caches one latent row for all heads",
+        61 / 27: "that is the whole model (61 vs 27 layers); compare one layer with one layer",
+        16 / 128: "the query heads do not enter the latent cache (and this is the inverse ratio too)",
+    }, "which config fields does one layer's latent row depend on? Compare those for the two models")
+
+
+def _expansion() -> float:
+    return mla_expanded_kv_bytes_per_token(_lite()) / kv_bytes_per_token(_lite(), "bfloat16")
+
+
+def _expansion_answer(**_) -> str:
+    return (f"16 heads x (key 128 + 64, value 128) / (512 + 64) = 5,120 / 576 = {_expansion():.3f}: "
+            "DeepSeek-V3's 71x is mostly its 128 heads")
+
+
+@exercise("lab04", 1, _expansion_answer)
+def check_v2_lite_expansion(got: Any) -> CheckResult:
+    """How many times larger a per-head K/V cache of DeepSeek-V2-Lite would be than its latent cache."""
+    want = _expansion()
+    heads = 16
+    return _ratio("DeepSeek-V2-Lite per-head cache / latent cache", got, want, "a ratio", {
+        heads * (128 + 128) / 576: "each key carries the 64 RoPE dimensions too: key width = qk_nope + qk_rope = 192",
+        heads * (192 + 192) / 576: "values are v_head_dim = 128 wide; only keys carry the RoPE part",
+        heads * 2 * 64 / 576: "64 is qk_rope_head_dim (transformers' config.head_dim), not the head width - "
+                              "the classic trap",
+        128 * (192 + 128) / 576: "that is DeepSeek-V3's 128 heads; DeepSeek-V2-Lite has 16",
+        heads * (192 + 128) / 512: "the latent row also holds the 64-wide RoPE key",
+    }, "per layer: what would all heads' keys and values take, and what does the latent row take?")
 
 
 def _tiny_layers():
@@ -166,24 +194,54 @@ def check_keys_by_hand(fn) -> CheckResult:
 
 def _absorbed_answer(**_) -> str:
     return ("q_latent = torch.einsum('htd,hdc->htc', q_nope, w_uk) (q_nope @ W_UK per head, [H, T, d_c]); "
-            "scores = q_latent @ c_kv.T ([H, T, S])")
+            "scores = q_latent @ c_kv.T ([H, T, S]); no [H, S, d_n] key is ever built")
+
+
+def _per_head_key_shapes(h: int, s: int, d_n: int):
+    """A TorchDispatchMode that records every tensor an op creates whose shape holds all heads' keys:
+    H x S x d_n elements laid out as [.., H, S, d_n] in any order (or with H merged into S or d_n)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    import torch
+
+    class PerHeadKeys(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.found: list[tuple[int, ...]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.numel() and t.numel() % (h * s * d_n) == 0:
+                    dims = [d for d in t.shape if d != 1]
+                    if (s in dims or h * s in dims) and (d_n in dims or h * d_n in dims):
+                        self.found.append(tuple(t.shape))
+            return out
+
+    return PerHeadKeys()
 
 
 @exercise("lab04", 3, _absorbed_answer)
 def check_absorbed_scores(fn) -> CheckResult:
     """``fn(q_nope [H, T, d_n], c_kv [S, d_c], w_uk [H, d_n, d_c])`` -> content scores ``[H, T, S]``
-    equal to ``q_nope . (W_UK c)`` per head, to 1e-9 in float64."""
+    equal to ``q_nope . (W_UK c)`` per head, to 1e-9 in float64, without ever creating a per-head key
+    tensor ([H, S, d_n] in any layout): the learner's function runs under a ``TorchDispatchMode`` that
+    sees every tensor each PyTorch op creates."""
     import torch
 
     name = "absorbed content scores"
     g = torch.Generator().manual_seed(4)
-    for h, t, s, d_n, d_c in ((3, 2, 9, 5, 7), (4, 1, 33, 6, 12)):
+    # sizes are distinct primes, so a tensor holding every head's keys is recognisable by its shape alone
+    for h, t, s, d_n, d_c in ((3, 2, 37, 5, 11), (7, 1, 41, 13, 17)):
         q = torch.randn(h, t, d_n, generator=g, dtype=torch.float64)
         c = torch.randn(s, d_c, generator=g, dtype=torch.float64)
         w = torch.randn(h, d_n, d_c, generator=g, dtype=torch.float64)
         keys = torch.einsum("hdc,sc->hsd", w, c)                       # the naive per-head keys
         want = q @ keys.transpose(-1, -2)
-        got, failed = call_learner(name, fn, q, c, w, expected="a tensor [H, T, S]")
+        watch = _per_head_key_shapes(h, s, d_n)
+        with watch:
+            got, failed = call_learner(name, fn, q, c, w, expected="a tensor [H, T, S]")
         if failed is not None:
             return failed
         if got is None:
@@ -199,7 +257,14 @@ def check_absorbed_scores(fn) -> CheckResult:
             return report(name, False, "equal to the naive scores (max |diff| < 1e-9)", f"max |diff| {err:.3g}",
                           "q . (W_UK c) can be regrouped: what can you multiply the query by first, so that "
                           "it meets the latent directly?")
-    return report(name, True, "", "absorbed scores equal q . (W_UK c) for every head (to 1e-9)")
+        if watch.found:
+            return report(name, False, "the right scores without a per-head key tensor",
+                          f"the right scores, but your function built a tensor of shape {watch.found[0]} "
+                          f"(H = {h} heads x S = {s} cached tokens x d_n = {d_n}: every head's keys)",
+                          "that is the naive path the exercise avoids; move W_UK to the query side first, so "
+                          "the only thing that meets the S cached tokens is the latent")
+    return report(name, True, "", "absorbed scores equal q . (W_UK c) for every head (to 1e-9), "
+                                  "and no per-head key was built")
 
 
 def _prediction_value(name: str, prediction: Any) -> tuple[float | None, CheckResult | None]:
@@ -247,3 +312,87 @@ def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "
     side = "optimistic" if value < measured else "pessimistic"
     return report(name, True, "", f"{value:.3g}; measured {measured:.3g} (original {results['gqa']['ppl']:.3g}): "
                   f"{'spot on' if factor < 1.1 else f'{factor:.2f}x {side}'}")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 5 (capstone): a latent cache for a memory budget
+# --------------------------------------------------------------------------------------------
+
+def _plan(points, budget_mib: float, context: int, batch: int, layers: int = 30, block_size: int = 64):
+    """The reference: the measured rank with the lowest perplexity whose paged bf16 latent cache
+    (``batch`` sequences of ``context`` tokens, whole blocks of ``block_size``) fits ``budget_mib``."""
+    from vramlab.serving.kvcache import MiB, cdiv, latent_kv_bytes_per_token
+
+    tokens = batch * cdiv(context, block_size) * block_size
+    best = None
+    for p in points:
+        mib = tokens * latent_kv_bytes_per_token(layers, p["rank"], 0, "bfloat16") / MiB
+        if mib <= budget_mib and (best is None or p["ppl"] < best[2]):
+            best = (p["rank"], mib, p["ppl"])
+    return None if best is None else best[:2]
+
+
+# (budget MiB, context, batch): fits at several ranks, block rounding decides, a tight one, nothing fits
+_PLAN_CASES = ((512, 4000, 16), (30, 4096, 1), (29.4, 4000, 1), (8, 1000, 2), (0.5, 4000, 1))
+_PLAN_POINTS = [{"rank": r, "ppl": ppl} for r, ppl in
+                ((32, 95.7), (64, 44.4), (96, 28.0), (128, 22.1), (192, 17.1), (256, 15.2), (384, 14.7))]
+
+
+def _plan_answer(**_) -> str:
+    return ("tokens = batch x ceil(context / 64) x 64 (whole blocks); bytes = tokens x 30 layers x rank x 2 (bf16; "
+            "the converted latent has no RoPE key); keep the points whose MiB (bytes / 2**20) fit the budget and "
+            "return (rank, MiB) of the one with the lowest perplexity, or None")
+
+
+@exercise("lab04", 5, _plan_answer)
+def check_latent_cache_plan(fn) -> CheckResult:
+    """``fn(points, budget_mib, context, batch)`` -> ``(rank, cache_mib)`` of the measured rank with the lowest
+    perplexity whose paged latent cache fits, or None when none does. ``points``: ``[{"rank", "ppl"}]``."""
+    from vramlab.serving.kvcache import MiB
+
+    name = "latent cache plan for a memory budget"
+    what = "(rank, cache MiB) or None"
+    for budget, context, batch in _PLAN_CASES:
+        want = _plan([dict(p) for p in _PLAN_POINTS], budget, context, batch)
+        got, failed = call_learner(name, fn, [dict(p) for p in _PLAN_POINTS], budget, context, batch,
+                                   expected=what, none_is_untouched=want is not None)
+        if failed is not None:
+            return failed
+        case = f"{batch} x {context:,} tokens in {budget:g} MiB"
+        if want is None:
+            if got is None:
+                continue
+            return report(name, False, what, f"{got!r} for {case}",
+                          "no rank fits that budget (even the smallest needs more): return None")
+        if got is None or not isinstance(got, (tuple, list)) or len(got) != 2:
+            return report(name, False, what, f"{got!r} for {case}",
+                          "return a pair: the chosen rank and the MiB its cache takes")
+        rank, mib = got
+        mib_f = as_float(mib)
+        if rank != want[0]:
+            hint = "among the ranks whose cache fits, pick the lowest perplexity"
+            tokens_exact = batch * context
+            for r in (p["rank"] for p in _PLAN_POINTS):
+                if r == rank:
+                    bytes_exact = tokens_exact * 30 * r * 2 / MiB
+                    bytes_paged = _plan([{"rank": r, "ppl": 1.0}], 1e12, context, batch)[1]
+                    if bytes_exact <= budget < bytes_paged:
+                        hint = ("that rank fits only without paging: a sequence holds whole 64-token blocks, "
+                                "so round each sequence up to a multiple of 64 tokens")
+                    elif bytes_paged > budget:
+                        hint = "that rank's cache does not fit the budget; check bytes per token (30 layers x rank x 2)"
+            return report(name, False, what, f"rank {rank!r} for {case}", hint)
+        if mib_f is None or not math.isfinite(mib_f) or abs(mib_f - want[1]) > 1e-6 * want[1] + 1e-9:
+            hint = "the rank is right; the MiB is not"
+            if mib_f is not None and math.isfinite(mib_f) and mib_f > 0:
+                r = mib_f / want[1]
+                for factor, why in ((2.0, "bf16 is 2 bytes per value, and the latent is one vector (no K and V pair)"),
+                                    (0.5, "bf16 takes 2 bytes per value"),
+                                    (MiB / 1e6, "MiB is 2**20 bytes, not 10**6"),
+                                    ((rank + 64) / rank, "the converted SmolLM2 latent has no separate RoPE key")):
+                    if abs(r - factor) < 1e-3 * factor:
+                        hint = why
+                if abs(mib_f - batch * context * 30 * rank * 2 / MiB) < 1e-6 * want[1]:
+                    hint = "count whole 64-token blocks per sequence (paged), not exact tokens"
+            return report(name, False, what, f"rank {rank}, {fmt_number(mib)} MiB for {case}", hint)
+    return report(name, True, "", "the right rank and MiB for every budget (and None when nothing fits)")

@@ -26,6 +26,12 @@ def _fail(field: str, problem: str) -> ValueError:
     return ValueError(f"`{field}` {problem}.")
 
 
+def _finite(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(field, f"must be a finite number (got {value!r})")
+    return float(value)
+
+
 # --------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------
@@ -126,6 +132,13 @@ class MLAConfig:
                 raise _fail("rope_type", f"{rope_type!r} is unknown; use default or one of "
                             f"{', '.join(sorted(ROPE_INIT_FUNCTIONS))}")
         scaling = {k: v for k, v in params.items()} if rope_type != "default" else None
+        if scaling is not None:
+            for key in ("factor", "mscale", "mscale_all_dim"):
+                if key in scaling and scaling[key] is not None:
+                    positive_float(key, scaling[key], 1.0) if key == "factor" else _finite(key, scaling[key])
+            if scaling.get("mscale_all_dim") and scaling.get("factor") is None:
+                raise _fail("factor", "is missing from rope_parameters; YaRN with mscale_all_dim needs it "
+                            "(DeepSeek-V3 uses 40)")
         max_pos = pos("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 4096
         return cls(hidden, heads, rank, nope, rope, v_dim, q_rank, theta,
                    bool(cfg.get("rope_interleave", True)), scaling,
@@ -133,14 +146,20 @@ class MLAConfig:
                    bool(cfg.get("attention_bias", False)), max_pos)
 
     def softmax_scale(self) -> float:
-        """1/sqrt(d_n + d_r), times mscale^2 under YaRN with ``mscale_all_dim`` (as transformers'
-        ``yarn_apply_mscale`` and DeepSeek-V3 ``inference/model.py`` ``MLA.__init__``)."""
+        """1/sqrt(d_n + d_r), times mscale^2 under YaRN, where mscale = 0.1 * mscale_all_dim * ln(factor) + 1.
+
+        As transformers 5.24 ``transformers/models/deepseek_v3/modeling_deepseek_v3.py``
+        (``DeepseekV3Attention.__init__``: ``self.scaling = yarn_apply_mscale(config.rope_parameters,
+        self.qk_head_dim ** (-0.5))``, with ``yarn_get_mscale``) and DeepSeek-V3 ``inference/model.py``
+        (``MLA.__init__``: ``self.softmax_scale = self.softmax_scale * mscale * mscale``). DeepSeek-V3's
+        config (YaRN, factor 40, mscale_all_dim 1.0) gives 192 ** -0.5 x 1.369 ** 2 = 0.1352, not 0.0722.
+        """
         scale = self.qk_head_dim ** -0.5
-        if self.rope_scaling and self.rope_scaling.get("mscale_all_dim"):
-            factor = float(self.rope_scaling["factor"])
-            if factor > 1:
-                mscale = 0.1 * float(self.rope_scaling["mscale_all_dim"]) * math.log(factor) + 1.0
-                scale = scale * mscale * mscale
+        params = self.rope_scaling or {}
+        mscale_all_dim = params.get("mscale_all_dim", 0)
+        if mscale_all_dim:       # only when the rope type is not "default" (rope_scaling is None then)
+            mscale = 0.1 * float(mscale_all_dim) * math.log(float(params["factor"])) + 1.0
+            scale = scale * mscale * mscale
         return scale
 
     def rope_inv_freq(self) -> tuple[torch.Tensor, float]:
@@ -160,4 +179,24 @@ class MLAConfig:
         return inv_freq.float(), float(attention_scaling)
 
 
-__all__ = ["MLA_BLOCK_SIZE", "MLAConfig"]
+# DeepSeek-V2-Lite's public config.json (https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json),
+# the fields that size it, verbatim: 27 layers, 16 heads, kv_lora_rank 512, qk_rope_head_dim 64, no query LoRA
+# (q_lora_rank null), YaRN factor 40 with mscale = mscale_all_dim = 0.707. Kept here rather than in
+# ``vramlab/configs/`` so the tables that list every bundled config (notebooks 03 and 05) do not change.
+DEEPSEEK_V2_LITE = {
+    "_name": "DeepSeek-V2-Lite", "_hf_repo": "deepseek-ai/DeepSeek-V2-Lite",
+    "_source": "https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json",
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "attention_bias": False,
+    "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "moe_intermediate_size": 1408, "moe_layer_freq": 1,
+    "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "tie_word_embeddings": False,
+    "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16", "v_head_dim": 128, "vocab_size": 102400,
+}
+
+
+__all__ = ["MLA_BLOCK_SIZE", "MLAConfig", "DEEPSEEK_V2_LITE"]
