@@ -197,3 +197,10 @@ def test_latent_cache_plan_wants_none_when_nothing_fits(capsys):
 def test_v3_softmax_scale_in_the_checks_config():
     from vramlab.mla import MLAConfig
     assert round(MLAConfig.from_config("deepseek-v3").softmax_scale(), 4) == 0.1352
+
+
+def test_latent_cache_plan_refuses_the_package_function(capsys):
+    from vramlab.mla import plan_latent_cache
+    assert not lab04.check_latent_cache_plan(plan_latent_cache)
+    assert not lab04.check_latent_cache_plan(lambda *a: plan_latent_cache(*a))
+    assert "write it yourself" in capsys.readouterr().out

@@ -349,3 +349,15 @@ def test_bad_yarn_fields_name_the_field(change, field):
 def test_a_layer_from_no_config_gets_one_sentence(bad):
     with pytest.raises(ValueError, match="^`config`"):
         MultiHeadLatentAttention(bad)
+
+
+def test_plan_latent_cache_rounds_to_blocks_and_names_bad_input():
+    points = [{"rank": 64, "ppl": 44.0}, {"rank": 128, "ppl": 22.0}, {"rank": 256, "ppl": 15.0}]
+    assert mla.plan_latent_cache(points, 512, 4000, 16) == (128, 16 * 4032 * 30 * 128 * 2 / 2**20)
+    exact = 4000 * 30 * 128 * 2 / 2**20                  # fits without paging, not with whole blocks
+    assert mla.plan_latent_cache(points, exact, 4000, 1)[0] == 64
+    assert mla.plan_latent_cache(points, 0.1, 4000, 1) is None
+    with pytest.raises(ValueError, match="^`context`"):
+        mla.plan_latent_cache(points, 512, 0, 1)
+    with pytest.raises(ValueError, match="^`budget_mib`"):
+        mla.plan_latent_cache(points, float("nan"), 10, 1)

@@ -318,18 +318,10 @@ def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "
 # Exercise 5 (capstone): a latent cache for a memory budget
 # --------------------------------------------------------------------------------------------
 
-def _plan(points, budget_mib: float, context: int, batch: int, layers: int = 30, block_size: int = 64):
-    """The reference: the measured rank with the lowest perplexity whose paged bf16 latent cache
-    (``batch`` sequences of ``context`` tokens, whole blocks of ``block_size``) fits ``budget_mib``."""
-    from vramlab.serving.kvcache import MiB, cdiv, latent_kv_bytes_per_token
+def _plan(points, budget_mib: float, context: int, batch: int):
+    from vramlab.mla.cache import plan_latent_cache
 
-    tokens = batch * cdiv(context, block_size) * block_size
-    best = None
-    for p in points:
-        mib = tokens * latent_kv_bytes_per_token(layers, p["rank"], 0, "bfloat16") / MiB
-        if mib <= budget_mib and (best is None or p["ppl"] < best[2]):
-            best = (p["rank"], mib, p["ppl"])
-    return None if best is None else best[:2]
+    return plan_latent_cache(points, budget_mib, context, batch)
 
 
 # (budget MiB, context, batch): fits at several ranks, block rounding decides, a tight one, nothing fits
@@ -350,12 +342,15 @@ def check_latent_cache_plan(fn) -> CheckResult:
     perplexity whose paged latent cache fits, or None when none does. ``points``: ``[{"rank", "ppl"}]``."""
     from vramlab.serving.kvcache import MiB
 
+    from vramlab.mla.cache import plan_latent_cache
+
     name = "latent cache plan for a memory budget"
     what = "(rank, cache MiB) or None"
     for budget, context, batch in _PLAN_CASES:
         want = _plan([dict(p) for p in _PLAN_POINTS], budget, context, batch)
         got, failed = call_learner(name, fn, [dict(p) for p in _PLAN_POINTS], budget, context, batch,
-                                   expected=what, none_is_untouched=want is not None)
+                                   expected=what, none_is_untouched=want is not None,
+                                   forbidden={"mla.plan_latent_cache": plan_latent_cache})
         if failed is not None:
             return failed
         case = f"{batch} x {context:,} tokens in {budget:g} MiB"
@@ -375,7 +370,7 @@ def check_latent_cache_plan(fn) -> CheckResult:
             for r in (p["rank"] for p in _PLAN_POINTS):
                 if r == rank:
                     bytes_exact = tokens_exact * 30 * r * 2 / MiB
-                    bytes_paged = _plan([{"rank": r, "ppl": 1.0}], 1e12, context, batch)[1]
+                    bytes_paged = plan_latent_cache([{"rank": r, "ppl": 1.0}], 1e12, context, batch)[1]
                     if bytes_exact <= budget < bytes_paged:
                         hint = ("that rank fits only without paging: a sequence holds whole 64-token blocks, "
                                 "so round each sequence up to a multiple of 64 tokens")

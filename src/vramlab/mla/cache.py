@@ -202,4 +202,27 @@ class LatentCache:
                 "per_head_bytes": self.per_head_cache_bytes(num_heads, qk_nope_head_dim, v_head_dim, batch)}
 
 
-__all__ = ["LatentCache"]
+def plan_latent_cache(points: list[dict], budget_mib: float, context: int, batch: int, layers: int = 30,
+                      block_size: int = MLA_BLOCK_SIZE) -> tuple[int, float] | None:
+    """The measured point with the lowest perplexity whose paged bf16 latent cache fits a budget.
+
+    ``points``: ``[{"rank": r, "ppl": p}, ...]`` (a converted model: ``rank`` values per token and layer,
+    no RoPE key). The cache holds ``batch`` sequences of ``context`` tokens in whole blocks of
+    ``block_size`` tokens, in ``layers`` layers. Returns ``(rank, cache MiB)``, or None when no rank fits.
+    """
+    for name, value in (("context", context), ("batch", batch), ("layers", layers), ("block_size", block_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _fail(name, f"must be a positive integer (got {value!r})")
+    if isinstance(budget_mib, bool) or not isinstance(budget_mib, (int, float)) or not budget_mib == budget_mib \
+            or budget_mib < 0:
+        raise _fail("budget_mib", f"must be a non-negative number of MiB (got {budget_mib!r})")
+    tokens = batch * kvcache.cdiv(context, block_size) * block_size
+    best = None
+    for point in points:
+        mib = tokens * kvcache.latent_kv_bytes_per_token(layers, point["rank"], 0, "bfloat16") / kvcache.MiB
+        if mib <= budget_mib and (best is None or point["ppl"] < best[2]):
+            best = (point["rank"], mib, point["ppl"])
+    return None if best is None else (best[0], best[1])
+
+
+__all__ = ["LatentCache", "plan_latent_cache"]

@@ -18,8 +18,12 @@ from vramlab.serving import kvcache
 # "Paged kvcache with block size of 64"), so vLLM forces it for MLA models on that backend:
 # vllm/platforms/cuda.py ``check_and_update_config`` sets ``cache_config.block_size = 64`` and logs
 # "Forcing kv cache block size to 64 for FlashMLA backend." (seen as ``[cuda.py:160]`` in v0.8.3
-# start-up logs; current source does it when ``block_size % 64 != 0``).
+# start-up logs; current source does it when ``block_size % 64 != 0``). vLLM's CUTLASS MLA backend
+# (Blackwell) forces 128 instead: the same function logs "Forcing kv cache block size to 128 for
+# CUTLASS_MLA backend." (vllm/platforms/cuda.py, in releases since August 2025; vLLM PR #22738's log
+# shows it as ``[cuda.py:184]``).
 MLA_BLOCK_SIZE = 64
+CUTLASS_MLA_BLOCK_SIZE = 128
 
 
 def _fail(field: str, problem: str) -> ValueError:
@@ -199,4 +203,4 @@ DEEPSEEK_V2_LITE = {
 }
 
 
-__all__ = ["MLA_BLOCK_SIZE", "MLAConfig", "DEEPSEEK_V2_LITE"]
+__all__ = ["MLA_BLOCK_SIZE", "CUTLASS_MLA_BLOCK_SIZE", "MLAConfig", "DEEPSEEK_V2_LITE"]
