@@ -171,3 +171,16 @@ def test_deployment_size_reproduces_the_logged_35600_and_its_pass_line_says_so(c
     assert lab03.check_deployment_size(SOLUTIONS["check_deployment_size"])
     out = capsys.readouterr().out
     assert "35,600 tokens = the 35,600 vLLM printed in issue #38516" in out and "4.35x" in out
+
+
+def test_reason_number_reader_is_linear():
+    import time
+
+    from vramlab.checks.lab03 import _message_numbers
+
+    start = time.perf_counter()
+    assert len(_message_numbers("9" * 100_000)) <= 2    # runs of at most 6 digits
+    _message_numbers("x" * 50_000_000)
+    _message_numbers("1." * 100_000)
+    assert time.perf_counter() - start < 20
+    assert _message_numbers("asked 22.00 MiB, 194.87 free") == {"22", "194.87"}
