@@ -7,8 +7,9 @@ wraps one call of ``GPUModelRunner.profile_run`` (``vllm/v1/worker/gpu_model_run
 
 1. ``_dummy_run(self.max_num_tokens, is_profile=True)``: one forward pass of ``max_num_batched_tokens``
    tokens, split into ``num_reqs = min(num_tokens, max_num_seqs)`` dummy requests. No KV cache exists
-   yet, and the attention kernel is skipped (``attn_metadata`` is None in the profile run), so nothing
-   is kept from layer to layer: the peak is one decoder layer's transients on top of the residual stream.
+   yet, and the attention kernel is skipped (``_dummy_run`` builds attention metadata only with
+   ``force_attention`` or a FULL CUDA-graph mode, and the profile run passes neither), so nothing is kept
+   from layer to layer: the peak is one decoder layer's transients on top of the residual stream.
 2. ``_dummy_sampler_run(last_hidden_states)``: ``compute_logits`` on the **last token of each dummy
    request** (``num_reqs`` rows, not ``max_num_batched_tokens``), then the sampler, which works on a
    float32 copy of the logits (``vllm/v1/sample/sampler.py``).
