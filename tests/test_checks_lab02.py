@@ -56,13 +56,31 @@ SOLUTIONS = {
     "check_per_token_quantizer": per_token_solution,
     "check_kv_quantizer": kv_solution,
     "check_kv4_bytes_per_token": 2 * 30 * 3 * (64 // 2 + 2 + 2),
+    "check_kv4_trade_off": None,   # filled below from the cached table, as the notebook does
 }
 WRONG = {
     "check_per_token_quantizer": [per_token_whole_tensor, per_token_no_clamp,
                                   lambda x, b, c: x, lambda x, b, c: per_token_solution(x, b, c)[..., :-1]],
     "check_kv_quantizer": [kv_symmetric, kv_per_token_not_grouped, lambda x, b, g, c: x.tolist()],
     "check_kv4_bytes_per_token": [2 * 30 * 3 * 64 // 2, 2 * 30 * 9 * (32 + 4), 2 * 30 * 3 * 64 * 2],
+    "check_kv4_trade_off": [],      # filled below
 }
+
+
+def _trade_off(ratio=None, pct=None):
+    from vramlab.quarot import quant
+
+    table = quant.load_quarot_table()
+    kv4 = quant.table_ppl(table, "W4A4KV4", "hadamard", "gptq")
+    a4 = quant.table_ppl(table, "W4A4", "hadamard", "gptq")
+    return {"kv_bytes_ratio": 23040 / 6480 if ratio is None else ratio,
+            "ppl_cost_pct": 100 * (kv4 / a4 - 1) if pct is None else pct}
+
+
+SOLUTIONS["check_kv4_trade_off"] = _trade_off()
+WRONG["check_kv4_trade_off"] = [_trade_off(ratio=4.0), _trade_off(ratio=6480 / 23040),
+                                _trade_off(pct=_trade_off()["ppl_cost_pct"] / 100), {"kv_bytes_ratio": 3.56},
+                                "3.56x", _trade_off(ratio="lots")]
 STUBS = [None, lambda *a: None, _raises]
 
 
@@ -89,6 +107,48 @@ def test_package_quantizers_agree_with_the_solutions():
     x = torch.randn(2, 3, 5, 64, generator=g)
     assert torch.allclose(quantize_per_token_sym(x, 4, 0.9), per_token_solution(x, 4, 0.9))
     assert torch.allclose(quantize_groupwise_asym(x, 4, 32, 0.95), kv_solution(x, 4, 32, 0.95), atol=1e-6)
+
+
+def _per_token_via_import(x, b, c):
+    from vramlab.quarot.quant import quantize_per_token_sym   # imported inside the learner's function
+
+    return quantize_per_token_sym(x, b, c)
+
+
+def _per_token_via_module_quantizer(x, b, c):
+    from vramlab.quarot import quant
+
+    return quant.ActQuantizer(b, c)(x)     # the nn.Module the quantized model uses calls the same function
+
+
+def _per_token_via_package(x, b, c):
+    import vramlab.quarot.quant
+
+    return vramlab.quarot.quant.quantize_per_token_sym(x, b, c)
+
+
+@pytest.mark.parametrize("bypass", [_per_token_via_import, _per_token_via_module_quantizer, _per_token_via_package])
+def test_every_route_to_vramlabs_quantizer_is_refused(bypass, capsys):
+    """Issue 19: however the learner reaches quant.quantize_per_token_sym, the check says to write it."""
+    assert not lab02.check_per_token_quantizer(bypass)
+    out = capsys.readouterr().out
+    assert "vramlab's own quarot.quant.quantize_per_token_sym; write it yourself" in out, out
+    from vramlab.quarot import quant
+
+    assert quant.quantize_per_token_sym.__name__ == "quantize_per_token_sym"   # put back afterwards
+    assert lab02.check_per_token_quantizer(per_token_solution)
+
+
+def test_kv4_trade_off_hints(capsys):
+    assert lab02.check_kv4_trade_off(_trade_off())
+    assert "3.56x less per token for +5.9% perplexity" in capsys.readouterr().out
+    for wrong, phrase in ((_trade_off(ratio=4.0), "4-bit values only"), (_trade_off(ratio=6480 / 23040), "upside down"),
+                          (_trade_off(pct=_trade_off()["ppl_cost_pct"] / 100), "a fraction"),
+                          (_trade_off(pct=100 * (114.98 / 103.97 - 1)), "RTN rows"),
+                          (_trade_off(pct=100 * (27.91 / 29.55 - 1)), "wrong end")):
+        assert not lab02.check_kv4_trade_off(wrong)
+        out = capsys.readouterr().out
+        assert phrase in out and "5.86" not in out and "3.556" not in out, out
 
 
 def test_calling_vramlabs_own_quantizer_is_refused(capsys):

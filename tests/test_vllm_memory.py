@@ -346,3 +346,52 @@ def test_inf_bytes_and_nan_config_sizes_get_one_sentence():
     with pytest.raises(ValueError, match="^`intermediate_size` must be a positive integer"):
         estimate_activation_bytes(cfg)
     assert estimate_activation_bytes("qwen3-8b") > 0
+
+
+# --------------------------------------------------------------------------- capacity and the profile run (issue 17)
+def test_kv_cache_capacity_reproduces_the_logged_estimate():
+    """4.89 GiB for Qwen3-8B: vLLM's log (issue #38516) estimated 35,600 tokens; the pool holds exactly that."""
+    from vramlab.serving.vllm_memory import kv_cache_capacity
+
+    cap = kv_cache_capacity("qwen3-8b", "4.89 GiB", 8192)
+    assert cap["kv_cache_tokens"] == estimate_max_model_len("qwen3-8b", int(4.89 * GiB), 1 << 22) == 35600
+    assert cap["num_blocks"] * 16 == cap["kv_cache_tokens"] and cap["max_concurrency"] == 2225 / 512
+    # a length that is not a multiple of the block size still holds whole blocks
+    assert kv_cache_capacity("qwen3-8b", "4.89 GiB", 8193)["max_concurrency"] == 2225 / 513
+    fp8 = kv_cache_capacity("qwen3-8b", "4.89 GiB", 8192, kv_cache_dtype="fp8")
+    assert fp8["num_blocks"] == 2 * 2225 or fp8["num_blocks"] == 2 * 2225 + 1
+    with pytest.raises(ValueError, match="available_bytes"):
+        kv_cache_capacity("qwen3-8b", "lots", 8192)
+
+
+def test_profile_run_peak_by_dry_run():
+    from vramlab.serving.profile_run import profile_run_peak
+
+    big = profile_run_peak("llama-3.1-8b", 8192, 256)
+    tokens, inter, hidden, vocab = 8192, 14336, 4096, 128256
+    # the MLP's gate and up projections and their product coexist: at least three T x intermediate bf16 tensors
+    assert big.forward_bytes >= 3 * tokens * inter * 2
+    # ... and not a whole model's worth: no K/V kept from layer to layer, no logits over every token
+    assert big.forward_bytes < 3 * tokens * inter * 2 + 8 * tokens * hidden * 2
+    assert "mlp" in big.peak_module
+    # the sampler sees one row per dummy request: min(tokens, max_num_seqs), logits plus a float32 copy
+    assert big.sampler_bytes == 256 * vocab * (2 + 4) and big.num_reqs == 256
+    assert big.total_bytes == big.forward_bytes + big.sampler_bytes
+    small = profile_run_peak("llama-3.1-8b", 2048, 256)
+    assert small.forward_bytes * 4 == pytest.approx(big.forward_bytes, rel=0.01)   # linear in the tokens
+    few = profile_run_peak("llama-3.1-8b", 100, 256)
+    assert few.num_reqs == 100 and few.sampler_bytes == 100 * vocab * 6
+    from vramlab.serving.vllm_memory import estimate_activation_bytes
+
+    assert big.formula_bytes == estimate_activation_bytes("llama-3.1-8b", 8192, 256)
+
+
+def test_profile_run_peak_refuses_moe_and_bad_input():
+    from vramlab.serving.profile_run import profile_run_peak
+
+    with pytest.raises(ValueError, match="mixture of experts"):
+        profile_run_peak("mixtral-8x7b")
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        profile_run_peak("llama-3.1-8b", 0)
+    with pytest.raises(ValueError, match="dtype"):
+        profile_run_peak("llama-3.1-8b", dtype="int4")

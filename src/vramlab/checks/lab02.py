@@ -7,11 +7,12 @@ Each check prints one PASS/FAIL line with what was expected and what it got, and
 
 from __future__ import annotations
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
+from vramlab.checks._core import (CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
+                                  is_untouched as is_untouched_value)
 from vramlab.checks.lab01 import prediction_report
 
 __all__ = ["check_per_token_quantizer", "check_kv_quantizer", "check_kv4_bytes_per_token",
-           "check_w16a4_prediction"]
+           "check_w16a4_prediction", "check_kv4_trade_off"]
 
 
 def _cases_per_token():
@@ -272,3 +273,89 @@ def check_w16a4_prediction(predicted, measured: float, fp32: float) -> CheckResu
               f"compound from layer to layer")
     return prediction_report("prediction: W16A4 without rotation", predicted, measured, "the perplexity",
                              log=True, lesson=lesson)
+
+
+# ----------------------------------------------------------------------------- the capstone (exercise 4)
+KV16_BYTES = 2 * 30 * 3 * 64 * 2                 # SmolLM2's float16 KV cache per token
+KV4_BYTES = 2 * 30 * 3 * (64 * 4 // 8 + 2 + 2)  # 4-bit values plus a float16 scale and zero point per group
+
+
+def _trade_off_reference() -> dict:
+    """The two numbers the capstone asks for: the bytes ratio and the perplexity cost read from the cached table."""
+    from vramlab.quarot import quant
+
+    table = quant.load_quarot_table()
+    def ppl(setting, rotation="hadamard", weights="gptq"):
+        return quant.table_ppl(table, setting, rotation, weights)
+
+    return {"kv_bytes_ratio": KV16_BYTES / KV4_BYTES,
+            "ppl_cost_pct": 100 * (ppl("W4A4KV4") / ppl("W4A4") - 1),
+            "_variants": {
+                "rtn": 100 * (ppl("W4A4KV4", weights="rtn") / ppl("W4A4", weights="rtn") - 1),
+                "random": 100 * (ppl("W4A4KV4", "random") / ppl("W4A4", "random") - 1),
+                "none": 100 * (ppl("W4A4KV4", "none") / ppl("W4A4", "none") - 1),
+                "inverted": 100 * (ppl("W4A4") / ppl("W4A4KV4") - 1),
+            }}
+
+
+def _trade_off_answer(**_) -> str:
+    ref = _trade_off_reference()
+    return (f"{{'kv_bytes_ratio': {ref['kv_bytes_ratio']:.3f}, 'ppl_cost_pct': {ref['ppl_cost_pct']:.2f}}}: "
+            f"float16 {KV16_BYTES:,} / KV4 {KV4_BYTES:,} bytes per token, and 100 x (table_ppl(W4A4KV4) / "
+            "table_ppl(W4A4) - 1) on the Hadamard-rotated GPTQ rows")
+
+
+@exercise("lab02", 4, _trade_off_answer)
+def check_kv4_trade_off(got) -> CheckResult:
+    """Capstone: ``{"kv_bytes_ratio": float16 KV bytes / KV4 bytes per token, "ppl_cost_pct": the perplexity
+    increase of W4A4KV4 over W4A4 (Hadamard rotation, GPTQ weights) in percent, from the cached table}``."""
+    name = "the KV4 trade-off"
+    kind = 'a dict {"kv_bytes_ratio": number, "ppl_cost_pct": number}'
+    if is_untouched_value(got):
+        return report(name, False, kind, "None (not done yet)", value=got)
+    if not isinstance(got, dict):
+        return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
+                      "return a dict with the two keys kv_bytes_ratio and ppl_cost_pct")
+    missing = [k for k in ("kv_bytes_ratio", "ppl_cost_pct") if k not in got]
+    if missing:
+        return report(name, False, kind, f"a dict without {', '.join(missing)}",
+                      "both keys are needed: the memory side and the quality side of the trade-off")
+    ratio, pct = as_float(got["kv_bytes_ratio"]), as_float(got["ppl_cost_pct"])
+    if ratio is None or pct is None:
+        return report(name, False, "two numbers", f"kv_bytes_ratio {fmt_number(got['kv_bytes_ratio'])}, "
+                                                  f"ppl_cost_pct {fmt_number(got['ppl_cost_pct'])}",
+                      "store plain numbers (floats), not strings")
+    ref = _trade_off_reference()
+    want_ratio, want_pct = ref["kv_bytes_ratio"], ref["ppl_cost_pct"]
+    if not abs(ratio - want_ratio) <= 0.01:
+        mistakes = [
+            (KV16_BYTES / (2 * 30 * 3 * 32), "that counts the 4-bit values only: every group of 64 also stores a "
+                                             "float16 scale and a float16 zero point"),
+            (KV4_BYTES / KV16_BYTES, "upside down: how many times smaller is the KV4 cache, i.e. float16 bytes "
+                                     "divided by KV4 bytes"),
+            (KV16_BYTES / (2 * 30 * 3 * (32 + 2)), "a group stores two float16 numbers (scale and zero point)"),
+            (KV16_BYTES / (2 * 30 * 3 * (32 + 8)), "the scale and the zero point are float16: 2 bytes each"),
+            (2 * 30 * 9 * 64 * 2 / KV4_BYTES, "the float16 cache has 3 KV heads too, not 9 (grouped-query attention)"),
+        ]
+        hint = next((h for v, h in mistakes if abs(ratio - v) <= 0.01),
+                    "use your Exercise 3 arithmetic for both caches (float16, and 4-bit with its scales and zero "
+                    "points) and divide")
+        return report(name, False, "the float16-to-KV4 ratio of KV bytes per token",
+                      f"kv_bytes_ratio {fmt_number(ratio, 4)}, {direction(ratio, want_ratio)}", hint)
+    if not abs(pct - want_pct) <= 0.1:
+        variants = ref["_variants"]
+        mistakes = [
+            (variants["rtn"], "those are the RTN rows; the question is about GPTQ weights"),
+            (variants["random"], "those are the random-orthogonal rows; use the Hadamard rotation"),
+            (variants["none"], "those are the unrotated rows; use the Hadamard rotation"),
+            (variants["inverted"], "measured from the wrong end: the cost is relative to the model without KV4"),
+            (want_pct / 100, "that is a fraction; the key asks for percent (x 100)"),
+            (want_pct + 100, "that is the ratio in percent; subtract the 100% you started from"),
+        ]
+        hint = next((h for v, h in mistakes if abs(pct - v) <= 0.05 * max(1.0, abs(v))),
+                    "look both rows up with quant.table_ppl(table, setting, rotation, weights) and take the "
+                    "relative increase")
+        return report(name, False, "the perplexity increase of adding KV4, in percent, from the table",
+                      f"ppl_cost_pct {fmt_number(pct, 4)}, {direction(pct, want_pct)}", hint)
+    return report(name, True, "", f"KV4 stores {ratio:.2f}x less per token for +{pct:.1f}% perplexity on the "
+                                  "rotated GPTQ model")

@@ -15,11 +15,14 @@ from typing import Any
 from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.serving.kvcache import GiB, kv_bytes_per_token
-from vramlab.vram.oom_message import VERDICTS, oom_verdict
-from vramlab.serving.vllm_memory import check_kv_cache_dtype, estimate_max_model_len, needed_bytes, plan
+import re
+
+from vramlab.vram.oom_message import VERDICTS, parse_oom_message
+from vramlab.serving.vllm_memory import (check_kv_cache_dtype, estimate_max_model_len, kv_cache_capacity, needed_bytes,
+                                        plan)
 
 __all__ = ["check_kv_bytes_by_hand", "check_mla_bytes_by_hand", "check_prediction", "check_needed_gib",
-           "check_max_len_that_fits", "check_fix_plan", "check_oom_verdict"]
+           "check_max_len_that_fits", "check_fix_plan", "check_oom_reading", "check_deployment_size"]
 
 NOT_DONE = "not done yet"
 
@@ -230,40 +233,175 @@ def check_fix_plan(kwargs: Any, model: str = FIX_MODEL, gpu: str = FIX_GPU,
                                   f"{p.max_concurrency:.2f}x concurrency at {p.max_model_len:,} tokens")
 
 
-_VERDICT_CASES = [  # (tried, free on the device, reserved-but-unallocated)
-    (2 << 30, int(1.1 * GiB), 3 << 30), (2 << 30, 512 << 20, 1 << 30), (20 << 20, 0, 20 << 20),
-    (256 << 20, 0, 0), (2 << 30, 30 << 30, 0), (1 << 30, 1 << 30, 2 << 30),
+# ----------------------------------------------------------------------------- exercise 6: read three OOM messages
+# A and B are real (quoted in vramlab's instructor notes): pytorch/pytorch issue #16417 (a comment of 2024-03-13)
+# and murong-xu/CADS issue #4. C is written in the same PyTorch 2.x format for a process capped with
+# torch.cuda.set_per_process_memory_fraction (the device still has memory free).
+_ADVICE = ("If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+           "to avoid fragmentation.  See documentation for Memory Management  "
+           "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+READING_MESSAGES = {
+    "A": ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB. GPU 0 has a total capacity "
+          "of 23.65 GiB of which 11.06 MiB is free. Including non-PyTorch memory, this process has 23.60 GiB memory "
+          "in use. Of the allocated memory 22.90 GiB is allocated by PyTorch, and 194.87 MiB is reserved by PyTorch "
+          "but unallocated. " + _ADVICE),
+    "B": ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a total capacity of "
+          "31.47 GiB of which 12.73 GiB is free. Including non-PyTorch memory, this process has 18.73 GiB memory in "
+          "use. Of the allocated memory 9.08 GiB is allocated by PyTorch, and 9.35 GiB is reserved by PyTorch but "
+          "unallocated. " + _ADVICE),
+    "C": ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+          "79.15 GiB of which 30.12 GiB is free. Including non-PyTorch memory, this process has 48.02 GiB memory in "
+          "use. Of the allocated memory 47.50 GiB is allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but "
+          "unallocated. " + _ADVICE),
+}
+# What a wrong label most likely misread, per message: (message, wrong label) -> the number to read again.
+_MISREAD = {
+    ("A", "cap"): "message A: the device had 11.06 MiB free, less than the 22.00 MiB asked, so the device itself "
+                  "could not serve it and no limit was needed to refuse it",
+    ("A", "shortage"): "message A: you compared the request with the free figure only; read the 'reserved by PyTorch "
+                       "but unallocated' figure too (mind the units: MiB against MiB) and compare it with the request",
+    ("B", "cap"): "message B: 12.73 GiB free is less than the 22.78 GiB asked: the device could not have served it",
+    ("B", "fragmentation"): "message B: compare 'reserved by PyTorch but unallocated' with the request again (9.35 "
+                            "GiB, not the 9.08 GiB 'allocated'); free and unallocated memory cannot be pieced "
+                            "together into one block, and even their sum falls short here",
+    ("C", "shortage"): "message C: read the free figure again and compare it with the request: could the device "
+                       "itself have served it? If it could, something else refused it",
+    ("C", "fragmentation"): "message C: 10.00 MiB reserved-but-unallocated cannot serve 2.00 GiB; look at what the "
+                            "device had free instead",
+}
+_NUM_RE = re.compile(r"\d{1,6}(?:\.\d{1,4})?")
+
+
+def _message_numbers(text: str) -> set[str]:
+    return {n.rstrip("0").rstrip(".") or "0" for n in _NUM_RE.findall(text)}
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / 2**20:.2f} MiB"
+
+
+def _reading_answer(**_) -> str:
+    parts = []
+    for key, text in READING_MESSAGES.items():
+        r = parse_oom_message(text)
+        parts.append(f"{key}: {r.verdict!r} (asked {_size(r.tried_bytes)}; device free {_size(r.free_bytes)}; "
+                     f"reserved-but-unallocated {_size(r.reserved_unallocated_bytes)})")
+    return "; ".join(parts)
+
+
+@exercise("lab03", 6, _reading_answer)
+def check_oom_reading(got: Any) -> CheckResult:
+    """``{"A": (verdict, why), "B": ..., "C": ...}`` for :data:`READING_MESSAGES`: the verdict is "shortage",
+    "fragmentation" or "cap" (the rule of :func:`vramlab.vram.oom_message.oom_verdict`), ``why`` a sentence
+    naming at least one number of that message."""
+    name = "reading three OOM messages"
+    kind = "a dict {message: (verdict, why)} for A, B and C"
+    if got is None or got is Ellipsis:
+        return report(name, False, kind, f"None ({NOT_DONE})", value=got)
+    if not isinstance(got, dict):
+        return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
+                      'write a dict such as {"A": ("...", "because ..."), ...}')
+    missing = [k for k in READING_MESSAGES if k not in got]
+    if missing:
+        return report(name, False, kind, f"no entry for {', '.join(missing)}", "give a verdict for every message")
+    labels = ", ".join(map(repr, VERDICTS))
+    for key, text in READING_MESSAGES.items():
+        entry = got[key]
+        if isinstance(entry, str):
+            return report(name, False, f"(verdict, why) for message {key}", f"only {entry!r}",
+                          "add one sentence naming the numbers you compared, e.g. (\"...\", \"... is less than ...\")")
+        if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+            return report(name, False, f"(verdict, why) for message {key}", fmt_number(entry),
+                          "a pair: the verdict and one sentence why")
+        verdict, why = entry
+        if verdict not in VERDICTS:
+            return report(name, False, f"one of {labels} for message {key}", repr(verdict), f"use one of {labels}")
+        want = parse_oom_message(text).verdict
+        if verdict != want:
+            return report(name, False, f"the verdict the three numbers of message {key} support", repr(verdict),
+                          _MISREAD.get((key, verdict), f"message {key}: compare the request with each of the two "
+                                                        "other numbers"))
+        said = _message_numbers(str(why))
+        if not isinstance(why, str) or not (said & _message_numbers(text)):
+            return report(name, False, f"a reason that names numbers of message {key}", repr(why),
+                          "name the numbers you compared, as printed in the message (e.g. '... MiB asked, ... free')")
+    return report(name, True, "", "all three verdicts follow from the numbers you named")
+
+
+# ----------------------------------------------------------------------------- exercise 7 (capstone): size it
+QWEN3_8B = {"num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128}
+_SIZE_CASES = [  # (config, available GiB as vLLM printed it, max_model_len, dtype bytes, block size)
+    (QWEN3_8B, 4.89, 8192, 2, 16),     # the log of vLLM issue #38516, served at 8,192 tokens
+    (QWEN3_8B, 4.89, 8192, 1, 16),     # the same with --kv-cache-dtype fp8
+    ({"num_hidden_layers": 32, "num_key_value_heads": 8, "head_dim": 128}, 4.44, 10001, 2, 16),
+    ({"num_hidden_layers": 30, "num_key_value_heads": 3, "head_dim": 64}, 0.5, 4096, 2, 32),
 ]
 
 
-def _verdict_answer(**_) -> str:
-    return ("'cap' when free_bytes >= tried_bytes (the device had it: a per-process limit refused it), else "
-            "'fragmentation' when reserved_unallocated_bytes >= tried_bytes (PyTorch's cache held it, not in one "
-            "piece), else 'shortage'")
+def _size_reference(config, available_gib, max_model_len, dtype_bytes, block_size) -> dict:
+    cfg = {**config, "num_attention_heads": 4 * config["num_key_value_heads"]}
+    dtype = {1: "fp8", 2: "bfloat16", 4: "float32"}[dtype_bytes]
+    cap = kv_cache_capacity(cfg, int(available_gib * GiB), max_model_len, block_size, kv_cache_dtype=dtype)
+    return {"kv_cache_tokens": cap["kv_cache_tokens"], "max_concurrency": cap["max_concurrency"]}
 
 
-@exercise("lab03", 6, _verdict_answer)
-def check_oom_verdict(fn) -> CheckResult:
-    """``fn(tried_bytes, free_bytes, reserved_unallocated_bytes)`` -> ``"cap"``, ``"fragmentation"`` or
-    ``"shortage"`` (the reference is :func:`vramlab.vram.oom_message.oom_verdict`)."""
-    name = "OOM verdict"
-    for tried, free, unalloc in _VERDICT_CASES:
-        want = oom_verdict(tried, free, unalloc)
-        got, failed = call_learner(name, fn, tried, free, unalloc, expected="one of " + ", ".join(map(repr, VERDICTS)))
+def _size_answer(**_) -> str:
+    ref = _size_reference(*_SIZE_CASES[0])
+    return ("bytes_per_token = 2 x layers x kv_heads x head_dim x dtype_bytes; blocks = int(available_gib x 2**30) // "
+            "(bytes_per_token x block_size); kv_cache_tokens = blocks x block_size; max_concurrency = blocks / "
+            f"ceil(max_model_len / block_size). Qwen3-8B, 4.89 GiB, 8,192 tokens: {ref['kv_cache_tokens']:,} tokens, "
+            f"{ref['max_concurrency']:.2f}x")
+
+
+@exercise("lab03", 7, _size_answer)
+def check_deployment_size(fn) -> CheckResult:
+    """Capstone: ``fn(config, available_gib, max_model_len, dtype_bytes, block_size)`` -> ``{"kv_cache_tokens":
+    int, "max_concurrency": float}``, what vLLM logs as "GPU KV cache size" and "Maximum concurrency"."""
+    name = "sizing a deployment"
+    kind = 'a dict {"kv_cache_tokens": ..., "max_concurrency": ...}'
+    for case in _SIZE_CASES:
+        config, gib, length, nbytes, bs = case
+        want = _size_reference(*case)
+        got, failed = call_learner(name, fn, dict(config), gib, length, nbytes, bs, expected=kind)
         if failed is not None:
             return failed
-        if got is None:
-            return report(name, False, "one of " + ", ".join(map(repr, VERDICTS)), f"None ({NOT_DONE})",
-                          "return a string, e.g. `return ...` at the end of the function")
-        if got != want:
-            if got not in VERDICTS:
-                hint = f"return one of {', '.join(map(repr, VERDICTS))}"
-            elif want == "cap":
-                hint = "compare the request with the device's free memory first: was the device itself short?"
-            elif want == "fragmentation":
-                hint = "compare the request with PyTorch's reserved-but-unallocated memory too, not only the device's"
+        label = f"{gib} GiB, max_model_len {length:,}, {nbytes}-byte cache, block {bs}"
+        if not isinstance(got, dict) or not {"kv_cache_tokens", "max_concurrency"} <= set(got):
+            return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
+                          "return a dict with the keys kv_cache_tokens and max_concurrency")
+        tokens, conc = as_float(got["kv_cache_tokens"]), as_float(got["max_concurrency"])
+        if tokens is None or conc is None:
+            return report(name, False, "two numbers", f"{fmt_number(got['kv_cache_tokens'])}, "
+                                                      f"{fmt_number(got['max_concurrency'])}", "return numbers")
+        per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * nbytes
+        avail = int(gib * GiB)
+        if tokens != want["kv_cache_tokens"]:
+            t = want["kv_cache_tokens"]
+            if tokens == avail // per_token:
+                hint = "that counts single tokens; the pool is whole blocks of block_size tokens"
+            elif math.isclose(tokens, int(gib * 1e9) // (per_token * bs) * bs, rel_tol=1e-9):
+                hint = "vLLM's GiB is 2**30 bytes, not 10**9"
             else:
-                hint = "compare the request with each of the two numbers: could either have served it?"
-            return report(name, False, f"a verdict for tried={tried:,}, free={free:,}, reserved-unallocated={unalloc:,}",
-                          repr(got), hint)
-    return report(name, True, "", f"all {len(_VERDICT_CASES)} cases right")
+                hint = _ratio_hint(tokens, t, {2.0: "twice too many: each layer stores a key AND a value per KV head",
+                                               0.5: "half: bytes per token counts K and V once each, not twice"},
+                                   "bytes per token from the config first (Exercise 1), then whole blocks of the budget")
+            return report(name, False, f"a number of tokens ({label})", f"{fmt_number(tokens)}, {direction(tokens, t)}",
+                          hint)
+        if not abs(conc - want["max_concurrency"]) <= 0.005:
+            c = want["max_concurrency"]
+            blocks = want["kv_cache_tokens"] // bs
+            if math.isclose(conc, want["kv_cache_tokens"] / length, rel_tol=1e-9):
+                hint = "one request holds whole blocks too: a length that is not a multiple of block_size rounds up"
+            elif conc == math.floor(c):
+                hint = "vLLM prints a ratio with two decimals (e.g. 1.05x), not a whole number of requests"
+            elif math.isclose(conc, blocks / (length / bs) , rel_tol=1e-9):
+                hint = "round the request's blocks up (ceil), not to a fraction"
+            else:
+                hint = "how many blocks does one full-length request hold? divide the pool's blocks by that"
+            return report(name, False, f"a concurrency ratio ({label})", f"{fmt_number(conc, 4)}, {direction(conc, c)}",
+                          hint)
+    first = _size_reference(*_SIZE_CASES[0])
+    logged = estimate_max_model_len(_MAX_LEN_CFG, int(4.89 * GiB), 1 << 22)
+    return report(name, True, "", f"all {len(_SIZE_CASES)} deployments match vLLM's formulas (Qwen3-8B, 4.89 GiB: "
+                                  f"{first['kv_cache_tokens']:,} tokens = the {logged:,} vLLM printed in issue #38516; "
+                                  f"{first['max_concurrency']:.2f}x at 8,192 tokens)")

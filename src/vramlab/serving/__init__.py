@@ -2,10 +2,11 @@
 
 ``kvcache`` sizes a KV cache from a config; ``vllm_memory`` computes the ledger vLLM computes at start-up and
 its messages; ``paged`` simulates the block manager under a burst; ``triage`` reads a vLLM/PyTorch log and
-names the failure and its fixes.
+names the failure and its fixes; ``profile_run`` computes vLLM's profile-run activation peak by dry run.
 """
 
 from vramlab.serving.kvcache import *  # noqa: F401,F403
 from vramlab.serving.vllm_memory import *  # noqa: F401,F403
 from vramlab.serving.paged import *  # noqa: F401,F403
 from vramlab.serving.triage import *  # noqa: F401,F403
+from vramlab.serving.profile_run import *  # noqa: F401,F403

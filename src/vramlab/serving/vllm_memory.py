@@ -393,6 +393,21 @@ def estimate_max_model_len(config: Any, available_bytes: int, upper: int, block_
     return result
 
 
+def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model_len: int,
+                      block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
+                      tensor_parallel_size: int = 1) -> dict:
+    """What vLLM logs once the pool is sized: ``num_blocks = available // page_size // num_layers``
+    (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``), ``kv_cache_tokens = num_blocks * block_size``
+    ("GPU KV cache size: N tokens") and ``max_concurrency = num_blocks / cdiv(max_model_len, block_size)``
+    ("Maximum concurrency for L tokens per request: X.XXx", ``get_max_concurrency_for_kv_cache_config``)."""
+    _check_len(max_model_len)
+    available = _bytes_arg("available_bytes", available_bytes)
+    page = page_size_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    num_blocks = available // page // attention_shape(config).layers
+    return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size,
+            "max_concurrency": num_blocks / cdiv(max_model_len, block_size)}
+
+
 @dataclass
 class KVCheck:
     """The outcome of vLLM's start-up KV check (bytes, tokens). ``message`` is vLLM's ValueError text
@@ -918,7 +933,7 @@ __all__ = [
     "PINNED", "GPU", "GPUS", "get_gpu", "format_gib", "batch_defaults", "AttentionBackend", "ATTENTION_BACKENDS",
     "get_attention_backend", "check_kv_cache_dtype", "page_size_bytes", "needed_bytes", "estimate_max_model_len",
     "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
-    "estimate_activation_bytes", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
+    "estimate_activation_bytes", "kv_cache_capacity", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
     "VLLM_KV_CACHE_DTYPES", "MODELLED_KV_CACHE_DTYPES", "V0_PREEMPTION_FORMAT", "V1_PREEMPTION_METRIC",
     "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS",
 ]
