@@ -52,7 +52,7 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
     fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
 
     def amount(b: float) -> str:
-        return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / MiB:,.0f} MiB"
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / MiB:,.0f} MiB"
 
     # horizontal bars: one row per device, so eight GPUs keep a readable label each (vertical bars with
     # "outside" text shrank the labels to a few pixels)
@@ -61,8 +61,9 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
                          text=[f"{amount(used[d])} / {amount(budget.get(d, 0))}" for d in devices],
                          textposition="outside", cliponaxis=False, textfont=dict(size=11)), row=1, col=2)
     fig.update_yaxes(title_text="module size (MiB)", row=1, col=1)
-    fig.update_xaxes(title_text="used / max_memory (%)", range=[0, max(100.0, max(fill, default=0)) * 1.9],
-                     row=1, col=2)
+    top = max(100.0, max(fill, default=0))   # room to the right for the "used / budget" labels
+    fig.update_xaxes(title_text="used / max_memory (%)", range=[0, top * 1.9], tickmode="array",
+                     tickvals=[v for v in (0, 25, 50, 75, 100, 150, 200, 300, 500) if v <= top], row=1, col=2)
     fig.update_yaxes(title_text="device", autorange="reversed", row=1, col=2)
     # every module gets its own tick label (plotly thins crowded category ticks, which left the last bar,
     # lm_head, unlabelled); "model." is dropped to keep them short
