@@ -5,7 +5,8 @@ and to plan ``device_map="auto"`` for one GPU of 24 GiB + cpu (bf16), and where 
 
 Part 2, the real SmolLM2 from the local cache, per quantization (none, 8-bit, 4-bit), all on cpu:
 the bytes the planner counts (``vramlab.dispatch.module_sizes``) next to the loaded model's
-``get_memory_footprint()``, and plan time vs load time. ``planned == loaded`` is the point: the
+``get_memory_footprint()``, the 4-bit ``absmax`` bytes neither counts (stored vs
+``dispatch.absmax_bytes``), and plan time vs load time. ``planned == loaded`` is the point: the
 planner's arithmetic is the real memory of the weights. The CPU may be shared: only the ratios
 measured in the same run mean anything.
 
@@ -66,8 +67,13 @@ def main() -> None:
             loaded = dispatch.load_quantized(quant, {"cpu": "1GB"})
         t2 = time.perf_counter()
         footprint = loaded.get_memory_footprint()
+        # 4-bit: the float32 absmax per 64 weights lives in weight.quant_state, outside both counts
+        absmax = sum(m.weight.quant_state.absmax.numel() * m.weight.quant_state.absmax.element_size()
+                     for m in loaded.modules() if type(m).__name__ == "Linear4bit")
         print(json.dumps({"part": "smollm2", "quantization": quant or "bf16", "planned_bytes": planned,
                           "loaded_footprint_bytes": footprint, "equal": planned == footprint,
+                          "absmax_bytes_not_counted": absmax,
+                          "absmax_predicted": dispatch.absmax_bytes(cfg) if quant == "4bit" else 0,
                           "plan_s": round(t1 - t0, 2), "load_s": round(t2 - t1, 2),
                           "load_over_plan": round((t2 - t1) / max(t1 - t0, 1e-6), 1)}))
         del loaded

@@ -260,8 +260,8 @@ def test_estimate_memory_uses_accelerates_arithmetic():
     rows = {r["dtype"]: r for r in D.estimate_memory("smollm2-135m")}
     n = 134_515_008
     rope = sum(b.numel() * b.element_size() for b in D.empty_model("smollm2-135m", dtype="float32").buffers())
-    total = 4 * n + rope  # accelerate counts buffers too
-    assert rows["float32"]["total"] == total and rows["bfloat16"]["total"] == total // 2
+    total = 4 * n + rope  # accelerate counts buffers too (AutoModel: the tied lm_head is not there anyway)
+    assert rows["float32"]["total"] == total and rows["float16"]["total"] == total // 2
     assert rows["int8"]["total"] == total // 4 and rows["int4"]["total"] == total // 8
     assert rows["float32"]["training_adam"] == max(estimate_training_usage(total, "float32").values()) == 4 * total
     assert rows["int4"]["training_adam"] is None
@@ -379,3 +379,127 @@ def test_gpu_trigger_and_fix_with_smollm2():
             assert torch.isfinite(model(ids, labels=ids).loss)
         del model
         torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------- issue 18: what the lab now teaches
+def test_estimate_reproduces_the_cli_on_automodel_without_lm_head():
+    """accelerate 1.15 commands/estimate.py builds AutoModel (no lm_head) in float32 and prints the largest
+    training entry: Llama-3.1-8B float32 total 27.96 (its "GB" are GiB), training 4 x total."""
+    import torch
+    from accelerate import init_empty_weights
+    from accelerate.commands.estimate import estimate_training_usage
+    from accelerate.utils import calculate_maximum_sizes
+    from transformers import AutoModel
+
+    from vramlab.dispatch.planner import _pretrained_config
+
+    with init_empty_weights():
+        base = AutoModel.from_config(_pretrained_config("llama-3.1-8b"), dtype=torch.float32)
+    total, (largest, _) = calculate_maximum_sizes(base)
+    rows = {r["dtype"]: r for r in D.estimate_memory("llama-3.1-8b")}
+    assert list(rows) == ["float32", "float16", "int8", "int4"]
+    assert rows["float32"]["total"] == total and f"{total / 2**30:.2f}" == "27.96"
+    assert rows["float16"]["total"] == total // 2 and rows["int4"]["total"] == total // 8
+    assert rows["float32"]["training_adam"] == max(estimate_training_usage(total, "float32").values())
+    assert rows["float16"]["training_adam"] == max(estimate_training_usage(total, "float16").values())
+    lm_head = 128256 * 4096 * 4
+    assert rows["float32"]["loaded"] == total + lm_head   # the causal LM adds lm_head (not tied in Llama-3.1-8B)
+    assert "causal LM as loaded" in D.format_estimate_table(list(rows.values()))
+
+
+def test_absmax_is_what_bitsandbytes_stores_and_nobody_counts():
+    model = D.load_quantized("4bit", {"cpu": "1GB"})
+    stored = sum(m.weight.quant_state.absmax.numel() * m.weight.quant_state.absmax.element_size()
+                 for m in model.modules() if type(m).__name__ == "Linear4bit")
+    assert stored == D.absmax_bytes("smollm2-135m") and 6.5e6 < stored < 6.8e6
+    planned = D.module_sizes("smollm2-135m", quantization="4bit")[""]
+    assert model.get_memory_footprint() == planned          # neither counts the absmax
+    assert 0.05 < stored / planned < 0.07
+    assert 0.40 < D.absmax_bytes("llama-3.1-8b") / 2**30 < 0.42
+
+
+def test_default_budgets_without_max_memory():
+    """No max_memory, one GPU: transformers plans with 90% of free GPU and of cpu RAM; bitsandbytes' 0.90 comes
+    on top (81%); "sequential" skips get_balanced_memory, so its GPU gets no first 0.90."""
+    G = 2**30
+    q = D.empty_model("smollm2-135m", quantization="8bit")
+    auto = D.default_max_memory(q, 20 * G, 40 * G, "auto")
+    assert abs(auto[0] / (20 * G) - 0.81) < 1e-6 and abs(auto["cpu"] / (40 * G) - 0.81) < 1e-6
+    seq = D.default_max_memory(q, 20 * G, 40 * G, "sequential")
+    assert abs(seq[0] / (20 * G) - 0.90) < 1e-6
+    plain = D.default_max_memory(D.empty_model("smollm2-135m"), 20 * G, 40 * G, "balanced")
+    assert abs(plain[0] / (20 * G) - 0.90) < 1e-6
+    with pytest.raises(ValueError, match="^`free_gpu_bytes` must be"):
+        D.default_max_memory(q, float("nan"), 1)
+
+
+def test_lower_case_b_means_bits():
+    """accelerate's convert_file_size_to_int divides by 8 when the unit ends in a lower-case 'b'."""
+    assert D.parse_max_memory({0: "150Mb"})[0] == 150 * 10**6 // 8
+    assert D.parse_max_memory({0: "150mb"})[0] == 150 * 10**6 // 8
+    assert D.parse_max_memory({0: "150MB"})[0] == 150 * 10**6
+    assert D.parse_max_memory({0: "1GiB"})[0] == 2**30
+
+
+def test_bnb_check_fires_for_cpu_disk_and_disk_only_maps_and_not_with_the_flag():
+    q = D.make_quantizer("8bit")
+    for dmap in ({"a": "cpu", "b": "disk"}, {"": "disk"}, {"a": 0, "b": "cpu"}):
+        with pytest.raises(ValueError, match=D.DISPATCH_ERROR_START):
+            q.validate_environment(device_map=dmap)
+    q.validate_environment(device_map={"": "cpu"})
+    q.validate_environment(device_map="auto")        # a string is checked later, after planning
+    flagged = D.make_quantizer("8bit", llm_int8_enable_fp32_cpu_offload=True)
+    for dmap in ({"a": 0, "b": "cpu"}, {"": "disk"}, "auto"):
+        flagged.validate_environment(device_map=dmap)   # the flag skips the check for every map
+
+
+def test_auto_with_the_flag_quantizes_offloaded_layers_and_fails_at_forward():
+    """Fix 2 under device_map="auto": loads with every Linear quantized, disk ones too, then the first forward
+    fails on a machine without a GPU."""
+    import torch
+
+    model = D.load_quantized("8bit", {"cpu": "150MB", "disk": "1GB"}, llm_int8_enable_fp32_cpu_offload=True)
+    info = D.describe_loaded(model)
+    assert info["quantized_linears"] == 210 and info["devices"].get("disk", 0) > 0
+    if not torch.cuda.is_available():
+        ids = torch.arange(10, 42).unsqueeze(0)
+        with pytest.raises(RuntimeError, match="Cannot access accelerator device when none is available"):
+            with torch.no_grad():
+                model(ids)
+
+
+def test_quiet_lines_drop_only_the_two_known_lines():
+    from vramlab.dispatch.loading import QUIET_LOG_LINES, _quiet_known_lines
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    for name, start in QUIET_LOG_LINES.items():
+        log = logging.getLogger(name)
+        h = Keep()
+        log.addHandler(h)
+        old = log.level
+        log.setLevel(logging.WARNING)
+        try:
+            with _quiet_known_lines():
+                log.warning(start + " ... rest of the line")
+                log.warning("another warning")
+            log.warning(start + " after the load")
+        finally:
+            log.removeHandler(h)
+            log.setLevel(old)
+    assert seen == ["another warning", next(iter(QUIET_LOG_LINES.values())) + " after the load",
+                    "another warning", list(QUIET_LOG_LINES.values())[1] + " after the load"]
+
+
+def test_figure_labels_every_module_and_one_row_per_device():
+    model = D.empty_model("llama-3.1-8b", quantization="4bit")
+    budget = {**{i: "4GiB" for i in range(8)}, "cpu": "64GiB"}
+    plan = D.plan_with_buffer(model, budget, "old")
+    fig = D.device_map_figure(model, budget, quantization="4bit", device_map=plan)
+    assert list(fig.layout.xaxis.tickvals) == list(plan) and "lm_head" in fig.layout.xaxis.ticktext
+    right = fig.data[-1]
+    assert right.orientation == "h" and len(right.y) == 9 and all("/" in t for t in right.text)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from vramlab.checks._core import CheckResult, as_float, exercise, fmt_number, report
 
-__all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib"]
+__all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_capstone_layers"]
 
 # Exercise 1: Llama-3.1-8B in bf16, one GPU with a 10 GiB budget, 30 GiB of cpu.
 PREDICT_CONFIG = "llama-3.1-8b"
@@ -31,10 +31,22 @@ def _meta(config: str, quantization: str | None):
     return empty_model(config, quantization=quantization)
 
 
-def gpu_layers(device_map: Mapping[str, Any], device: Any = 0) -> int:
-    """How many decoder layers (``model.layers.N``) a map puts wholly on ``device``."""
-    return sum(1 for k, v in device_map.items() if v == device and k.count(".") == 2
-               and k.startswith("model.layers."))
+def gpu_layers(device_map: Mapping[str, Any], device: Any = 0, total: int | None = None) -> int:
+    """How many decoder layers (``model.layers.N``) a map puts wholly on ``device``. A layer placed through
+    a parent entry counts too (``{"": 0}``, the planner's answer when everything fits, puts all of them
+    there); ``total`` defaults to the highest layer index named in the map, plus one."""
+    if total is None:
+        idx = [int(k.split(".")[2]) for k in device_map if k.startswith("model.layers.") and k.count(".") >= 2
+               and k.split(".")[2].isdigit()]
+        total = max(idx) + 1 if idx else 0
+    count = 0
+    for i in range(total):
+        name = f"model.layers.{i}"
+        for key in (name, "model.layers", "model", ""):
+            if key in device_map:
+                count += device_map[key] == device and not isinstance(device_map[key], bool)
+                break
+    return count
 
 
 def predicted_layers_answer() -> tuple[int, int]:
@@ -45,7 +57,7 @@ def predicted_layers_answer() -> tuple[int, int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         plan = plan_device_map(model, PREDICT_BUDGET)
-    return gpu_layers(plan), model.config.num_hidden_layers
+    return gpu_layers(plan, total=model.config.num_hidden_layers), model.config.num_hidden_layers
 
 
 def _layers_answer(**_) -> str:
@@ -244,3 +256,89 @@ def check_budget_gib(budget_gib: Any) -> CheckResult:
     else:
         hint = "too small: part of the model spills to cpu, and bitsandbytes refuses that"
     return report(name, False, wanted, f"{value:.3f} GiB, {side}", hint)
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 4 (capstone): GPU 0's budget after the activation headroom from the dry run
+# --------------------------------------------------------------------------------------------
+
+# Llama-3.1-8B in bf16 on a 16 GiB GPU serving a batch of 8 prompts of 2,048 tokens, cpu for the rest.
+CAPSTONE_CONFIG = "llama-3.1-8b"
+CAPSTONE_GPU_GIB = 16
+CAPSTONE_BATCH = 8
+CAPSTONE_SEQ = 2048
+CAPSTONE_CPU = "30GiB"
+
+
+@functools.lru_cache(maxsize=None)
+def activation_headroom(config: str = CAPSTONE_CONFIG, batch_size: int = CAPSTONE_BATCH,
+                        seq_len: int = CAPSTONE_SEQ) -> int:
+    """Bytes GPU 0 needs beyond the weights and the KV cache during a forward pass: the dry run's peak
+    (``vramlab.vram.dry_run``, a bf16 prefill on the meta device) minus the weights and KV cache live at
+    that peak, i.e. activations + logits + cuBLAS workspace. accelerate's ``infer_auto_device_map``
+    reserves room only for the largest layer it may still have to bring in (accelerate 1.15
+    ``utils/modeling.py``: ``main_devices = [gpus[0], "cpu"]`` and ``current_max_size - max_layer_size``),
+    nothing for activations, so this headroom must come off ``max_memory[0]`` by hand."""
+    from vramlab.vram import dry_run
+
+    trace = dry_run(config, batch_size, seq_len)
+    at_peak = trace.breakdown("peak")
+    return int(trace.peak_bytes - at_peak["weights"] - at_peak["kv_cache"])
+
+
+def capstone_plan(headroom: int | None = None) -> dict:
+    """The real planner's map for GPU 0 = 16 GiB minus ``headroom`` bytes (default: the dry run's)."""
+    from vramlab.dispatch import GiB, plan_device_map
+
+    room = activation_headroom() if headroom is None else headroom
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return plan_device_map(_meta(CAPSTONE_CONFIG, None),
+                               {0: int(CAPSTONE_GPU_GIB * GiB) - int(room), "cpu": CAPSTONE_CPU})
+
+
+def capstone_answer() -> tuple[int, int, int]:
+    """(decoder layers on GPU 0 with the headroom, without it, total decoder layers)."""
+    total = _meta(CAPSTONE_CONFIG, None).config.num_hidden_layers
+    return gpu_layers(capstone_plan(), total=total), gpu_layers(capstone_plan(0), total=total), total
+
+
+def _capstone_text(**_) -> str:
+    from vramlab.dispatch import GiB
+
+    with_room, without, total = capstone_answer()
+    return (f"{with_room} of the {total} decoder layers on GPU 0: max_memory[0] = {CAPSTONE_GPU_GIB} GiB - "
+            f"{activation_headroom() / GiB:.2f} GiB of headroom (dry-run peak minus weights and KV cache); the "
+            f"planner then puts the embedding first and keeps room for lm_head, the largest layer "
+            f"(without the headroom it would plan {without})")
+
+
+@exercise("lab05", 4, _capstone_text)
+def check_capstone_layers(predicted_layers: Any) -> CheckResult:
+    """How many decoder layers the real planner puts on GPU 0 once the activation headroom is taken off
+    the 16 GiB: exact (an integer count from the module sizes)."""
+    name = "capstone: layers on GPU 0 after the headroom"
+    value = as_float(predicted_layers)
+    if predicted_layers is None or value is None:
+        return report(name, False, "a number of decoder layers", f"{predicted_layers!r}",
+                      "store a whole number in `predicted_layers`")
+    with_room, without, total = capstone_answer()
+    got = fmt_number(predicted_layers)
+    if not value.is_integer() or not 0 <= value <= total:
+        return report(name, False, f"a whole number of decoder layers, 0 to {total}", got,
+                      "count whole decoder layers: a layer is never split between devices")
+    if value == with_room:
+        return report(name, True, "", f"{got} decoder layers on GPU 0, as the real planner places them")
+    if value == without or value == total:
+        hint = ("that is the plan for the whole GPU: take the activation headroom (dry-run peak minus weights and "
+                "KV cache) off max_memory[0] first; accelerate keeps no room for activations")
+    elif value > with_room:
+        hint = ("after the headroom, the embedding goes to GPU 0 first, and accelerate keeps room on "
+                "GPU 0 for the largest layer it may still have to bring in (lm_head)")
+    elif value == 0:
+        hint = ("none left: the headroom is the peak minus the weights and the KV cache, not the whole peak")
+    else:
+        hint = ("the headroom counts only what the forward adds (activations, logits, workspace); "
+                "did you also take off the weights or the KV cache, or reserve lm_head twice?")
+    return report(name, False, "a number of decoder layers", f"{got}, {'too many' if value > with_room else 'too few'}",
+                  hint)

@@ -20,7 +20,7 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
                       quantization: str | None = None, device_map: Mapping[str, Any] | None = None,
                       title: str | None = None):
     """A plotly figure: left, each top-level module as a bar coloured by the device it lands on
-    (MiB); right, how full each device is against its budget (% of ``max_memory``).
+    (MiB); right, how full each device is against its budget (% of ``max_memory``, one row per device).
 
     ``device_map`` defaults to :func:`plan_device_map`'s answer for the same inputs.
     """
@@ -38,10 +38,11 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
     def colour(dev: Any) -> str:
         return palette[dev % len(palette)] if isinstance(dev, int) else colours.get(dev, "#7f7f7f")
 
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.12,
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.13,
                         subplot_titles=("where each module lands", "how full each device is"))
+    order = list(dmap)   # loading order, as the planner placed them
     for dev in devices:
-        names = [n for n, d in dmap.items() if d == dev]
+        names = [n for n in order if dmap[n] == dev]
         if names:
             fig.add_trace(go.Bar(x=names, y=[sizes.get(n, 0) / MiB for n in names], name=device_label(dev),
                                  marker_color=colour(dev), legendgroup=str(dev)), row=1, col=1)
@@ -49,17 +50,28 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
     for n, d in dmap.items():
         used[d] = used.get(d, 0) + sizes.get(n, 0)
     fill = [100 * used[d] / budget[d] if budget.get(d) else 0.0 for d in devices]
-    fig.add_trace(go.Bar(x=[device_label(d) for d in devices], y=fill, showlegend=False,
+
+    def amount(b: float) -> str:
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / MiB:,.0f} MiB"
+
+    # horizontal bars: one row per device, so eight GPUs keep a readable label each (vertical bars with
+    # "outside" text shrank the labels to a few pixels)
+    fig.add_trace(go.Bar(y=[device_label(d) for d in devices], x=fill, orientation="h", showlegend=False,
                          marker_color=[colour(d) for d in devices],
-                         text=[f"{used[d] / MiB:,.0f} / {budget.get(d, 0) / MiB:,.0f} MiB" for d in devices],
-                         textposition="outside"), row=1, col=2)
+                         text=[f"{amount(used[d])} / {amount(budget.get(d, 0))}" for d in devices],
+                         textposition="outside", cliponaxis=False, textfont=dict(size=11)), row=1, col=2)
     fig.update_yaxes(title_text="module size (MiB)", row=1, col=1)
-    fig.update_yaxes(title_text="used / max_memory (%)", range=[0, max(110.0, max(fill, default=0) * 1.15)],
-                     row=1, col=2)
-    fig.update_xaxes(title_text="module (in loading order)", tickangle=-60, row=1, col=1)
-    fig.update_xaxes(title_text="device", row=1, col=2)
-    fig.update_layout(title=title or f"device_map='auto' plan ({quantization or dtype})", height=430,
-                      width=950, bargap=0.15, legend_title_text="device", margin=dict(t=70, b=120))
+    top = max(100.0, max(fill, default=0))   # room to the right for the "used / budget" labels
+    fig.update_xaxes(title_text="used / max_memory (%)", range=[0, top * 1.9], tickmode="array",
+                     tickvals=[v for v in (0, 25, 50, 75, 100, 150, 200, 300, 500) if v <= top], row=1, col=2)
+    fig.update_yaxes(title_text="device", autorange="reversed", row=1, col=2)
+    # every module gets its own tick label (plotly thins crowded category ticks, which left the last bar,
+    # lm_head, unlabelled); "model." is dropped to keep them short
+    fig.update_xaxes(title_text="module (in loading order)", tickangle=-60, categoryorder="array",
+                     categoryarray=order, tickmode="array", tickvals=order,
+                     ticktext=[n.removeprefix("model.") for n in order], tickfont=dict(size=9), row=1, col=1)
+    fig.update_layout(title=title or f"device_map='auto' plan ({quantization or dtype})", height=450,
+                      width=980, bargap=0.15, legend_title_text="device", margin=dict(t=70, b=130))
     return fig
 
 

@@ -7,6 +7,8 @@ disk the overflow).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any, Mapping
 
 from vramlab.dispatch.figure import device_label
@@ -23,6 +25,42 @@ TRIGGER_BUDGET = {0: "150MB", "cpu": "1GB"}
 FIT_BUDGET = {0: "400MB", "cpu": "1GB"}
 DISPATCH_ERROR_START = "Some modules are dispatched on the CPU or the disk"
 OFFLOAD_PREFIX = "vramlab-offload-"   # temporary offload folders (see load_quantized)
+
+# Two library log lines that a load which works prints, hidden by exact start (nothing else is hidden):
+# - transformers 5.24 integrations/bitsandbytes.py ``replace_with_bnb_linear`` logs "You are loading your model
+#   using eetq but no linear modules were found" when no Linear was replaced (every module on cpu/disk under a
+#   custom map with llm_int8_enable_fp32_cpu_offload=True); "eetq" is a copy-paste slip in that bitsandbytes path.
+# - accelerate 1.15 big_modeling.py ``dispatch_model`` logs "Some parameters are on the meta device because they
+#   were offloaded to the ..." whenever the map holds "cpu"/"disk": offloaded weights live on the meta device
+#   between forwards and are copied to the execution device by the hooks, by design.
+QUIET_LOG_LINES = {
+    "transformers.integrations.bitsandbytes": "You are loading your model using eetq but no linear modules",
+    "accelerate.big_modeling": "Some parameters are on the meta device because they were offloaded",
+}
+
+
+class _DropStart(logging.Filter):
+    def __init__(self, start: str):
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.start)
+
+
+@contextlib.contextmanager
+def _quiet_known_lines():
+    """Drop only the log lines in :data:`QUIET_LOG_LINES`, only while loading."""
+    added = []
+    for name, start in QUIET_LOG_LINES.items():
+        f = _DropStart(start)
+        logging.getLogger(name).addFilter(f)
+        added.append((name, f))
+    try:
+        yield
+    finally:
+        for name, f in added:
+            logging.getLogger(name).removeFilter(f)
 
 
 def cpu_analogue(max_memory: Mapping[Any, Any]) -> dict:
@@ -69,7 +107,7 @@ def load_quantized(quantization: str = "8bit", max_memory: Mapping[Any, Any] | N
     if "disk" in values or (max_memory is not None and "disk" in kwargs["max_memory"]):
         folder = kwargs["offload_folder"] = tempfile.mkdtemp(prefix=OFFLOAD_PREFIX)
     try:
-        with _quiet_device_check():
+        with _quiet_device_check(), _quiet_known_lines():
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except BaseException:
         if folder is not None:
@@ -165,6 +203,6 @@ def describe_loaded(model) -> dict:
             "footprint_bytes": int(model.get_memory_footprint())}
 
 
-__all__ = ["TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "OFFLOAD_PREFIX", "cpu_analogue",
+__all__ = ["QUIET_LOG_LINES", "TRIGGER_BUDGET", "FIT_BUDGET", "DISPATCH_ERROR_START", "OFFLOAD_PREFIX", "cpu_analogue",
            "load_quantized", "trigger_dispatch_error", "fix_budget", "offload_map", "fix_offload", "fix_smaller",
            "describe_loaded"]

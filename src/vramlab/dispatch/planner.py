@@ -466,35 +466,42 @@ def plan_with_buffer(model, max_memory: Mapping[Any, Any], formula: str = "fixed
 # estimate-memory table
 # --------------------------------------------------------------------------------------------
 
-ESTIMATE_DTYPES = ("float32", "bfloat16", "int8", "int4")
+ESTIMATE_DTYPES = ("float32", "float16", "int8", "int4")   # accelerate estimate-memory's --dtypes default
 
 
 def estimate_memory(config: Any) -> list[dict]:
-    """``accelerate estimate-memory``'s table for one config, offline, plus what bitsandbytes loads.
+    """``accelerate estimate-memory``'s table for one config, offline, plus what transformers loads.
 
-    One row per dtype (float32, bfloat16, int8, int4), bytes:
-    ``largest_layer`` / ``total``: accelerate 1.15.0 ``commands/estimate.py::gather_data`` arithmetic
-    (``calculate_maximum_sizes`` on a float32 meta model, then /2 for 16-bit, /4 for int8, /8 for
-    int4: every parameter shrinks); ``training_adam``: its ``estimate_training_usage`` peak for a
-    batch of 1 (None for int8/int4, where accelerate prints "N/A"); ``loaded``: the bytes
-    transformers counts when it plans the load (:func:`module_sizes`; with bitsandbytes only
-    ``nn.Linear`` weights shrink, embeddings, norms, ``lm_head`` and 3-D MoE expert tensors keep
-    bf16). accelerate's CLI only offers ``float16``; its bfloat16 row here uses the same /2.
+    One row per dtype (float32, float16, int8, int4), bytes. The CLI's numbers, read in accelerate 1.15.0
+    ``commands/estimate.py``: ``create_empty_model`` builds ``AutoModel.from_config(config, torch_dtype=float32)``
+    under ``init_empty_weights`` (the base model: no ``lm_head``; an ``AutoModelFor*`` class only when the
+    repo's config has an ``auto_map``, which none of the bundled configs has); ``gather_data`` takes
+    ``calculate_maximum_sizes`` of it and divides by 2 (float16), 4 (int8), 8 (int4), as if *every*
+    parameter shrank; ``estimate_command`` prints ``max(estimate_training_usage(...).values())``, the
+    largest single entry (model, gradients, optimizer or step), not their sum, and "N/A" for int8/int4.
+    Keys: ``largest_layer``, ``total``, ``training_adam`` (None for N/A) -- the CLI; ``loaded``: the
+    causal LM (with ``lm_head``) as transformers plans its load (:func:`module_sizes`: float32 for the
+    float32 row, bf16 for float16, bitsandbytes 8/4-bit for int8/int4, where only ``nn.Linear`` weights
+    shrink). The CLI prints with ``convert_bytes`` (divides by 1024, labels "GB"): its "GB" are GiB.
     """
+    import torch
+    from accelerate import init_empty_weights
     from accelerate.commands.estimate import estimate_training_usage
     from accelerate.utils import calculate_maximum_sizes
+    from transformers import AutoModel
 
-    model = empty_model(config, dtype="float32")
-    total, (largest, _names) = calculate_maximum_sizes(model)
-    name = _pretrained_config(config).to_dict().get("_name_or_path") or ""
+    pconfig = _pretrained_config(config)
+    with init_empty_weights(), torch.device("meta"):
+        base = AutoModel.from_config(pconfig, dtype=torch.float32)
+    total, (largest, _names) = calculate_maximum_sizes(base)
     from vramlab.serving.kvcache import load_config
 
+    name = pconfig.to_dict().get("_name_or_path") or ""
     label = load_config(config).get("_name", name) if not hasattr(config, "to_dict") else (name or "custom")
     rows = []
     for dtype in ESTIMATE_DTYPES:
-        div = {"float32": 1, "bfloat16": 2, "int8": 4, "int4": 8}[dtype]
-        train = estimate_training_usage(total, "float16" if dtype == "bfloat16" else dtype)
-        peak = max(train.values())
+        div = {"float32": 1, "float16": 2, "int8": 4, "int4": 8}[dtype]
+        peak = max(estimate_training_usage(total, dtype).values())   # on the float32 total, as gather_data does
         loaded = module_sizes(config, dtype="float32" if dtype == "float32" else "bfloat16",
                               quantization={"int8": "8bit", "int4": "4bit"}.get(dtype))[""]
         rows.append({"model": label, "dtype": dtype, "largest_layer": int(largest // div),
@@ -514,19 +521,81 @@ def estimate_table(configs: list[Any] | None = None) -> list[dict]:
 
 
 def format_estimate_table(rows: list[dict]) -> str:
-    """The rows as a fixed-width text table in GiB."""
-    head = f"{'model':<18} {'dtype':<9} {'largest layer':>13} {'total':>9} {'as loaded':>10} {'train (Adam)':>12}"
+    """The rows as a fixed-width text table in GiB: the CLI's three columns, then the causal LM as loaded."""
+    head = (f"{'model':<18} {'dtype':<8} | {'largest layer':>13} {'total':>7} {'train (Adam)':>12} | "
+            f"{'causal LM as loaded':>19}")
     lines = [head, "-" * len(head)]
     for r in rows:
         train = "N/A" if r["training_adam"] is None else f"{r['training_adam'] / GiB:.2f}"
-        lines.append(f"{r['model']:<18} {r['dtype']:<9} {r['largest_layer'] / GiB:>13.3f} {r['total'] / GiB:>9.2f} "
-                     f"{r['loaded'] / GiB:>10.2f} {train:>12}")
-    return "\n".join(lines) + "\n(GiB; 'total' and 'train' use accelerate estimate-memory's arithmetic, " \
-                              "'as loaded' the bytes transformers plans for bitsandbytes)"
+        lines.append(f"{r['model']:<18} {r['dtype']:<8} | {r['largest_layer'] / GiB:>13.2f} {r['total'] / GiB:>7.2f} "
+                     f"{train:>12} | {r['loaded'] / GiB:>19.2f}")
+    return "\n".join(lines) + ("\n(GiB. Left of the second bar: what `accelerate estimate-memory` prints (AutoModel, "
+                               "no lm_head; its 'GB' are GiB). Right: AutoModelForCausalLM as transformers plans "
+                               "it (bitsandbytes for int8/int4; float16 row: bf16).)")
+
+
+# --------------------------------------------------------------------------------------------
+# what the planner does not count, and what it uses when you give no max_memory
+# --------------------------------------------------------------------------------------------
+
+# bitsandbytes 0.50.2 stores one float32 absmax per block of 64 weights of a 4-bit layer
+# (bitsandbytes/nn/modules.py Params4bit, blocksize=64 by default; transformers' BitsAndBytesConfig
+# passes no other blocksize). transformers 5.24 plans 4-bit weights at 0.5 byte per element
+# (quantizer_bnb_4bit.py quantized_element_size) and get_memory_footprint sums parameters and
+# buffers: neither counts the absmax, which lives in ``weight.quant_state``.
+ABSMAX_BLOCK = 64
+ABSMAX_BYTES = 4
+
+
+def absmax_bytes(config_or_model: Any, dtype: Any = "bfloat16") -> int:
+    """Bytes of the float32 ``absmax`` scales of a 4-bit bitsandbytes model (one per 64 weights of
+    every quantized Linear), which neither the planner nor ``get_memory_footprint`` counts."""
+    model = _as_model(config_or_model, dtype, "4bit")
+    quantizer = model._vramlab_quantizer
+    n = sum(p.numel() for name, p in model.named_parameters()
+            if quantizer.param_needs_quantization(model, name))
+    # a 4-bit Params4bit on meta reports its unpacked shape; numel() counts weights, not bytes
+    return int(math.ceil(n / ABSMAX_BLOCK) * ABSMAX_BYTES)
+
+
+def default_max_memory(model, free_gpu_bytes: int, free_cpu_bytes: int, strategy: str = "auto") -> dict:
+    """The budgets ``from_pretrained(..., device_map=strategy)`` plans with when you pass **no**
+    ``max_memory``, on a machine with one GPU of ``free_gpu_bytes`` free and ``free_cpu_bytes`` of
+    available RAM, bytes. Runs transformers 5.24's own ``get_max_memory`` / ``get_balanced_memory``
+    (``integrations/accelerate.py``) with accelerate's ``get_max_memory`` (which would read
+    ``torch.cuda.mem_get_info`` and ``psutil``) answering the given sizes, then the quantizer's
+    ``adjust_max_memory``: cpu x 0.90 (transformers' ``get_max_memory``), GPU x 0.90 for a single GPU
+    when not "sequential" (``get_balanced_memory``), then x 0.90 again for bitsandbytes."""
+    from unittest import mock
+
+    import transformers.integrations.accelerate as hf_acc
+
+    if strategy not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise ValueError(f"`strategy` {strategy!r} is not one of 'auto', 'balanced', 'balanced_low_0', 'sequential'.")
+    for key, value in (("free_gpu_bytes", free_gpu_bytes), ("free_cpu_bytes", free_cpu_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"`{key}` must be a number of bytes >= 0, got {value!r}.")
+
+    def fake(max_memory=None):
+        assert max_memory is None
+        return {0: int(free_gpu_bytes), "cpu": int(free_cpu_bytes)}
+
+    quantizer = getattr(model, "_vramlab_quantizer", None)
+    with mock.patch.object(hf_acc, "accelerate_max_memory", fake), _quiet_device_check():
+        if strategy == "sequential":
+            inferred = hf_acc.get_max_memory(None)
+        else:
+            inferred = hf_acc.get_balanced_memory(model, max_memory=None,
+                                                  no_split_module_classes=model._no_split_modules,
+                                                  hf_quantizer=quantizer, low_zero=(strategy == "balanced_low_0"))
+    if quantizer is not None:
+        inferred = quantizer.adjust_max_memory(inferred)
+    return {k: int(v) for k, v in inferred.items()}
 
 
 __all__ = ["GiB", "MiB", "QUANTIZATIONS", "QUANT_ELEMENT_SIZE", "BNB_MAX_MEMORY_FACTOR", "parse_max_memory",
            "empty_model", "bnb_config", "make_quantizer", "special_dtypes", "module_sizes",
            "planned_max_memory", "plan_device_map", "transformers_device_map", "spills", "device_usage",
            "old_buffer", "fixed_buffer", "buffer_inputs", "balanced_budget", "plan_with_buffer",
-           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table", "SIZING_KEYS"]
+           "ESTIMATE_DTYPES", "estimate_memory", "estimate_table", "format_estimate_table", "SIZING_KEYS",
+           "ABSMAX_BLOCK", "absmax_bytes", "default_max_memory"]
