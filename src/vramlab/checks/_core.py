@@ -286,6 +286,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     if revealing is not None:
         entry, context = revealing
         result.revealed = True
+        result.details["revealed"] = True   # what the workshop's progress record reads
         result.answer = answer_text(entry.check, **context)
         _REVEALING.set(None)   # one verdict per check call reveals
     print(printed(result.message))
