@@ -186,7 +186,7 @@ def test_clean_cell_moves_markers_to_metadata_and_the_nbval_tag():
     labs.clean_cell(cell)
     assert not _marker_lines(cell.source) and "return a * 2" in cell.source
     assert cell.metadata["tags"] == [labs.CHECK_OUTPUT_TAG]
-    assert labs.marked_source(cell) == MARKED
+    assert labs.marked_source(cell) == MARKED.replace("# NBVAL_CHECK_OUTPUT\n", "")   # the tag stays a tag
     before = dict(cell.metadata), cell.source
     labs.clean_cell(cell)                                     # idempotent
     assert (dict(cell.metadata), cell.source) == before
@@ -205,7 +205,12 @@ def test_an_edited_clean_cell_is_refused_in_one_sentence():
         labs.make_lab(nbformat.v4.new_notebook(cells=[cell]))
     cell.source = MARKED.replace("return a * 2", "b = a\n    return b * 2")   # the author put markers back: they win
     labs.clean_cell(cell)
-    assert labs.marked_source(cell) == MARKED.replace("return a * 2", "b = a\n    return b * 2")
+    assert labs.marked_source(cell) == MARKED.replace("return a * 2", "b = a\n    return b * 2").replace(
+        "# NBVAL_CHECK_OUTPUT\n", "")
+    checked = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(1)")   # a tag only: edit it freely
+    labs.clean_cell(checked)
+    checked.source = "print(2)"
+    assert labs.marked_source(checked) == "print(2)" and labs.META_KEY not in checked.metadata
 
 
 @pytest.mark.parametrize("line,fallback", [
@@ -246,8 +251,22 @@ def test_build_on_markers_equals_build_on_metadata_and_is_idempotent(tmp_path):
     """The repository's notebooks, with their markers as comments and as metadata, give the same labs;
     a second build changes nothing; the cleaned notebooks show no marker text; unmark restores them."""
     a, b = _tmp_repo(tmp_path, "a"), _tmp_repo(tmp_path, "b")
-    for path in (b / "notebooks").glob("*.ipynb"):     # b: markers shown as comments (as an author edits)
+    labs.build(b, verbose=False)
+    for path in (b / "notebooks").glob("*.ipynb"):     # b: cleaned, then the markers shown again (as an author edits)
         labs.unmark(path)
+        original = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        shown = nbformat.read(path, as_version=4)
+        assert [c.source for c in shown.cells if c.cell_type == "code"] == \
+            [labs.marked_source(c) for c in original.cells if c.cell_type == "code"], path.name
+        cleaned_nb = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        labs.clean_notebook(cleaned_nb)
+        with_markers = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        for cell in with_markers.cells:
+            if cell.cell_type == "code":
+                labs.unmark_cell(cell)
+            elif cell.cell_type == "markdown":
+                cell.source = labs.text_fallback(cell.source)
+        assert labs._dumps(labs.make_lab(with_markers, "x")) == labs._dumps(labs.make_lab(cleaned_nb, "x")), path.name
     labs.build(a, verbose=False)
     cleaned = {p.name: p.read_text() for p in (a / "notebooks").glob("*.ipynb")}
     assert labs.build(a, check=True, verbose=False) == []

@@ -7,7 +7,8 @@ cleared (saved widget state too); ``# NBVAL_CHECK_OUTPUT`` markers are dropped (
 
 The complete lessons in ``notebooks/`` are for reading too, so ``build`` also cleans them: the marker comment
 lines move into the cell's metadata (``metadata.vramlab.markers``: ``[line, text]`` pairs, put back exactly by
-:func:`marked_source`), ``# NBVAL_CHECK_OUTPUT`` becomes nbval's own cell tag ``nbval-check-output``, and a
+:func:`marked_source`; ``sha1``: the cleaned cell's checksum, so an edit of it is refused rather than
+mis-marked), ``# NBVAL_CHECK_OUTPUT`` becomes nbval's own cell tag ``nbval-check-output``, and a
 difficulty line ``🔴🔴⚪ difficulty · 🔵🔵⚪ importance`` gets a text fallback (``difficulty 2/3``) for screens
 without an emoji font. A notebook may still use marker comments (an author editing an exercise: ``python -m
 vramlab.labs unmark NOTEBOOK`` puts them back); ``build`` converts them again. Labs come out the same either way.
@@ -236,22 +237,26 @@ def join_markers(clean: str, markers: list) -> str:
 
 
 def _has_source_markers(source: str) -> bool:
-    inside = False
-    for line in source.split("\n"):
-        if _is_marker(line, inside):
-            return True
-    return False
+    """True when the source itself holds a solution block (``# BEGIN SOLUTION`` / ``# END SOLUTION``)."""
+    return any(line.strip() in (BEGIN, END) for line in source.split("\n"))
+
+
+def _without_check_marker(source: str) -> tuple[str, bool]:
+    lines = source.split("\n")
+    kept = [ln for ln in lines if ln.strip() != CHECK_OUTPUT_MARKER]
+    return "\n".join(kept), len(kept) != len(lines)
 
 
 def marked_source(cell, where: str = "cell") -> str:
-    """A code cell's source with its marker comments, from the source (an author's markers win) or the
-    markers ``build`` stored in ``metadata.vramlab`` (a cell edited since then is refused in one sentence)."""
+    """A code cell's source with its solution markers, from the source (an author's markers win) or the
+    markers ``build`` stored in ``metadata.vramlab`` (a cell edited since then is refused in one sentence).
+    The ``nbval-check-output`` tag stays a tag (a lab drops both the tag and the comment)."""
     stored = (cell.get("metadata") or {}).get(META_KEY) or {}
     markers = stored.get("markers") if isinstance(stored, dict) else None
     source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
     if not markers or _has_source_markers(source):
         return source
-    if stored.get("sha1") not in (None, _sha1(source)):
+    if stored.get("sha1") not in (None, _sha1(_without_check_marker(source)[0])):
         raise LabBuildError(
             f"{where} was edited after build moved its solution markers into the cell's metadata: undo the edit, "
             f"run `python -m vramlab.labs unmark NOTEBOOK` to show the markers, edit, then build again.")
@@ -270,12 +275,12 @@ def _drop_build_metadata(cell, tag: bool = True) -> None:
 
 
 def clean_cell(cell, where: str = "cell") -> None:
-    """Move a code cell's marker comments into its metadata (``# NBVAL_CHECK_OUTPUT`` -> the nbval tag).
-    Idempotent; a cell without markers keeps its source and loses any stale stored markers."""
-    marked = marked_source(cell, where)
+    """Move a code cell's solution markers into its metadata and ``# NBVAL_CHECK_OUTPUT`` into the nbval tag.
+    Idempotent; a cell without markers keeps its source; a tag the author set stays."""
+    marked, had_check = _without_check_marker(marked_source(cell, where))
     clean, markers = split_markers(marked, where)
-    _drop_build_metadata(cell, tag=False)   # a tag the author set stays
-    if any(text.strip() == CHECK_OUTPUT_MARKER for _, text in markers):
+    _drop_build_metadata(cell, tag=False)
+    if had_check:
         tags = cell.metadata.get("tags") or []
         cell.metadata["tags"] = [*tags, CHECK_OUTPUT_TAG] if CHECK_OUTPUT_TAG not in tags else tags
     if markers:
@@ -284,14 +289,19 @@ def clean_cell(cell, where: str = "cell") -> None:
 
 
 def unmark_cell(cell, where: str = "cell") -> None:
-    """Put a cleaned cell's markers back into its source (for editing an exercise); ``build`` cleans it again."""
+    """Put a cleaned cell's markers back into its source (for editing an exercise); ``build`` cleans it again.
+    The ``nbval-check-output`` tag becomes the ``# NBVAL_CHECK_OUTPUT`` first line again."""
     stored = (cell.metadata.get(META_KEY) or {})
-    if stored.get("markers") and stored.get("sha1") not in (None, _sha1(cell.source)) \
+    if stored.get("markers") and stored.get("sha1") not in (None, _sha1(_without_check_marker(cell.source)[0])) \
             and not _has_source_markers(cell.source):
         print(f"warning: {where} was edited after build: check where its markers landed", file=sys.stderr)
         cell.metadata[META_KEY] = dict(stored, sha1=None)
-    cell.source = marked_source(cell, where)
-    _drop_build_metadata(cell, tag=CHECK_OUTPUT_MARKER in cell.source.split("\n"))
+    source = marked_source(cell, where)
+    tagged = CHECK_OUTPUT_TAG in (cell.metadata.get("tags") or [])
+    if tagged and CHECK_OUTPUT_MARKER not in (ln.strip() for ln in source.split("\n")):
+        source = CHECK_OUTPUT_MARKER + "\n" + source
+    cell.source = source
+    _drop_build_metadata(cell, tag=tagged)
 
 
 _LEVEL = re.compile(r"((?:🔴|⚪){1,5}) difficulty(?! \d/\d)|((?:🔵|⚪){1,5}) importance(?! \d/\d)")
