@@ -427,6 +427,20 @@ def test_printed_check_lines_break_at_spaces_in_a_kernel(monkeypatch, capsys):
     assert word in capsys.readouterr().out
 
 
+def test_a_fail_line_keeps_expected_and_got_on_its_first_line():
+    """The browser smoke test (tests/browser/smoke_jupyterlab.mjs) reads "expected ... got" on the FAIL line."""
+    from vramlab.checks._core import wrap_check_line
+
+    line = ("FAIL a start-up config for llama-3.1-8b on one L4 at 65,536 tokens: expected your answer in place of "
+            "the stub; got None. Hint: this exercise is not done yet: replace the stub with your code, then run it")
+    wrapped = wrap_check_line(line, 100).split("\n")
+    assert wrapped[0].endswith("; got") or "; got " in wrapped[0], wrapped
+    assert "expected" in wrapped[0] and all(len(ln) <= 100 for ln in wrapped[1:])
+    assert " ".join(ln.strip() for ln in wrapped) == line
+    short = "PASS x: " + "word " * 40
+    assert all(len(ln) <= 100 for ln in wrap_check_line(short.strip(), 100).split("\n"))
+
+
 def test_printed_check_lines_stay_one_line_outside_a_kernel_unless_asked(monkeypatch, capsys):
     from vramlab.checks import _core
 
@@ -436,7 +450,8 @@ def test_printed_check_lines_stay_one_line_outside_a_kernel_unless_asked(monkeyp
     assert capsys.readouterr().out == result.message + "\n"
     monkeypatch.setenv(_core.WRAP_ENV, "60")
     report("a long demo check name", False, *LONG_FAIL)
-    assert max(len(ln) for ln in capsys.readouterr().out.splitlines()) <= 60
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; got 12") and max(len(ln) for ln in lines[1:]) <= 60, lines   # "got" stays on line 1
     monkeypatch.setenv(_core.WRAP_ENV, "0")
     monkeypatch.setattr(_core, "_in_kernel", lambda: True)
     capsys.readouterr()

@@ -113,13 +113,26 @@ WRAP_ENV = "VRAMLAB_CHECK_WIDTH"   # columns for printed check lines; 0 = never 
 
 def wrap_check_line(line: str, width: int = WRAP_WIDTH) -> str:
     """One printed line broken at spaces into lines of at most ``width`` characters (a word longer than
-    that stays whole), the continuation lines indented by four spaces."""
+    that stays whole), the continuation lines indented by four spaces. A ``FAIL`` line keeps its
+    "expected ...; got" on the first line, however long (tests/browser/smoke_jupyterlab.mjs reads it there)."""
     import textwrap
 
     if width <= 0 or len(line) <= width:
         return line
-    return "\n".join(textwrap.wrap(line, width=width, subsequent_indent=WRAP_INDENT, break_long_words=False,
-                                   break_on_hyphens=False, replace_whitespace=False)) or line
+    first_width = width
+    if line.startswith(FAIL_MARK + " ") and "; got " in line:
+        start = line.index("; got ") + len("; got ")
+        end = line.find(" ", start)                     # and the first word of what it got
+        first_width = max(width, end if end > 0 else len(line))
+    options = dict(break_long_words=False, break_on_hyphens=False, replace_whitespace=False, expand_tabs=False)
+    first = (textwrap.wrap(line, width=first_width, **options) or [line])[0]
+    if not line.startswith(first):
+        return line
+    rest = line[len(first):].strip()
+    if not rest:
+        return first
+    return "\n".join([first, *textwrap.wrap(rest, width=width, initial_indent=WRAP_INDENT,
+                                             subsequent_indent=WRAP_INDENT, **options)])
 
 
 def _in_kernel() -> bool:
