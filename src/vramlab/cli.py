@@ -9,6 +9,7 @@
                                       every allocation of a forward, computed on the meta device (no GPU)
     vramlab progress DIR [--stuck-min N] [--html F]  workshop board: learners x exercises
     vramlab workshop serve --learners N              JupyterHub room for N learners (docs/workshop.md)
+    vramlab selftest [--labs 00 03 ...]              a quick run of every lab on this machine (exit 1 + the fix)
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ def _progress(args) -> int:
     return progress.progress_main(args.dir, stuck_min=args.stuck_min, html=args.html)
 
 
+def _selftest(args) -> int:
+    from vramlab import selftest
+
+    return selftest.selftest_main(args.labs)
+
+
 def _workshop(args) -> int:
     from vramlab.workshop import room as workshop
 
@@ -149,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mark a learner stuck after N minutes without a pass (default 10)")
     p.add_argument("--html", default=None, metavar="FILE", help="also write an offline plotly heatmap here")
     p.set_defaults(func=_progress)
+    p = sub.add_parser("selftest", help="a quick run of every lab on this machine, one PASS/FAIL line each")
+    p.add_argument("--labs", nargs="+", default=None, metavar="NN", help="only these labs (00-07; default all)")
+    p.set_defaults(func=_selftest)
     p = sub.add_parser("workshop", help="serve the labs to a room of learners with JupyterHub")
     ws = p.add_subparsers(dest="workshop_command", required=True)
     s = ws.add_parser("serve", help="install what is missing, fetch the model once, start JupyterHub")

@@ -4,8 +4,17 @@
 the code between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` becomes the ``# STUB: ...`` lines of
 the block (un-commented) or ``raise NotImplementedError("Exercise N (title): not done yet ...")``; outputs and execution counts are
 cleared (saved widget state too); ``# NBVAL_CHECK_OUTPUT`` markers are dropped (a lab has no stored outputs to compare).
-``--check`` writes nothing and fails when a lab or a notebook's setup cell is stale.
+
+The complete lessons in ``notebooks/`` are for reading too, so ``build`` also cleans them: the marker comment
+lines move into the cell's metadata (``metadata.vramlab.markers``: ``[line, text]`` pairs, put back exactly by
+:func:`marked_source`; ``sha1``: the cleaned cell's checksum, so an edit of it is refused rather than
+mis-marked), ``# NBVAL_CHECK_OUTPUT`` becomes nbval's own cell tag ``nbval-check-output``, and a
+difficulty line ``🔴🔴⚪ difficulty · 🔵🔵⚪ importance`` gets a text fallback (``difficulty 2/3``) for screens
+without an emoji font. A notebook may still use marker comments (an author editing an exercise: ``python -m
+vramlab.labs unmark NOTEBOOK`` puts them back); ``build`` converts them again. Labs come out the same either way.
+``--check`` writes nothing and fails when a lab or a notebook (setup cell, markers, fallbacks) is stale.
 ``python -m vramlab.labs execute NOTEBOOK...`` runs notebooks in place and saves their outputs.
+``python -m vramlab.labs words [NOTEBOOK...]`` counts each notebook's main-path words.
 """
 
 from __future__ import annotations
@@ -59,6 +68,8 @@ STUB_PREFIX = "# STUB:"
 DEFAULT_STUB = 'raise NotImplementedError({message})'
 EXERCISE_HEADER = re.compile(r"^#+\s*Exercise\s+([\w.]+)\s*(?:[-—:]+\s*(.+?))?\s*$", re.M)
 CHECK_OUTPUT_MARKER = "# NBVAL_CHECK_OUTPUT"
+CHECK_OUTPUT_TAG = "nbval-check-output"   # nbval 0.11's cell tag for the same (nbval/plugin.py, metadata_tags)
+META_KEY = "vramlab"                      # cell metadata: {"markers": [[line, text], ...], "sha1": <clean source>}
 
 
 class LabBuildError(ValueError):
@@ -172,9 +183,11 @@ def make_lab(nb, where: str = "notebook"):
             continue
         if cell.cell_type != "code":
             continue
-        if BEGIN in cell.source:
+        source = marked_source(cell, f"{where}, cell {index}")
+        _drop_build_metadata(cell)
+        if BEGIN in source:
             blocks += 1
-        cell.source = _drop_check_marker(strip_solutions(cell.source, f"{where}, cell {index}",
+        cell.source = _drop_check_marker(strip_solutions(source, f"{where}, cell {index}",
                                                          exercise_label(header, blocks)))
         cell.outputs = []
         cell.execution_count = None
@@ -182,6 +195,179 @@ def make_lab(nb, where: str = "notebook"):
     lab.metadata.pop("widgets", None)  # saved widget state belongs to the executed notebook
     lab.metadata.setdefault("vramlab", {})["generated_from"] = where
     return lab
+
+
+# --------------------------------------------------------------------------- clean complete lessons
+def _is_marker(line: str, inside: bool) -> bool:
+    text = line.strip()
+    return (text in (BEGIN, END, CHECK_OUTPUT_MARKER)
+            or (inside and text.startswith(STUB_PREFIX)))
+
+
+def _sha1(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def split_markers(source: str, where: str = "cell") -> tuple[str, list[list]]:
+    """``(clean source, markers)``: the source without its marker comment lines (``# BEGIN SOLUTION``,
+    ``# END SOLUTION``, ``# STUB: ...`` inside a block, ``# NBVAL_CHECK_OUTPUT``), and those lines as
+    ``[line index in the marked source, text]`` pairs. Malformed markers raise :class:`LabBuildError`."""
+    strip_solutions(source, where)   # the same errors as the lab build, before anything moves
+    kept, markers, inside = [], [], False
+    for number, line in enumerate(source.split("\n")):
+        if _is_marker(line, inside):
+            markers.append([number, line])
+            if line.strip() in (BEGIN, END):
+                inside = line.strip() == BEGIN
+        else:
+            kept.append(line)
+    return "\n".join(kept), markers
+
+
+def join_markers(clean: str, markers: list) -> str:
+    """The inverse of :func:`split_markers`: put each ``[line, text]`` back at its line."""
+    lines = clean.split("\n")
+    for number, text in sorted(markers, key=lambda m: m[0]):
+        if not isinstance(number, int) or not isinstance(text, str) or not 0 <= number <= len(lines):
+            raise LabBuildError(f"stored marker {[number, text]!r} does not fit this cell's {len(lines)} lines.")
+        lines.insert(number, text)
+    return "\n".join(lines)
+
+
+def _has_source_markers(source: str) -> bool:
+    """True when the source itself holds a solution block (``# BEGIN SOLUTION`` / ``# END SOLUTION``)."""
+    return any(line.strip() in (BEGIN, END) for line in source.split("\n"))
+
+
+def _without_check_marker(source: str) -> tuple[str, bool]:
+    lines = source.split("\n")
+    kept = [ln for ln in lines if ln.strip() != CHECK_OUTPUT_MARKER]
+    return "\n".join(kept), len(kept) != len(lines)
+
+
+def marked_source(cell, where: str = "cell") -> str:
+    """A code cell's source with its solution markers, from the source (an author's markers win) or the
+    markers ``build`` stored in ``metadata.vramlab`` (a cell edited since then is refused in one sentence).
+    The ``nbval-check-output`` tag stays a tag (a lab drops both the tag and the comment)."""
+    stored = (cell.get("metadata") or {}).get(META_KEY) or {}
+    markers = stored.get("markers") if isinstance(stored, dict) else None
+    source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+    if not markers or _has_source_markers(source):
+        return source
+    if stored.get("sha1") not in (None, _sha1(_without_check_marker(source)[0])):
+        raise LabBuildError(
+            f"{where} was edited after build moved its solution markers into the cell's metadata: undo the edit, "
+            f"run `python -m vramlab.labs unmark NOTEBOOK` to show the markers, edit, then build again.")
+    return join_markers(source, markers)
+
+
+def _drop_build_metadata(cell, tag: bool = True) -> None:
+    cell.metadata.pop(META_KEY, None)
+    tags = cell.metadata.get("tags")
+    if tag and isinstance(tags, list) and CHECK_OUTPUT_TAG in tags:
+        tags = [t for t in tags if t != CHECK_OUTPUT_TAG]
+        if tags:
+            cell.metadata["tags"] = tags
+        else:
+            cell.metadata.pop("tags")
+
+
+def clean_cell(cell, where: str = "cell") -> None:
+    """Move a code cell's solution markers into its metadata and ``# NBVAL_CHECK_OUTPUT`` into the nbval tag.
+    Idempotent; a cell without markers keeps its source; a tag the author set stays."""
+    marked, had_check = _without_check_marker(marked_source(cell, where))
+    clean, markers = split_markers(marked, where)
+    _drop_build_metadata(cell, tag=False)
+    if had_check:
+        tags = cell.metadata.get("tags") or []
+        cell.metadata["tags"] = [*tags, CHECK_OUTPUT_TAG] if CHECK_OUTPUT_TAG not in tags else tags
+    if markers:
+        cell.metadata[META_KEY] = {"markers": markers, "sha1": _sha1(clean)}
+    cell.source = clean
+
+
+def unmark_cell(cell, where: str = "cell") -> None:
+    """Put a cleaned cell's markers back into its source (for editing an exercise); ``build`` cleans it again.
+    The ``nbval-check-output`` tag becomes the ``# NBVAL_CHECK_OUTPUT`` first line again."""
+    stored = (cell.metadata.get(META_KEY) or {})
+    if stored.get("markers") and stored.get("sha1") not in (None, _sha1(_without_check_marker(cell.source)[0])) \
+            and not _has_source_markers(cell.source):
+        print(f"warning: {where} was edited after build: check where its markers landed", file=sys.stderr)
+        cell.metadata[META_KEY] = dict(stored, sha1=None)
+    source = marked_source(cell, where)
+    tagged = CHECK_OUTPUT_TAG in (cell.metadata.get("tags") or [])
+    if tagged and CHECK_OUTPUT_MARKER not in (ln.strip() for ln in source.split("\n")):
+        source = CHECK_OUTPUT_MARKER + "\n" + source
+    cell.source = source
+    _drop_build_metadata(cell, tag=tagged)
+
+
+_LEVEL = re.compile(r"((?:🔴|⚪){1,5}) difficulty(?! \d/\d)|((?:🔵|⚪){1,5}) importance(?! \d/\d)")
+
+
+def text_fallback(markdown: str) -> str:
+    """``🔴🔴⚪ difficulty · 🔵🔵⚪ importance`` -> ``🔴🔴⚪ difficulty 2/3 · 🔵🔵⚪ importance 2/3`` (idempotent),
+    so the line still reads where no emoji font draws the circles."""
+    if "difficulty" not in markdown and "importance" not in markdown:
+        return markdown
+
+    def add(m: re.Match) -> str:
+        circles = m.group(1) or m.group(2)
+        filled = circles.count("🔴") + circles.count("🔵")
+        word = "difficulty" if m.group(1) else "importance"
+        return f"{circles} {word} {filled}/{len(circles)}"
+
+    return _LEVEL.sub(add, markdown)
+
+
+def clean_notebook(nb, where: str = "notebook") -> bool:
+    """Clean a complete lesson in place (markers into metadata, text fallbacks); True when it changed."""
+    before = _dumps(nb)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            clean_cell(cell, f"{where}, cell {index}")
+            rewrap_check_outputs(cell)
+        elif cell.cell_type == "markdown":
+            cell.source = text_fallback(cell.source)
+    return _dumps(nb) != before
+
+
+def rewrap_check_outputs(cell) -> None:
+    """Stored check lines (``PASS``/``FAIL``/``ANSWER``) wrapped as a kernel prints them now
+    (:func:`vramlab.checks._core.wrap_check_line`), so nbval's comparison holds without re-executing."""
+    from vramlab.checks._core import ANSWER_MARK, FAIL_MARK, PASS_MARK, wrap_check_line
+
+    marks = tuple(f"{m} " for m in (PASS_MARK, FAIL_MARK, ANSWER_MARK))
+    for output in cell.get("outputs", []):
+        if output.get("output_type") != "stream" or output.get("name") != "stdout":
+            continue
+        text = output.get("text", "")
+        text = text if isinstance(text, str) else "".join(text)
+        if not any(m in text for m in marks):
+            continue
+        lines = [wrap_check_line(ln) if ln.startswith(marks) else ln for ln in text.split("\n")]
+        output["text"] = "\n".join(lines)
+
+
+def unmark(path: str | Path) -> int:
+    """Put the markers back into every code cell of a notebook file (in place); return how many cells changed."""
+    import nbformat
+
+    path = Path(path)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise FileNotFoundError(f"{path} is not a notebook file: pass one such as notebooks/03_kv_budget_and_oom.ipynb.")
+    nb = nbformat.read(path, as_version=4)
+    changed = 0
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            before = (cell.source, dict(cell.metadata))
+            unmark_cell(cell, f"{path.name}, cell {index}")
+            changed += (cell.source, dict(cell.metadata)) != before
+    path.write_text(_dumps(nb))
+    print(f"{path}: markers shown in {changed} cells; edit, then `python -m vramlab.labs build` hides them again")
+    return changed
 
 
 def _dumps(nb) -> str:
@@ -193,7 +379,8 @@ def _dumps(nb) -> str:
 def build(root: Path | None = None, check: bool = False, verbose: bool = True) -> list[str]:
     """Write (or with ``check`` only compare) every lab; return the list of stale paths.
 
-    Also syncs each notebook's setup cell (in check mode a differing setup cell is stale).
+    Also syncs each notebook's setup cell and cleans it (:func:`clean_notebook`); in check mode a notebook
+    that would change is stale.
     """
     import nbformat
 
@@ -206,8 +393,10 @@ def build(root: Path | None = None, check: bool = False, verbose: bool = True) -
     expected_labs = set()
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
-        if sync_setup_cell(nb):
-            stale.append(str(path.relative_to(root)) + " (setup cell)")
+        setup = sync_setup_cell(nb)
+        cleaned = clean_notebook(nb, f"notebooks/{path.name}")
+        if setup or cleaned:
+            stale.append(str(path.relative_to(root)) + (" (setup cell)" if setup else " (markers, fallbacks)"))
             if not check:
                 path.write_text(_dumps(nb))
         lab_path = labs_dir / path.name
@@ -303,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("execute", help="run notebooks in place and save their outputs")
     e.add_argument("notebooks", nargs="+")
     e.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    u = sub.add_parser("unmark", help="put the solution markers back into notebooks for editing (build hides them)")
+    u.add_argument("notebooks", nargs="+")
     w = sub.add_parser("words", help="main-path markdown words per notebook (outside <details>)")
     w.add_argument("notebooks", nargs="*")
     args = parser.parse_args(argv)
@@ -314,6 +505,14 @@ def main(argv: list[str] | None = None) -> int:
             over += n > MAIN_PATH_WORD_LIMIT
             print(f"{n:6d} {'over' if n > MAIN_PATH_WORD_LIMIT else 'ok  '} {path}")
         return 1 if over else 0
+    if args.command == "unmark":
+        try:
+            for path in args.notebooks:
+                unmark(path)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "build":
         try:
             stale = build(args.root, check=args.check)

@@ -104,6 +104,61 @@ class CheckResult:
 
 _MISSING = object()
 
+# Printed check lines break at spaces in a notebook: JupyterLab's output area wraps long lines anywhere,
+# mid-word. ``CheckResult.message`` / ``verdict`` stay one line each; only what a kernel prints wraps.
+WRAP_WIDTH = 100
+WRAP_INDENT = "    "
+WRAP_ENV = "VRAMLAB_CHECK_WIDTH"   # columns for printed check lines; 0 = never wrap (default: 100 in a kernel)
+
+
+def wrap_check_line(line: str, width: int = WRAP_WIDTH) -> str:
+    """One printed line broken at spaces into lines of at most ``width`` characters (a word longer than
+    that stays whole), the continuation lines indented by four spaces. A ``FAIL`` line keeps its
+    "expected ...; got" on the first line, however long (tests/browser/smoke_jupyterlab.mjs reads it there)."""
+    import textwrap
+
+    if width <= 0 or len(line) <= width:
+        return line
+    first_width = width
+    if line.startswith(FAIL_MARK + " ") and "; got " in line:
+        start = line.index("; got ") + len("; got ")
+        end = line.find(" ", start)                     # and the first word of what it got
+        first_width = max(width, end if end > 0 else len(line))
+    options = dict(break_long_words=False, break_on_hyphens=False, replace_whitespace=False, expand_tabs=False)
+    first = (textwrap.wrap(line, width=first_width, **options) or [line])[0]
+    if not line.startswith(first):
+        return line
+    rest = line[len(first):].strip()
+    if not rest:
+        return first
+    return "\n".join([first, *textwrap.wrap(rest, width=width, initial_indent=WRAP_INDENT,
+                                             subsequent_indent=WRAP_INDENT, **options)])
+
+
+def _in_kernel() -> bool:
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return getattr(shell, "kernel", None) is not None
+
+
+def print_width() -> int:
+    """Columns at which printed check lines wrap: ``VRAMLAB_CHECK_WIDTH`` if set, else 100 in a Jupyter
+    kernel (JupyterLab, Colab, nbval) and 0 (one line, the terminal wraps) elsewhere."""
+    import os
+
+    raw = os.environ.get(WRAP_ENV, "").strip()
+    if raw:
+        try:
+            return max(0, int(raw))
+        except ValueError:
+            return WRAP_WIDTH
+    return WRAP_WIDTH if _in_kernel() else 0
+
+
+def printed(message: str, width: int | None = None) -> str:
+    """``message`` as a check prints it: each line wrapped by :func:`wrap_check_line`."""
+    width = print_width() if width is None else width
+    return "\n".join(wrap_check_line(line, width) for line in message.split("\n"))
+
 
 # --------------------------------------------------------------------------- answers, revealed on request
 @dataclass(frozen=True)
@@ -244,9 +299,10 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     if revealing is not None:
         entry, context = revealing
         result.revealed = True
+        result.details["revealed"] = True   # what the workshop's progress record reads
         result.answer = answer_text(entry.check, **context)
         _REVEALING.set(None)   # one verdict per check call reveals
-    print(result.message)
+    print(printed(result.message))
     _progress.record(result)  # one JSON line when VRAMLAB_PROGRESS_DIR is set (off by default)
     return result
 
