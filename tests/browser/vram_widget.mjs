@@ -67,6 +67,9 @@ function pageState() {
     widget: !!widget,
     widgetPlot: !!widget?.querySelector('.js-plotly-plot .main-svg'),
     widgetStatus: widget?.querySelector('.widget-html-content')?.textContent || '',
+    // the live/paused/stopped toggle: its label and whether it can still be clicked
+    toggleText: (widget?.querySelector('.widget-toggle-button')?.textContent || '').trim(),
+    toggleDisabled: !!widget?.querySelector('.widget-toggle-button')?.disabled,
   };
 }
 
@@ -160,6 +163,16 @@ try {
   const end = await page.evaluate(pageState);
   if (end.dialog) failures.push(`dialog open: ${end.dialog.slice(0, 300)}`);
   failures.push(...(await page.evaluate(collectProblems, /(^|\/)labs\//.test(NB))));
+  // 4. once the monitor has stopped, the toggle must not claim "live" and cannot be clicked
+  let stopped = end;
+  for (let i = 0; i < 10 && !(stopped.toggleText === 'stopped' && stopped.toggleDisabled); i++) {
+    await sleep(500);
+    stopped = await page.evaluate(pageState);
+  }
+  log(`${NB}: toggle after the run: "${stopped.toggleText}", disabled ${stopped.toggleDisabled}`);
+  if (stopped.toggleText !== 'stopped' || !stopped.toggleDisabled) {
+    failures.push(`after the monitor stopped the toggle reads "${stopped.toggleText}" (disabled: ${stopped.toggleDisabled}); expected "stopped", disabled`);
+  }
   await widget.scrollIntoViewIfNeeded();
   await sleep(1500);
   await widget.screenshot({ path: path.join(OUT, 'final.png') });
