@@ -132,7 +132,7 @@ def computed_rows(model, batch: int, tokens: int) -> list[LedgerRow]:
         LedgerRow("KV cache", int(kv_cache_bytes(model.config, n, kv_dtype=dtype)), None,
                   f"2 x layers x kv_heads x head_dim x {elem} B x {n} tokens (vramlab.serving.kvcache)"),
         LedgerRow("logits", n * vocab * logit_elem, None,
-                  f"{n} tokens x {vocab} vocab x {logit_elem} B ({logit_dtype}, the output layer's dtype)"),
+                  f"{n} tokens x {vocab} vocab x {logit_elem} B ({logit_dtype} logits)"),
         LedgerRow("activations (transient)", n * hidden * elem, None,
                   f"computed: the output layer's input, {n} x {hidden} x {elem} B (a lower bound)"),
         LedgerRow("reserved but unallocated", None, None, "GPU only: the caching allocator's cache"),
