@@ -300,6 +300,7 @@ def test_stopped_widget_toggle_says_stopped_and_is_disabled():
     assert _wait_for(lambda: not w.running)
     assert w.live.disabled and not w.live.value and w.live.description == "stopped" and w.live.icon == "stop"
     assert "stopped" in w.status.value
+    assert "(the whole run)" in w.figure().layout.title.text   # the last frame shows every mark
     w.live.value = True    # clicking a disabled toggle cannot happen in the browser; from code it changes nothing
     assert w.live.description == "stopped"
 

@@ -167,8 +167,15 @@ class VramWidget:
         return f"<code>{text} &middot; {n} samples, frame {self.frames} &middot; {state}</code>"
 
     def figure(self):
-        return monitor_figure(self.monitor.samples, self.monitor.events, self.monitor.mode, self.window_s,
-                              device_source=getattr(self.monitor, "device_source", "NVML"))
+        """The current frame: the last ``window_s`` seconds while live; once stopped, the whole run (every
+        mark in view), which the title says."""
+        stopped = self.live.disabled
+        fig = monitor_figure(self.monitor.samples, self.monitor.events, self.monitor.mode,
+                             None if stopped else self.window_s,
+                             device_source=getattr(self.monitor, "device_source", "NVML"))
+        if stopped:
+            fig.update_layout(title_text=f"{fig.layout.title.text} (the whole run)")
+        return fig
 
     def _show_stopped(self) -> None:
         """The toggle after the redraws end: off, greyed out and labelled "stopped" (nothing left to pause)."""
@@ -177,6 +184,7 @@ class VramWidget:
         self.live.icon = "stop"
         self.live.description = "stopped"
         self.live.tooltip = "the live view has stopped: this is its last frame (start() resumes it)"
+        self.out.outputs = (_display_output(self.figure()),)   # the whole run, every mark in view
         self.status.value = self.status_text()
 
     @property
