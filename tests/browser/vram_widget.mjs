@@ -128,8 +128,19 @@ try {
   log(`${NB}: Run > Run All Cells`);
   await clickMenu(page, 'Run', 'runmenu:run-all');
 
-  // 1. the widget appears with a drawn figure
-  await waitFor(page, (s) => s.widgetPlot || !!s.dialog, 'the live widget to draw its figure', 180000);
+  // 1. the widget appears with a drawn figure. A freshly started, busy server can drop Run All (no cell
+  // starts): click it again, at most 3 tries in all (as replay_widget.mjs does).
+  let tries = 1;
+  let askedAt = Date.now();
+  await waitFor(page, (s) => {
+    if (s.panel && s.kernel === 'idle' && s.prompts.every((p) => p === '[ ]:' || p === '') && Date.now() - askedAt > 30000 && tries < 3) {
+      tries += 1;
+      askedAt = Date.now();
+      log(`${NB}: no cell started within 30 s; Run > Run All Cells again (try ${tries})`);
+      clickMenu(page, 'Run', 'runmenu:run-all').catch((e) => log(`Run All: ${e.message}`));
+    }
+    return s.widgetPlot || !!s.dialog;
+  }, 'the live widget to draw its figure', 240000, 1000);
   const widget = page.locator('.vramlab-vram-widget').first();
   await widget.scrollIntoViewIfNeeded();
   // 2. two different frames
