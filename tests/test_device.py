@@ -68,3 +68,16 @@ def test_fraction_out_of_range(bad):
 def test_require_cuda_what_must_be_text():
     with pytest.raises(TypeError, match="what must be a short description"):
         device.require_cuda(3)
+
+
+def test_guard_caps_only_the_current_gpu(monkeypatch):
+    """setMemoryFraction calls cudaMemGetInfo on the GPU it caps, which creates a CUDA context there: the guard
+    touches only the GPU this process uses (stubbed CUDA with 4 devices; no GPU needed)."""
+    calls = []
+    monkeypatch.setattr(device, "has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d=None: calls.append((f, d)))
+    assert device.apply_workshop_guard(0.5) == 0.5
+    assert calls == [(0.5, 2)]
+    monkeypatch.setattr(device, "_applied_fraction", None)

@@ -164,7 +164,8 @@ def test_allocator_snapshot_and_fragmentation_replay_into_the_timeline(tmp_path)
     assert [r["action"] for r in rows] == ["segment_alloc", "alloc", "free_completed", "segment_alloc", "alloc"]
     assert rows[-1]["reserved"] == 52 * MiB and rows[-1]["allocated"] == 32 * MiB
     fig = R.allocator_figure(rec)
-    assert list(fig.data[0].y) == [20, 20, 20, 52, 52] and list(fig.data[1].y) == [0, 16, 0, 0, 32]
+    # one event per row, then the final state held for one more step ("end") so it does not sit on the border
+    assert list(fig.data[0].y) == [20, 20, 20, 52, 52, 52] and list(fig.data[1].y) == [0, 16, 0, 0, 32, 32]
     assert "snapshot (default allocator)" in fig.layout.title.text
     ms = R.load_recording(synth(tmp_path, "memory_snapshot", {"events": SNAPSHOT_EVENTS, "segments": []}))
     assert R.allocator_rows(ms) == rows

@@ -142,3 +142,45 @@ def test_oom_options_are_checked_before_the_child_starts(options, field):
     assert time.perf_counter() - start < 1   # no child process ran (a chunk of 0 used to loop for 14 s)
     with pytest.raises(ValueError, match="^`cap_bytes` is not an option of the 'fragmentation' experiment"):
         run_experiment("fragmentation", cap_bytes=1)
+
+
+def test_timeline_figure_keeps_the_final_state_off_the_border():
+    from vramlab.vram.allocator import simulate, timeline, timeline_figure
+
+    rows = timeline(simulate().trace)
+    fig = timeline_figure(rows, "t")
+    last = rows[-1]["step"]
+    lo, hi = fig.layout.xaxis.range
+    assert lo < 0 and hi > last + 1                       # padded on both sides
+    reserved = fig.data[0]
+    assert reserved.x[-1] == last + 1 and reserved.y[-1] == reserved.y[-2] == rows[-1]["reserved"] / (1 << 20)
+    assert fig.layout.yaxis.range[1] > max(reserved.y)    # and not on the top border either
+
+
+def test_both_allocator_setting_names_are_set(monkeypatch):
+    """Every PyTorch release honours one of the two names (2.9.1 ignores PYTORCH_ALLOC_CONF for CUDA,
+    pytorch#183387; before 2.8 only the old one exists), so the experiments set both, or neither."""
+    from vramlab.vram.allocator import ALLOC_CONF_NAMES, _alloc_conf, _child_env, alloc_conf_env
+
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
+    env = _child_env("expandable_segments:True")
+    assert all(env[n] == "expandable_segments:True" for n in ALLOC_CONF_NAMES)
+    assert not any(n in _child_env(None) for n in ALLOC_CONF_NAMES)
+    assert alloc_conf_env("x", {"A": "1"}) == {"A": "1", "PYTORCH_ALLOC_CONF": "x", "PYTORCH_CUDA_ALLOC_CONF": "x"}
+    with pytest.raises(ValueError, match="`value` must be a string"):
+        alloc_conf_env(3)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    assert _alloc_conf() == ("expandable_segments:True", True)
+
+
+def test_round_size_and_options_refuse_bad_numbers():
+    from vramlab.vram.allocator import round_size, run_experiment
+
+    for bad in (-5, True, 1.5):
+        with pytest.raises(ValueError, match="`size`"):
+            round_size(bad)
+    with pytest.raises(ValueError, match="`chunk_bytes` must be a positive"):
+        run_experiment("oom", chunk_bytes=0)
+    with pytest.raises(ValueError, match="`cap_bytes` must be a positive"):
+        run_experiment("oom", cap_bytes=-1)

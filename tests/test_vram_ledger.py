@@ -27,7 +27,11 @@ def test_computed_rows_are_footprint_and_kvcache(tiny):
     rows = {r.item: r for r in ledger.rows}
     assert rows["weights"].computed == total_bytes(tiny)
     assert rows["KV cache"].computed == kv_cache_bytes(tiny.config, 32, kv_dtype="float32") == 2 * 2 * 2 * 16 * 4 * 32
-    assert rows["activations (transient)"].computed == 2 * 16 * 256 * 4
+    # the logits in the output layer's real dtype, and the activations as their own row (the lm_head's input)
+    assert rows["logits"].computed == 2 * 16 * 256 * 4
+    assert rows["activations (transient)"].computed == 2 * 16 * 64 * 4
+    assert list(rows) == ["weights", "cuBLAS workspace", "KV cache", "logits", "activations (transient)",
+                          "reserved but unallocated", "non-PyTorch"]
     if not has_cuda():
         assert ledger.mode.startswith("CPU mode (computed") and all(r.measured is None for r in ledger.rows)
         assert "CPU mode" in ledger.table() and "computed" in ledger.table()
@@ -42,7 +46,21 @@ def test_ledger_kv_matches_the_real_cache(tiny):
     with torch.no_grad():
         out = tiny(torch.zeros(2, 16, dtype=torch.long), use_cache=True)
     ledger = memory_ledger(tiny, torch.zeros(2, 16, dtype=torch.long))
-    assert _cache_tensor_bytes(out.past_key_values) == ledger.rows[1].computed
+    rows = {r.item: r for r in ledger.rows}
+    assert _cache_tensor_bytes(out.past_key_values) == rows["KV cache"].computed
+    assert out.logits.numel() * out.logits.element_size() == rows["logits"].computed
+
+
+def test_logits_row_uses_the_output_layers_dtype(tiny):
+    """A bfloat16 model's logits are bfloat16 (transformers' Llama does not upcast them): 2 bytes, not 4."""
+    model = tiny.to(torch.bfloat16)
+    ids = torch.zeros(2, 16, dtype=torch.long)
+    with torch.no_grad():
+        out = model(ids)
+    rows = {r.item: r for r in memory_ledger(model, ids).rows}
+    assert out.logits.dtype == torch.bfloat16
+    assert rows["logits"].computed == out.logits.numel() * 2 == 2 * 16 * 256 * 2
+    assert rows["activations (transient)"].computed == 2 * 16 * 64 * 2 and "bfloat16" in rows["logits"].how
 
 
 def test_bad_input(tiny):
@@ -62,3 +80,8 @@ def test_gpu_ledger_is_measured(tiny):
     kv, computed = rows["KV cache"].measured, rows["KV cache"].computed
     n_tensors = 2 * tiny.config.num_hidden_layers
     assert computed <= kv <= computed + 512 * n_tensors
+    # the cuBLAS workspace was taken by the warm-up, so it is its own row and not in the KV cache
+    assert rows["cuBLAS workspace"].measured is not None and rows["cuBLAS workspace"].measured >= 0
+    logits = rows["logits"]
+    assert logits.computed <= logits.measured <= logits.computed + 512
+    assert rows["reserved but unallocated"].measured >= 0

@@ -283,3 +283,107 @@ def test_a_window_that_would_plot_nothing_is_refused(window):
     with pytest.raises(ValueError, match="window_s"):
         VramWidget(VramMonitor(key="w3"), window_s=window, autostart=False)
     assert len(monitor_figure(rows, mode="CPU mode", window_s=None).data[0].x) == 3
+
+
+def test_stopped_widget_toggle_says_stopped_and_is_disabled():
+    """After the monitor stops, the toggle no longer claims "live": it is off, disabled and says "stopped"."""
+    from vramlab.vram.widget import VramWidget
+
+    mon = VramMonitor(interval_s=0.02, key="w-stop").start()
+    w = VramWidget(mon, refresh_s=0.1)
+    assert w.live.value and w.live.description == "live" and not w.live.disabled
+    w.live.value = False   # pause: the toggle says so
+    assert (w.live.description, w.live.icon) == ("paused", "play")
+    w.live.value = True
+    assert (w.live.description, w.live.icon) == ("live", "pause")
+    mon.stop()
+    assert _wait_for(lambda: not w.running)
+    assert w.live.disabled and not w.live.value and w.live.description == "stopped" and w.live.icon == "stop"
+    assert "stopped" in w.status.value
+    assert "(the whole run)" in w.figure().layout.title.text   # the last frame shows every mark
+    w.live.value = True    # clicking a disabled toggle cannot happen in the browser; from code it changes nothing
+    assert w.live.description == "stopped"
+
+
+def test_widget_stop_by_hand_and_restart():
+    from vramlab.vram.widget import VramWidget
+
+    mon = VramMonitor(interval_s=0.02, key="w-hand").start()
+    w = VramWidget(mon, refresh_s=0.1)
+    w.stop()
+    assert not w.running and w.live.disabled and w.live.description == "stopped"
+    w.start()
+    assert w.running and not w.live.disabled and w.live.value and w.live.description == "live"
+    w.stop()
+    mon.stop()
+
+
+def test_mark_labels_close_in_time_get_different_rows():
+    """Marks a fraction of a second apart ("ledger", then "generate") must not print on top of each other."""
+    from vramlab.vram.widget import _label_levels, monitor_figure
+
+    rows = [{"t": t / 10, "rss": 100 << 20} for t in range(0, 900)]
+    events = [{"t": 10.0, "label": "load"}, {"t": 12.0, "label": "ledger"}, {"t": 12.4, "label": "generate"},
+              {"t": 60.0, "label": "free"}]
+    fig = monitor_figure(rows, events, mode="CPU mode", window_s=None)
+    ann = {a.text: a for a in fig.layout.annotations}
+    assert set(ann) == {"load", "ledger", "generate", "free"}
+    assert all(a.textangle in (None, 0) for a in ann.values())          # horizontal labels
+    assert ann["ledger"].y != ann["generate"].y and ann["load"].y != ann["ledger"].y
+    assert ann["free"].y == 1.0                                          # far from the others: top row
+    assert _label_levels([0.0, 50.0], ["a", "b"], 0.0, 100.0) == [0, 0]
+    assert _label_levels([0.0, 0.1, 0.2], ["abc", "abc", "abc"], 0.0, 100.0) == [0, 1, 2]
+
+
+def test_nvml_is_not_guessed_before_cuda_starts(monkeypatch):
+    """Before CUDA starts the monitor reads no device column (NVML's numbering need not be CUDA's); once
+    CUDA has started without NVML, the device columns come from torch.cuda.mem_get_info and say so."""
+    import sys
+
+    import torch
+
+    import vramlab.device
+    from vramlab.vram import monitor as monitor_mod
+    from vramlab.vram.widget import monitor_figure
+
+    stats = {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0, "allocated_bytes.all.peak": 0,
+             "reserved_bytes.all.peak": 0, "num_alloc_retries": 0, "num_ooms": 0}
+    started = {"cuda": False}
+    monkeypatch.setattr(vramlab.device, "has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: dict(stats))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: started["cuda"])
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (6 << 30, 8 << 30))
+    monkeypatch.setitem(sys.modules, "pynvml", None)     # nvidia-ml-py not installed
+    mon = VramMonitor(interval_s=0.02, key="nvml-before")
+    row = mon.sample_once()
+    assert row["device_used"] is None and row["process_used"] is None and mon.device_source is None
+    started["cuda"] = True
+    row = mon.sample_once()
+    assert (row["device_used"], row["device_total"], row["process_used"]) == (2 << 30, 8 << 30, None)
+    assert mon.device_source == "torch.cuda.mem_get_info"
+    assert "nvidia-ml-py" in mon.device_note and "mem_get_info" in mon.device_note
+    fig = monitor_figure([row], mode="GPU", device_source=mon.device_source)
+    assert "device used (mem_get_info)" in [tr.name for tr in fig.data]
+    assert monitor_mod.device_memory(0) == (None, 2 << 30, 8 << 30, "torch.cuda.mem_get_info")
+
+
+def test_mig_slice_falls_back_to_mem_get_info(monkeypatch):
+    """A MIG device found by NVML is not read through NVML (its process list does not cover the slice)."""
+    import types
+
+    import torch
+
+    from vramlab.vram import monitor as monitor_mod
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda u: ("handle", u) if u.startswith("MIG-") else (_ for _ in ()).throw(
+            RuntimeError("not found")),
+        nvmlDeviceIsMigDeviceHandle=lambda h: 1)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(uuid="1234-abcd"))
+    nv = monitor_mod._Nvml(0)
+    assert not nv.ok and "MIG" in nv.why

@@ -165,3 +165,26 @@ def test_allowed_and_process_numbers():
     t = parse_oom_message(TORCH_21)
     assert t.other_processes == {2006998: 256 * MiB} and t.process_bytes == round(18.17 * GiB)
     assert t.allowed_bytes is None
+
+
+# PyTorch 1.8-1.13's message under set_per_process_memory_fraction: "<F> free; <Y> allowed; <V> reserved in total
+# by PyTorch)" (format string of c10/cuda/CUDACachingAllocator.cpp in that series; round numbers, not a
+# measurement). A 1 GiB cap prints as "1024.00 MiB": format_size switches to GiB only above 1 GiB.
+OLD_CAPPED = ("RuntimeError: CUDA out of memory. Tried to allocate 256.00 MiB (GPU 0; 15.78 GiB total capacity; "
+              "768.00 MiB already allocated; 14.21 GiB free; 1024.00 MiB allowed; 768.00 MiB reserved in total by "
+              "PyTorch)")
+
+
+def test_old_format_with_allowed_is_a_cap():
+    r = parse_oom_message(OLD_CAPPED)
+    assert r.format == "older" and r.allowed_bytes == 1 * GiB and r.verdict == "cap"
+    assert r.tried_bytes == 256 * MiB and r.free_bytes == round(14.21 * GiB) and r.reserved_unallocated_bytes == 0
+    # the same message without the cap: 14 GiB "free" in the old format is not read as a cap
+    uncapped = parse_oom_message(OLD_CAPPED.replace("1024.00 MiB allowed; ", ""))
+    assert uncapped.allowed_bytes is None and uncapped.verdict == "shortage"
+
+
+def test_current_format_one_gib_cap_prints_in_mib():
+    msg = CAPPED.replace("2.00 GiB allowed;", "1024.00 MiB allowed;")
+    r = parse_oom_message(msg)
+    assert r.allowed_bytes == 1 * GiB and r.verdict == "cap"

@@ -119,11 +119,19 @@ def gpu_fraction_from_env() -> float:
 
 
 def apply_workshop_guard(fraction: float | None = None) -> float | None:
-    """Cap this process's share of every visible GPU (``torch.cuda.set_per_process_memory_fraction``).
+    """Cap this process's PyTorch cache on the GPU it uses (``torch.cuda.set_per_process_memory_fraction``).
 
     ``fraction`` defaults to ``VRAMLAB_GPU_FRACTION`` (0.9). Returns the fraction applied, or None on
     a machine without CUDA (nothing to do). The caching allocator then raises OOM past
     ``fraction * total`` instead of taking memory a neighbour on a shared GPU needs.
+
+    What it does and does not do: it starts CUDA in this process (a CUDA context of a few hundred MiB on
+    that GPU, which the cap does not count), and it caps only memory that goes through PyTorch's caching
+    allocator: the context, NCCL and libraries that call ``cudaMalloc`` themselves are outside it. Only the
+    current device (the one ``"cuda"`` means) is capped: PyTorch's ``setMemoryFraction`` calls
+    ``cudaMemGetInfo`` on the device it caps (``c10/cuda/CUDACachingAllocator.cpp``), which would create a
+    CUDA context on every other visible GPU as well. A lab that spreads a model over several GPUs caps the
+    others with ``torch.cuda.set_per_process_memory_fraction(f, index)`` itself.
     """
     global _applied_fraction
     if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))):
@@ -135,7 +143,6 @@ def apply_workshop_guard(fraction: float | None = None) -> float | None:
         return None
     import torch
 
-    for index in range(torch.cuda.device_count()):
-        torch.cuda.set_per_process_memory_fraction(value, index)
+    torch.cuda.set_per_process_memory_fraction(value, torch.cuda.current_device())
     _applied_fraction = value
     return value

@@ -67,6 +67,9 @@ function pageState() {
     widget: !!widget,
     widgetPlot: !!widget?.querySelector('.js-plotly-plot .main-svg'),
     widgetStatus: widget?.querySelector('.widget-html-content')?.textContent || '',
+    // the live/paused/stopped toggle: its label and whether it can still be clicked
+    toggleText: (widget?.querySelector('.widget-toggle-button')?.textContent || '').trim(),
+    toggleDisabled: !!widget?.querySelector('.widget-toggle-button')?.disabled,
   };
 }
 
@@ -125,8 +128,19 @@ try {
   log(`${NB}: Run > Run All Cells`);
   await clickMenu(page, 'Run', 'runmenu:run-all');
 
-  // 1. the widget appears with a drawn figure
-  await waitFor(page, (s) => s.widgetPlot || !!s.dialog, 'the live widget to draw its figure', 180000);
+  // 1. the widget appears with a drawn figure. A freshly started, busy server can drop Run All (no cell
+  // starts): click it again, at most 3 tries in all (as replay_widget.mjs does).
+  let tries = 1;
+  let askedAt = Date.now();
+  await waitFor(page, (s) => {
+    if (s.panel && s.kernel === 'idle' && s.prompts.every((p) => p === '[ ]:' || p === '') && Date.now() - askedAt > 30000 && tries < 3) {
+      tries += 1;
+      askedAt = Date.now();
+      log(`${NB}: no cell started within 30 s; Run > Run All Cells again (try ${tries})`);
+      clickMenu(page, 'Run', 'runmenu:run-all').catch((e) => log(`Run All: ${e.message}`));
+    }
+    return s.widgetPlot || !!s.dialog;
+  }, 'the live widget to draw its figure', 240000, 1000);
   const widget = page.locator('.vramlab-vram-widget').first();
   await widget.scrollIntoViewIfNeeded();
   // 2. two different frames
@@ -160,6 +174,16 @@ try {
   const end = await page.evaluate(pageState);
   if (end.dialog) failures.push(`dialog open: ${end.dialog.slice(0, 300)}`);
   failures.push(...(await page.evaluate(collectProblems, /(^|\/)labs\//.test(NB))));
+  // 4. once the monitor has stopped, the toggle must not claim "live" and cannot be clicked
+  let stopped = end;
+  for (let i = 0; i < 10 && !(stopped.toggleText === 'stopped' && stopped.toggleDisabled); i++) {
+    await sleep(500);
+    stopped = await page.evaluate(pageState);
+  }
+  log(`${NB}: toggle after the run: "${stopped.toggleText}", disabled ${stopped.toggleDisabled}`);
+  if (stopped.toggleText !== 'stopped' || !stopped.toggleDisabled) {
+    failures.push(`after the monitor stopped the toggle reads "${stopped.toggleText}" (disabled: ${stopped.toggleDisabled}); expected "stopped", disabled`);
+  }
   await widget.scrollIntoViewIfNeeded();
   await sleep(1500);
   await widget.screenshot({ path: path.join(OUT, 'final.png') });

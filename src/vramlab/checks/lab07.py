@@ -108,11 +108,12 @@ def _reserved_answer(actual: dict | None = None, **_) -> str:
 
 
 @exercise("lab07", 2, _reserved_answer, prediction=True)
-def check_reserved_prediction(pred: Any, actual: dict | None = None) -> CheckResult:
+def check_reserved_prediction(pred: Any, actual: dict | None = None, source: str = "result") -> CheckResult:
     """``pred``: ``{"default": MiB, "expandable": MiB}``, your prediction of ``memory_reserved`` after the
     fragmentation pattern. Without ``actual`` the check only confirms a prediction is stored (no reveal);
     with ``actual`` (``{"default": bytes, "expandable": bytes}``, measured or computed) it says how far off
-    each number is. Any honest numeric prediction passes: this check teaches, it does not grade."""
+    each number is, calling it ``source`` (``"measured"`` on a GPU, ``"computed"`` in CPU mode). Any honest
+    numeric prediction passes: this check teaches, it does not grade."""
     name = "reserved-memory prediction"
     pair = _prediction_pair(pred)
     if pair is None:
@@ -125,7 +126,7 @@ def check_reserved_prediction(pred: Any, actual: dict | None = None) -> CheckRes
     for (label, guess) in zip(("default", "expandable"), pair):
         real = actual[label] / MiB
         off = guess - real
-        parts.append(f"{label}: predicted {guess:g}, actual {real:g} MiB ({off:+g} MiB)")
+        parts.append(f"{label}: predicted {guess:g}, {source} {real:g} MiB ({off:+g} MiB)")
     return report(name, True, "", "; ".join(parts))
 
 

@@ -14,7 +14,7 @@ Two halves:
   always merges. Simplified: one stream, no small pool, no OOM retry, no ``max_split_size_mb``,
   no ``roundup_power2_divisions``.
 * :func:`run_experiment` - runs one experiment in a fresh Python process, because
-  ``PYTORCH_CUDA_ALLOC_CONF`` (newer releases also read ``PYTORCH_ALLOC_CONF``) is parsed when the
+  ``PYTORCH_CUDA_ALLOC_CONF`` / ``PYTORCH_ALLOC_CONF`` (both are set: :func:`alloc_conf_env`) is parsed when the
   allocator starts, so setting it later in a running kernel changes nothing (torch's private
   ``torch.cuda.memory._set_allocator_settings`` can switch some options at run time, but segments
   already cached stay as they are), and because an OOM must not wedge the notebook's kernel.
@@ -217,17 +217,34 @@ class ExperimentRun:
         return None
 
 
+# The allocator settings' two names. PyTorch before 2.8 reads only the old one. From 2.8 the new one exists and
+# 2.8-2.11 warn "PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead" (AllocatorConfig.cpp) when
+# the old one is set, yet torch 2.9.1 silently ignores PYTORCH_ALLOC_CONF=expandable_segments:True for CUDA
+# (pytorch/pytorch#183387; fixed by 2.11). torch 2.13's CUDAAllocatorConfig::instance()
+# (torch/include/c10/cuda/CUDAAllocatorConfig.h) reads PYTORCH_CUDA_ALLOC_CONF first and PYTORCH_ALLOC_CONF
+# only when the old name is unset. So: set both to the same value; every release then uses it.
+ALLOC_CONF_NAMES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def alloc_conf_env(value: str | None, env: dict | None = None) -> dict:
+    """A copy of ``env`` (default ``os.environ``) with both allocator-setting names set to ``value`` (None: both
+    removed), which every PyTorch release honours (see :data:`ALLOC_CONF_NAMES`)."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"`value` must be a string such as 'expandable_segments:True', or None (got {value!r}).")
+    env = dict(os.environ if env is None else env)
+    for name in ALLOC_CONF_NAMES:
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
 def _child_env(alloc_conf: str | None) -> dict:
-    env = dict(os.environ)
+    env = alloc_conf_env(alloc_conf)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")
-    if alloc_conf is None:
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        env.pop("PYTORCH_ALLOC_CONF", None)
-    else:
-        env.pop("PYTORCH_ALLOC_CONF", None)  # the newer name would take part too: only ours counts
-        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
     return env
 
 
@@ -249,7 +266,7 @@ def _check_options(experiment: str, options: dict) -> None:
 def run_experiment(experiment: str, alloc_conf: str | None = None, timeout_s: float = 180.0,
                    **options) -> ExperimentRun:
     """Run ``experiment`` (``"fragmentation"``, ``"oom"`` or ``"snapshot"``) in a fresh Python process
-    with ``PYTORCH_CUDA_ALLOC_CONF=alloc_conf`` (None: unset). ``options`` go to the child as JSON
+    with ``PYTORCH_ALLOC_CONF`` and ``PYTORCH_CUDA_ALLOC_CONF`` both set to ``alloc_conf`` (None: both unset). ``options`` go to the child as JSON
     (``oom``: ``cap_bytes``, ``chunk_bytes``). The child prints one JSON result line; an experiment
     meant to fail (``oom``) exits non-zero and this process carries on."""
     if experiment not in EXPERIMENTS:
@@ -278,8 +295,9 @@ def _emit(result: dict) -> None:
 
 
 def _alloc_conf() -> tuple[str | None, bool]:
-    """This process's ``PYTORCH_CUDA_ALLOC_CONF`` and whether it turns expandable segments on."""
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    """This process's allocator settings (the old name first, as torch reads them) and whether they turn
+    expandable segments on."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
     return conf, "expandable_segments:true" in (conf or "").replace(" ", "").lower()
 
 
@@ -400,18 +418,32 @@ def timeline(events: list[dict]) -> list[dict]:
 
 
 def timeline_figure(rows: list[dict], title: str):
-    """A plotly step chart of allocated and reserved MiB per allocator event."""
+    """A plotly step chart of allocated and reserved MiB per allocator event.
+
+    The last state is drawn as one more step ("end", one event wide) and the x axis runs half an event past
+    both ends, so the final level sits inside the plot, not on its border."""
     import plotly.graph_objects as go
 
     x = [r["step"] for r in rows]
+    reserved = [r["reserved"] / MiB for r in rows]
+    allocated = [r["allocated"] / MiB for r in rows]
+    actions = [r["action"] for r in rows]
+    if rows:   # hold the final state for one event's width
+        x.append(x[-1] + 1)
+        reserved.append(reserved[-1])
+        allocated.append(allocated[-1])
+        actions.append("end (final state)")
     fig = go.Figure()
-    fig.add_scatter(x=x, y=[r["reserved"] / MiB for r in rows], name="reserved", line_shape="hv",
-                    fill="tozeroy", line_color="#9ecae1")
-    fig.add_scatter(x=x, y=[r["allocated"] / MiB for r in rows], name="allocated", line_shape="hv",
-                    fill="tozeroy", line_color="#08519c", text=[r["action"] for r in rows],
+    fig.add_scatter(x=x, y=reserved, name="reserved", line_shape="hv", fill="tozeroy", line_color="#9ecae1",
+                    text=actions, hovertemplate="%{text}<br>%{y:.0f} MiB<extra>reserved</extra>")
+    fig.add_scatter(x=x, y=allocated, name="allocated", line_shape="hv",
+                    fill="tozeroy", line_color="#08519c", text=actions,
                     hovertemplate="%{text}<br>%{y:.0f} MiB<extra>allocated</extra>")
+    top = max(reserved + allocated + [1.0])
     fig.update_layout(title=title, xaxis_title="allocator event (number)", yaxis_title="memory (MiB)",
-                      height=340, width=720, margin=dict(l=60, r=20, t=70, b=50))
+                      height=340, width=720, margin=dict(l=60, r=30, t=70, b=50),
+                      xaxis=dict(range=[(x[0] if x else 0) - 0.5, (x[-1] if x else 1) + 0.5]),
+                      yaxis=dict(range=[0, top * 1.1]))
     return fig
 
 
@@ -452,4 +484,4 @@ if __name__ == "__main__":
 
 __all__ = ["simulate", "SimResult", "FRAGMENTATION_PATTERN", "round_size", "allocation_size", "run_experiment",
            "fragmentation", "ExperimentRun", "timeline", "timeline_figure", "fragmentation_figure",
-           "write_offline_html", "EXPERIMENTS"]
+           "write_offline_html", "EXPERIMENTS", "alloc_conf_env", "ALLOC_CONF_NAMES"]

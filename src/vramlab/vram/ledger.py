@@ -1,4 +1,4 @@
-"""Where a model run's memory goes: weights, KV cache, activations, reserved-unallocated, non-PyTorch.
+"""Where a model run's memory goes: weights, cuBLAS workspace, KV cache, logits, activations, the cache, the rest.
 
 :func:`memory_ledger` runs one prefill of ``input_ids`` (shape ``[batch, tokens]``) through a
 Hugging Face causal LM and returns one row per item, each with a *computed* value (vramlab's
@@ -6,23 +6,34 @@ arithmetic, the same on every machine) and, on a CUDA GPU, a *measured* value:
 
 * weights - computed: :func:`vramlab.footprint.total_bytes`; measured: ``memory_allocated`` grows by
   this much when the model moves to the GPU.
+* cuBLAS workspace - GPU only: the first matmul on a (cuBLAS handle, stream) pair allocates a workspace
+  *through the caching allocator* and keeps it (``getNewWorkspace`` / ``getChosenWorkspaceSize`` in
+  pytorch/pytorch ``aten/src/ATen/cuda/CublasHandlePool.cpp``, 2.x: ``CUBLAS_WORKSPACE_CONFIG``, by default
+  ``4096 KiB x 2 + 16 KiB x 8`` = 8.125 MiB, 32 MiB on sm90; cuBLASLt shares it unless
+  ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``). The ledger warms up with small matmuls in the model's dtype (with
+  and without a bias, so both the cuBLAS and the cuBLASLt path run) before it measures the forward, and shows
+  what stayed allocated as this row; without the warm-up the workspace would be counted in the KV cache.
 * KV cache - computed: :func:`vramlab.serving.kvcache.kv_cache_bytes` for ``batch x tokens`` in the model's
-  dtype; measured: ``memory_allocated`` still held once everything the forward returned except the cache
-  is freed, minus what was allocated before the forward (the allocator's view, 512-byte rounding included).
-* activations (transient) - computed: the logits tensor ``batch x tokens x vocab x 4`` bytes (the
-  largest single activation of a prefill for a small model with a large vocabulary; a lower bound);
-  measured: ``max_memory_allocated`` during the forward minus what is still allocated afterwards.
-* reserved but unallocated - GPU only: ``memory_reserved - memory_allocated`` after the forward
-  (the caching allocator's cache; the CPU has no such cache).
-* non-PyTorch - GPU only, needs nvidia-ml-py: this process's memory on the device (NVML) minus
-  ``memory_reserved`` (CUDA context, cuBLAS workspaces, kernels).
+  dtype; measured: ``memory_allocated`` still held once the output's logits are freed and only the cache is
+  left, minus what was allocated before the forward (the allocator's view, 512-byte rounding included).
+* logits - computed: ``batch x tokens x vocab`` values in the output layer's dtype (transformers' Llama
+  returns ``self.lm_head(hidden_states)`` without an upcast: ``models/llama/modeling_llama.py``, 5.x);
+  measured: what ``memory_allocated`` drops by when the output's logits are deleted.
+* activations (transient) - computed: the output layer's input, ``batch x tokens x hidden`` values (alive
+  while the logits are written; a lower bound); measured: ``max_memory_allocated`` during the forward minus
+  what the forward left allocated (the cache and the logits), both from one ``memory_stats()`` snapshot.
+* reserved but unallocated - GPU only: ``reserved_bytes - allocated_bytes`` of the same ``memory_stats()``
+  snapshot, taken right after the forward (the caching allocator's cache; the CPU has no such cache).
+* non-PyTorch - GPU only: this process's memory on the device (NVML, needs ``nvidia-ml-py``) minus
+  ``memory_reserved`` (CUDA context, kernels, libraries). Without NVML, or on a MIG slice: the device's used
+  memory from ``torch.cuda.mem_get_info()`` minus ``memory_reserved``, an upper bound that includes every
+  other process on the device, and the row says so.
 
 Without CUDA the measured column is None and every row says "computed".
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 MiB = 1 << 20
@@ -105,15 +116,25 @@ def computed_rows(model, batch: int, tokens: int) -> list[LedgerRow]:
     from vramlab.footprint import total_bytes
     from vramlab.serving.kvcache import kv_cache_bytes
 
-    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    elem = next(model.parameters()).element_size()
+    param = next(model.parameters())
+    dtype = str(param.dtype).replace("torch.", "")
+    elem = param.element_size()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    logit_elem = weight.element_size() if weight is not None else elem
+    logit_dtype = str(weight.dtype).replace("torch.", "") if weight is not None else dtype
     vocab = int(model.config.vocab_size)
+    hidden = int(model.config.hidden_size)
+    n = batch * tokens
     return [
         LedgerRow("weights", total_bytes(model), None, "parameters + buffers (vramlab.footprint)"),
-        LedgerRow("KV cache", int(kv_cache_bytes(model.config, batch * tokens, kv_dtype=dtype)), None,
-                  f"2 x layers x kv_heads x head_dim x {elem} B x {batch * tokens} tokens (vramlab.serving.kvcache)"),
-        LedgerRow("activations (transient)", batch * tokens * vocab * 4, None,
-                  "computed: the float32 logits tensor only (a lower bound)"),
+        LedgerRow("cuBLAS workspace", None, None, "GPU only: kept by cuBLAS after its first matmul (allocator)"),
+        LedgerRow("KV cache", int(kv_cache_bytes(model.config, n, kv_dtype=dtype)), None,
+                  f"2 x layers x kv_heads x head_dim x {elem} B x {n} tokens (vramlab.serving.kvcache)"),
+        LedgerRow("logits", n * vocab * logit_elem, None,
+                  f"{n} tokens x {vocab} vocab x {logit_elem} B ({logit_dtype} logits)"),
+        LedgerRow("activations (transient)", n * hidden * elem, None,
+                  f"computed: the output layer's input, {n} x {hidden} x {elem} B (a lower bound)"),
         LedgerRow("reserved but unallocated", None, None, "GPU only: the caching allocator's cache"),
         LedgerRow("non-PyTorch", None, None, "GPU only: CUDA context, libraries (NVML)"),
     ]
@@ -143,38 +164,61 @@ def memory_ledger(model, input_ids) -> Ledger:
     if next(model.parameters()).is_cuda:
         raise ValueError("`model` is already on the GPU; pass it on the CPU so the ledger can measure what "
                          "moving its weights to the GPU costs.")
-    torch.cuda.synchronize()
-    a0 = torch.cuda.memory_allocated()
+
+    def stats() -> dict:   # one snapshot: allocated, reserved and the peak read at the same moment
+        torch.cuda.synchronize()
+        return torch.cuda.memory_stats()
+
+    a0 = stats().get("allocated_bytes.all.current", 0)
     model.to("cuda")
-    torch.cuda.synchronize()
-    weights = torch.cuda.memory_allocated() - a0
+    st = stats()
+    weights = st["allocated_bytes.all.current"] - a0
+    # Warm-up: cuBLAS (and cuBLASLt) allocate their workspace through the caching allocator on the first
+    # matmul of a handle and stream, and keep it. One small matmul in the model's dtype, with and without a
+    # bias (addmm can take the cuBLASLt path), so the forward below does not count it as KV cache.
+    param = next(model.parameters())
+    x = torch.ones(16, 64, dtype=param.dtype, device="cuda")
+    with torch.no_grad():
+        y = torch.nn.functional.linear(x, x) + torch.nn.functional.linear(x, x, x[0, :16])
+    del x, y
+    workspace = stats()["allocated_bytes.all.current"] - st["allocated_bytes.all.current"]
     ids = input_ids.to("cuda")
     torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
+    before = stats()["allocated_bytes.all.current"]
     with torch.no_grad():
         out = model(ids, use_cache=True)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
-    after = torch.cuda.memory_allocated()
-    # KV cache, measured by the allocator (not numel x element size): free everything the forward returned
-    # except the cache; what is still allocated above `before` is the cache (plus the allocator's rounding
-    # of each block to 512 bytes).
-    cache = out.past_key_values
+    st = stats()                       # right after the forward: peak, allocated and reserved of one moment
+    peak, after = st["allocated_bytes.all.peak"], st["allocated_bytes.all.current"]
+    unallocated = st["reserved_bytes.all.current"] - after
+    # The logits and the KV cache, measured by the allocator (not numel x element size): free the logits, then
+    # what is still allocated above `before` is the cache (plus the allocator's 512-byte rounding per block).
+    cache, logits = out.past_key_values, out.logits
     del out
-    torch.cuda.synchronize()
-    kv = torch.cuda.memory_allocated() - before
-    reserved = torch.cuda.memory_reserved()
-    from vramlab.vram.monitor import _Nvml
+    held = stats()["allocated_bytes.all.current"]
+    del logits
+    st = stats()
+    logits_measured = held - st["allocated_bytes.all.current"]
+    kv = st["allocated_bytes.all.current"] - before
+    reserved = st["reserved_bytes.all.current"]
+    from vramlab.vram.monitor import device_memory
 
-    nvml = _Nvml(torch.cuda.current_device())  # None values when nvidia-ml-py or the driver is missing
-    process_used = nvml.read(os.getpid())[2] if nvml.ok else None
-    nvml.close()
-    non_torch = None if process_used is None else process_used - reserved
-    measured = [weights, kv, peak - after, reserved - after, non_torch]
+    process_used, device_used, _total, source = device_memory(torch.cuda.current_device())
+    if process_used is not None:
+        non_torch, how = process_used - reserved, "this process on the device (NVML) minus reserved"
+    elif device_used is not None:
+        non_torch = device_used - reserved
+        how = (f"device used ({source}) minus reserved: an upper bound, other processes included "
+               "(pip install nvidia-ml-py for this process alone)")
+    else:
+        non_torch, how = None, "GPU only: CUDA context, libraries (needs nvidia-ml-py)"
+    measured = [weights, workspace, kv, logits_measured, peak - after, unallocated, non_torch]
     del cache, ids
     for row, value in zip(rows, measured):
         row.measured = value
-    rows[2].how += f"; measured: peak during the forward minus what stayed ({(after - before) / MiB:,.1f} MiB stayed)"
+    rows[4].how += (f"; measured: peak during the forward minus what the forward left allocated "
+                    f"(cache + logits, {(after - before) / MiB:,.1f} MiB)")
+    rows[5].how += "; reserved - allocated of one memory_stats() snapshot after the forward"
+    rows[6].how = how
     return Ledger(rows, "GPU (measured and computed)", batch, tokens)
 
 

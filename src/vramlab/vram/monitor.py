@@ -9,7 +9,11 @@
   Where ``nvidia-ml-py`` is installed it also reads ``nvmlDeviceGetMemoryInfo(handle,
   version=nvmlMemory_v2)`` (device-wide used / total, as ``nvidia-smi`` shows) and this process's
   entry of ``nvmlDeviceGetComputeRunningProcesses`` (everything the process holds on the device,
-  CUDA context included; None when the PID is not visible, e.g. inside some containers).
+  CUDA context included; None when the PID is not visible, e.g. inside some containers). The device columns
+  start once this process has started CUDA (NVML is matched to the device by UUID then, never guessed by
+  index). Without ``nvidia-ml-py`` (neither ``make`` nor the Colab setup installs it), or on a MIG slice, the
+  device's used and total memory come from ``torch.cuda.mem_get_info()`` instead and ``process_used`` stays
+  None; :attr:`VramMonitor.device_source` and :attr:`VramMonitor.device_note` say which.
 * CPU mode (no CUDA): the process's resident set size (RSS, via ``psutil`` or ``/proc/self/statm``),
   labelled ``mode="CPU mode"``; every GPU column is None. Nothing is invented.
 
@@ -58,41 +62,63 @@ def _rss_reader():
 
 
 class _Nvml:
-    """The NVML handle for one torch device, or nothing (``ok`` False) when NVML is unavailable."""
+    """The NVML handle for one torch device, or nothing (``ok`` False, ``why`` says why).
+
+    NVML (``nvidia-ml-py``) is looked up only once this process has started CUDA, by the device's UUID: before
+    that, NVML's numbering (PCI bus order) need not be CUDA's (``CUDA_DEVICE_ORDER`` defaults to fastest first),
+    so an index could name the wrong GPU. A MIG slice is left to ``torch.cuda.mem_get_info`` (which reports the
+    slice's own memory): NVML's per-process list does not cover it and the UUID lookup can fail.
+    """
 
     def __init__(self, device_index: int):
         self.ok = False
         self.handle = None
+        self.why: str | None = None
         try:
             import pynvml  # from nvidia-ml-py
-
+        except ImportError:
+            self.why = "nvidia-ml-py is not installed"
+            return
+        try:
             pynvml.nvmlInit()
-            self.nv = pynvml
+        except Exception:  # noqa: BLE001 - no driver: the torch counters still work
+            self.why = "NVML could not start"
+            return
+        self.nv = pynvml
+        try:
             self.handle = self._handle_for(device_index)
-            self.ok = self.handle is not None
-        except Exception:  # noqa: BLE001 - no driver / no package: GPU counters still work
-            self.ok = False
-
-    def _handle_for(self, index: int):
-        # torch and NVML number devices differently under CUDA_VISIBLE_DEVICES. Without initialising CUDA
-        # (the monitor must not create a CUDA context of its own): read the variable; once this process has
-        # initialised CUDA, match the device's UUID.
-        import torch
-
-        if torch.cuda.is_initialized():
+        except Exception:  # noqa: BLE001
+            self.handle = None
+        self.ok = self.handle is not None
+        if not self.ok:
+            self.why = self.why or "NVML does not know this device"
             try:
-                uuid = str(torch.cuda.get_device_properties(index).uuid)
-                return self.nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+                pynvml.nvmlShutdown()
             except Exception:  # noqa: BLE001
                 pass
-        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        if index < len(visible):
-            entry = visible[index]
-            if entry.isdigit():
-                return self.nv.nvmlDeviceGetHandleByIndex(int(entry))
-            if entry.startswith(("GPU-", "MIG-")):
-                return self.nv.nvmlDeviceGetHandleByUUID(entry)
-        return self.nv.nvmlDeviceGetHandleByIndex(index)
+
+    def _handle_for(self, index: int):
+        import torch
+
+        if not torch.cuda.is_initialized():   # never guess by index (see the class docstring)
+            self.why = "CUDA has not started in this process yet"
+            return None
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        for candidate in dict.fromkeys((uuid, f"GPU-{uuid}", f"MIG-{uuid}")):
+            try:
+                handle = self.nv.nvmlDeviceGetHandleByUUID(candidate)
+            except Exception:  # noqa: BLE001 - not this spelling
+                continue
+            try:
+                is_mig = bool(self.nv.nvmlDeviceIsMigDeviceHandle(handle))
+            except Exception:  # noqa: BLE001 - old driver: no MIG
+                is_mig = False
+            if is_mig:
+                self.why = "this device is a MIG slice"
+                return None
+            return handle
+        self.why = "NVML has no device with this UUID (a MIG slice?)"
+        return None
 
     def read(self, pid: int) -> tuple[int | None, int | None, int | None]:
         """(device used, device total, this process's use) in bytes; None where NVML cannot say."""
@@ -119,6 +145,38 @@ class _Nvml:
             self.ok = False
 
 
+FALLBACK_SOURCE = "torch.cuda.mem_get_info"
+FALLBACK_NOTE = ("The device's used memory comes from torch.cuda.mem_get_info() (the whole device, or the MIG "
+                 "slice), not NVML; this process's own share needs NVML: pip install nvidia-ml-py.")
+
+
+def _mem_get_info(device: int) -> tuple[int, int]:
+    """(used, total) bytes of the device from ``cudaMemGetInfo`` (``torch.cuda.mem_get_info``)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return int(total - free), int(total)
+
+
+def device_memory(device: int) -> tuple[int | None, int | None, int | None, str | None]:
+    """``(this process's use, device used, device total, source)`` in bytes, read once, for a started CUDA
+    device: NVML where it can (``source="NVML"``), else ``torch.cuda.mem_get_info`` (``source`` says so, and
+    this process's use is None). All None before CUDA starts: nothing is guessed."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None, None, None, None
+    nvml = _Nvml(device)
+    try:
+        if nvml.ok:
+            used, total, proc = nvml.read(os.getpid())
+            return proc, used, total, "NVML"
+    finally:
+        nvml.close()
+    used, total = _mem_get_info(device)
+    return None, used, total, FALLBACK_SOURCE
+
+
 class _Sampler:
     """The state the thread needs. It holds no reference to the VramMonitor, so the monitor can be
     garbage-collected while the thread runs (and its finalizer then stops the thread)."""
@@ -137,6 +195,7 @@ class _Sampler:
         self.cpu_s = 0.0        # CPU time the sampler thread spent (time.thread_time)
         self.n = 0
         self.nvml: _Nvml | None = None
+        self.device_source: str | None = None   # "NVML" or FALLBACK_SOURCE, once CUDA has started
         self.pid = os.getpid()
         self._rss = _rss_reader() if mode == "CPU mode" else None
         self.error: str | None = None
@@ -155,8 +214,14 @@ class _Sampler:
                        num_alloc_retries=st.get("num_alloc_retries", 0),
                        num_ooms=st.get("num_ooms", 0))
             used = total = proc = None
-            if self.nvml is not None and self.nvml.ok:
-                used, total, proc = self.nvml.read(self.pid)
+            if torch.cuda.is_initialized():   # before CUDA starts NVML could name another GPU: read nothing
+                if self.nvml is None:
+                    self.nvml = _Nvml(self.device)
+                    self.device_source = "NVML" if self.nvml.ok else FALLBACK_SOURCE
+                if self.nvml.ok:
+                    used, total, proc = self.nvml.read(self.pid)
+                else:
+                    used, total = _mem_get_info(self.device)
             row.update(device_used=used, device_total=total, process_used=proc)
         else:
             row["rss"] = self._rss()
@@ -174,8 +239,6 @@ class _Sampler:
     def run(self) -> None:
         start_cpu = time.thread_time()
         try:
-            if self.mode == "GPU":
-                self.nvml = _Nvml(self.device)
             while not self.stop_event.is_set():
                 self.record()
                 self.cpu_s = time.thread_time() - start_cpu
@@ -331,6 +394,20 @@ class VramMonitor:
             return dict(self._sampler.rows[-1]) if self._sampler.rows else None
 
     @property
+    def device_source(self) -> str | None:
+        """Where the device columns come from: ``"NVML"``, ``"torch.cuda.mem_get_info"`` (nvidia-ml-py missing,
+        or a MIG slice; this process's own use is then None), or None (CPU mode, or CUDA not started yet)."""
+        return self._sampler.device_source
+
+    @property
+    def device_note(self) -> str | None:
+        """One sentence when the device columns fall back to ``torch.cuda.mem_get_info``; else None."""
+        if self._sampler.device_source != FALLBACK_SOURCE:
+            return None
+        why = self._sampler.nvml.why if self._sampler.nvml is not None else None
+        return (f"{why[0].upper()}{why[1:]}: " if why else "") + FALLBACK_NOTE
+
+    @property
     def sampler_cpu_s(self) -> float:
         """CPU seconds the sampler thread has used so far (its own ``time.thread_time``)."""
         return self._sampler.cpu_s
@@ -361,4 +438,4 @@ class VramMonitor:
                 f"{len(self._sampler.rows)} samples, {len(self._sampler.events)} events)")
 
 
-__all__ = ["VramMonitor", "stop_all_monitors", "sampler_threads", "GPU_COLUMNS", "CPU_COLUMNS"]
+__all__ = ["VramMonitor", "device_memory", "stop_all_monitors", "sampler_threads", "GPU_COLUMNS", "CPU_COLUMNS"]

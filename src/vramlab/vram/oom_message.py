@@ -176,7 +176,15 @@ def parse_oom_message(text: str) -> OOMReport:
 def oom_verdict(tried_bytes: int | None, free_bytes: int | None, reserved_unallocated_bytes: int | None) -> str | None:
     """Why did a PyTorch allocation of ``tried_bytes`` fail? ``"cap"`` when the device had at least that much
     free (so a per-process limit refused it), ``"fragmentation"`` when PyTorch's cache already held at least
-    that much unused (not in one piece), else ``"shortage"``. None when the message lacks the numbers."""
+    that much unused (not in one piece), else ``"shortage"``. None when the message lacks the numbers.
+
+    What the numbers mean at that moment (``DeviceCachingAllocator::malloc``, ``c10/cuda/CUDACachingAllocator.cpp``,
+    pytorch/pytorch @ 001074d2): before the message is built the allocator has already released every cached
+    segment that was entirely free and retried (``release_cached_blocks``), so "reserved but unallocated" is free
+    space *inside segments that still hold a live tensor*: a pattern that only leaves whole free segments behind
+    never ends in an OOM. A MIG slice reports its own total and free memory, so its OOM is judged like any GPU's
+    (a shortage in the slice, not a cap). On Windows under WDDM the free figure can overstate what the process
+    may get, so a message there can read as ``"cap"`` without any "allowed" in it."""
     for name, v in (("tried_bytes", tried_bytes), ("free_bytes", free_bytes),
                     ("reserved_unallocated_bytes", reserved_unallocated_bytes)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):

@@ -27,11 +27,29 @@ def _check_window(window_s: Any) -> None:
         raise ValueError(f"`window_s` must be a positive number of seconds, or None for all samples (got {window_s!r}).")
 
 
+def _label_levels(times: list[float], labels: list[str], t0: float, t1: float, plot_px: int = 660,
+                  levels: int = 5) -> list[int]:
+    """A row (0 = top) for each mark's horizontal label so that labels never overlap: each label takes about
+    6.5 px per character from its line to the right; it goes to the highest row whose last label ended
+    before it starts (the lowest row if none is free)."""
+    span = max(t1 - t0, 1e-9)
+    ends = [-math.inf] * levels
+    out = []
+    for t, label in zip(times, labels):
+        width = (len(label) * 6.5 + 10) / plot_px * span
+        row = next((i for i in range(levels) if ends[i] <= t), min(range(levels), key=lambda i: ends[i]))
+        ends[row] = t + width
+        out.append(row)
+    return out
+
+
 def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: str = "GPU",
-                   window_s: float | None = 60.0, title: str | None = None):
+                   window_s: float | None = 60.0, title: str | None = None, device_source: str | None = "NVML"):
     """A plotly figure of monitor rows (``VramMonitor.samples``), last ``window_s`` seconds (None: all).
 
-    Sizes in MiB, time in seconds since the monitor was made.
+    Sizes in MiB, time in seconds since the monitor was made. ``device_source`` names where the device
+    columns came from (``VramMonitor.device_source``: ``"NVML"`` or ``"torch.cuda.mem_get_info"``). Each mark
+    is a dotted line with a horizontal label; labels of marks close in time go to different rows.
     """
     import plotly.graph_objects as go
 
@@ -52,7 +70,8 @@ def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: 
                             name="this process (NVML)", line=dict(color="#e6550d"))
         if any(r.get("device_used") is not None for r in rows):
             fig.add_scatter(x=t, y=[None if r.get("device_used") is None else r["device_used"] / MiB for r in rows],
-                            name="device used (NVML)", line=dict(color="#636363"))
+                            name=f"device used ({'NVML' if device_source in (None, 'NVML') else 'mem_get_info'})",
+                            line=dict(color="#636363"))
             fig.add_scatter(x=t, y=[None if r.get("device_total") is None else r["device_total"] / MiB for r in rows],
                             name="device total", line=dict(color="#000000", dash="dash"))
         default_title = "GPU memory, live"
@@ -61,11 +80,14 @@ def monitor_figure(samples: list[dict], events: list[dict] | None = None, mode: 
                         fill="tozeroy")
         default_title = "CPU mode: this process's resident memory (RSS), no GPU"
     t0 = t[0] if t else 0.0
-    for i, e in enumerate(ev for ev in events or [] if ev["t"] >= t0):
-        # alternate sides so that two marks close together stay readable
-        fig.add_vline(x=e["t"], line_dash="dot", line_color="#d62728", annotation_text=e["label"],
-                      annotation_textangle=-90, annotation_font_size=10,
-                      annotation_position="top right" if i % 2 == 0 else "top left")
+    t1 = t[-1] if t else 1.0
+    shown = [ev for ev in events or [] if ev["t"] >= t0]
+    rows_of = _label_levels([e["t"] for e in shown], [e["label"] for e in shown], t0, max(t1, t0 + 1e-9))
+    for e, row in zip(shown, rows_of):
+        fig.add_vline(x=e["t"], line_dash="dot", line_color="#d62728")
+        fig.add_annotation(x=e["t"], xref="x", y=1.0 - 0.09 * row, yref="paper", text=e["label"], showarrow=False,
+                           xanchor="left", yanchor="top", xshift=2, font=dict(size=10, color="#d62728"),
+                           bgcolor="rgba(255,255,255,0.85)")
     fig.update_layout(title=title or default_title, xaxis_title="time since the monitor started (s)",
                       yaxis_title="memory (MiB)", height=340, width=760, margin=dict(l=60, r=20, t=50, b=50),
                       legend=dict(orientation="h", y=-0.25), uirevision="keep")
@@ -87,7 +109,12 @@ def _display_output(fig) -> dict:
 
 
 def _toggle_icon(change) -> None:
-    change["owner"].icon = "pause" if change["new"] else "play"
+    """The toggle says what it is doing: "live" with a pause icon while redrawing, "paused" with a play icon."""
+    owner = change["owner"]
+    if owner.disabled:   # stopped: _show_stopped owns the look
+        return
+    owner.icon = "pause" if change["new"] else "play"
+    owner.description = "live" if change["new"] else "paused"
 
 
 class VramWidget:
@@ -135,10 +162,35 @@ class VramWidget:
         else:
             text = f"CPU mode (no GPU): process RSS {last['rss'] / MiB:,.0f} MiB"
         state = "sampling" if getattr(self.monitor, "running", False) else "monitor stopped"
+        if getattr(self, "live", None) is not None and self.live.disabled:
+            state = "stopped: last frame"
         return f"<code>{text} &middot; {n} samples, frame {self.frames} &middot; {state}</code>"
 
     def figure(self):
-        return monitor_figure(self.monitor.samples, self.monitor.events, self.monitor.mode, self.window_s)
+        """The current frame: the last ``window_s`` seconds while live; once stopped, the whole run (every
+        mark in view), which the title says."""
+        stopped = self.live.disabled
+        fig = monitor_figure(self.monitor.samples, self.monitor.events, self.monitor.mode,
+                             None if stopped else self.window_s,
+                             device_source=getattr(self.monitor, "device_source", "NVML"))
+        if stopped:
+            fig.update_layout(title_text=f"{fig.layout.title.text} (the whole run)")
+        return fig
+
+    def _show_stopped(self) -> None:
+        """The toggle after the redraws end: off, greyed out and labelled "stopped" (nothing left to pause)."""
+        self.live.disabled = True
+        self.live.value = False
+        self.live.icon = "stop"
+        self.live.description = "stopped"
+        self.live.tooltip = "the live view has stopped: this is its last frame (start() resumes it)"
+        self.out.outputs = (_display_output(self.figure()),)   # the whole run, every mark in view
+        self.status.value = self.status_text()
+
+    @property
+    def running(self) -> bool:
+        """True while the redraw thread runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     def redraw(self) -> None:
         """Draw one frame now (safe from any thread)."""
@@ -162,11 +214,17 @@ class VramWidget:
                     return
             if not getattr(self.monitor, "running", True):
                 self.redraw()  # the final state
+                self._show_stopped()
                 return
             del self
 
     def start(self) -> "VramWidget":
         if self._thread is None or not self._thread.is_alive():
+            if self.live.disabled:   # restarted after a stop
+                self.live.disabled = False
+                self.live.tooltip = "pause / resume the redraws"
+                self.live.value = True
+                self.live.icon, self.live.description = "pause", "live"
             self._stop.clear()
             self._thread = threading.Thread(target=VramWidget._run, args=(weakref.ref(self), self._stop, self.refresh_s),
                                             name="vramlab-vram-widget", daemon=True)
@@ -179,6 +237,7 @@ class VramWidget:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2.0)
         self.redraw()
+        self._show_stopped()
         return self
 
     def _ipython_display_(self) -> None:
