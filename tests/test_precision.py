@@ -62,3 +62,12 @@ def test_widget_redraws_when_moved():
     assert "10 billion" in text.value and "37.3 GiB" in text.value, text.value
     with pytest.raises(ValueError, match="points"):
         precision.explorer({})
+
+
+def test_budget_lines_are_data_on_the_log_axis_not_shapes():
+    """A shape's y on a log axis is read as log10(y): the 24/80 GiB lines must be traces at y = 24 and 80."""
+    fig = precision.explorer_figure(1e9, "float16", {"m": 1e9}, budgets_gib=(24, 80))
+    assert not fig.layout.shapes
+    lines = [t for t in fig.data if t.mode == "lines+text"]
+    assert [list(t.y) for t in lines] == [[24, 24], [80, 80]]
+    assert fig.layout.yaxis.type == "log"

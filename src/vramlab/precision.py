@@ -92,17 +92,21 @@ def explorer_figure(params: float, precision: str, points: dict[str, float], bud
         fig.add_trace(go.Scatter(x=xs, y=[weight_bytes(x, name) / 2**30 for x in xs], mode="lines", name=name,
                                  line=dict(width=4 if chosen else 1.5, dash="solid" if chosen else "dot"),
                                  opacity=1 if chosen else 0.5, hoverinfo="name"))
-    fig.add_trace(go.Scatter(x=list(points.values()), y=[weight_bytes(p, precision) / 2**30 for p in points.values()],
-                             mode="markers+text", text=list(points), textposition="top left", name="real models",
-                             marker=dict(size=9, color="black")))
+    ordered = sorted(points.items(), key=lambda kv: kv[1])
+    fig.add_trace(go.Scatter(x=[v for _, v in ordered], y=[weight_bytes(v, precision) / 2**30 for _, v in ordered],
+                             mode="markers+text", text=[k for k, _ in ordered], name="real models",
+                             textposition=["top left" if i % 2 == 0 else "bottom right" for i in range(len(ordered))],
+                             textfont=dict(size=11), marker=dict(size=9, color="black")))
     fig.add_trace(go.Scatter(x=[params], y=[weight_bytes(params, precision) / 2**30], mode="markers",
                              name="your slider", marker=dict(size=16, symbol="star", color="#ef553b")))
+    # Budget lines as traces: plotly reads a shape's y on a log axis as log10(y), so add_hline would misplace them.
     for budget in budgets_gib:
-        fig.add_hline(y=budget, line_dash="dash", line_color="grey",
-                      annotation_text=f"{budget} GiB", annotation_position="bottom right")
+        fig.add_trace(go.Scatter(x=xs, y=[budget, budget], mode="lines+text", text=["", f"{budget} GiB"],
+                                 textposition="top left", line=dict(color="grey", dash="dash", width=1),
+                                 showlegend=False, hoverinfo="skip"))
     ys = [weight_bytes(x, n) / 2**30 for x in xs for n in PRECISIONS] + list(budgets_gib)
     xt, yt = _log_ticks(lo, hi), _log_ticks(min(ys), max(ys))
-    fig.update_layout(title=f"Weight memory at {precision}", height=420, width=720,
+    fig.update_layout(title=f"Weight memory at {precision}", height=440, width=780,
                       xaxis=dict(type="log", title="parameters (count, log scale)", tickvals=xt,
                                  ticktext=[f"{v:,.0f}" for v in xt]),
                       yaxis=dict(type="log", title="weight memory (GiB, log scale)", tickvals=yt,
