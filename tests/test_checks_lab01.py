@@ -292,8 +292,9 @@ def test_outlier_explorer_shows_one_token_before_and_after():
     before["down_in"][1, 2, 5] = 100.0
     after = {"down_in": torch.randn(3, 4, 64, generator=g).half()}
     fig = token_figure(before, after, layer=1, token=2)
-    assert [t.name.split(":")[0] for t in fig.data] == ["original", "rotated"]
-    assert float(fig.data[0].y[5]) == 100.0 and "max/RMS 8.0" in fig.data[0].name   # about 100 / sqrt(100^2 / 64)
+    assert [t.name.split(":")[0] for t in fig.data] == ["rotated", "original"]   # the original drawn on top
+    original = fig.data[1]
+    assert float(original.y[5]) == 100.0 and "max/RMS 8.0" in original.name   # about 100 / sqrt(100^2 / 64)
     with pytest.raises(ValueError, match="layer must be"):
         token_figure(before, after, layer=3, token=0)
     box = outlier_explorer(before, after, layer=0)

@@ -65,17 +65,18 @@ def token_figure(before, after, layer: int, token: int, site: str = "down_in"):
     if not (0 <= layer < layers and 0 <= token < tokens):
         raise ValueError(f"layer must be 0..{layers - 1} and token 0..{tokens - 1}, got layer={layer}, token={token}.")
     fig = go.Figure()
-    for data, name, colour in ((before, "original", outliers.ORIGINAL_COLOUR),
-                               (after, "rotated", outliers.ROTATED_COLOUR)):
+    # rotated first, so the original's few tall bars stay visible on top of the rotated model's even ones
+    for data, name, colour in ((after, "rotated", outliers.ROTATED_COLOUR),
+                               (before, "original", outliers.ORIGINAL_COLOUR)):
         x = data[site][layer, token].double()
         ratio = float(outliers.max_over_rms(x))
         fig.add_trace(go.Bar(x=list(range(x.numel())), y=[round(v, 3) for v in x.abs().tolist()],
                              name=f"{name}: max/RMS {ratio:.1f}", marker=dict(color=colour, line_width=0),
-                             opacity=0.75))
+                             opacity=0.85))
     fig.update_layout(title=f"layer {layer}, {outliers.SITE_LABELS[site]}, token {token}: |x| per channel",
                       xaxis_title="channel index", yaxis_title="|x| (activation value)", barmode="overlay",
                       bargap=0, height=340, width=760, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(x=0.99, xanchor="right", y=0.99))
+                      legend=dict(x=0.99, xanchor="right", y=0.99, traceorder="reversed"))
     return fig
 
 
