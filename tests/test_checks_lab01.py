@@ -239,3 +239,66 @@ def test_prediction_stored(capsys):
     assert "between 0 and 100" in capsys.readouterr().out
     assert not lab01.check_prediction_stored(0.5, low=1)
     assert "at least 1" in capsys.readouterr().out
+
+
+# --- Exercise 5 (capstone: how much rotation shrinks the largest per-token max/RMS) -------------
+
+def test_rotation_shrink_passes_near_the_measurement(capsys):
+    assert lab01.check_rotation_shrink(5.0, 5.48, before=22.3)
+    assert lab01.check_rotation_shrink(22.3 / 4.44, 5.48, before=22.3)   # a simulated Gaussian's largest
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+@pytest.mark.parametrize("got, hint", [
+    (4.07 / 22.3, "divide after by before"),
+    (1.0, "no change"),
+    (22.3, "as if the rotated token were flat"),
+    (22.3 / 3.29, "LARGEST per-token max/RMS"),       # the typical Gaussian token instead of the largest
+    (2.0, "too low"),
+    (-3, "positive"),
+])
+def test_rotation_shrink_wrong_factors_are_told_what_is_wrong(got, hint, capsys):
+    result = lab01.check_rotation_shrink(got, 5.48, before=22.3)
+    out = capsys.readouterr().out
+    assert not result and out.startswith("FAIL") and hint in out, out
+    assert "5.48" not in out and "4.07" not in out, out
+
+
+def test_rotation_shrink_stub_missing_measurement_and_reveal(capsys):
+    for stub in (None, ...):
+        assert lab01.check_rotation_shrink(stub, 5.48).untouched
+    assert "5.48" not in capsys.readouterr().out
+    assert not lab01.check_rotation_shrink(5.0)
+    assert "measured=" in capsys.readouterr().out
+    result = lab01.check_rotation_shrink(2.0, 5.48, before=22.3, reveal=True)
+    assert result.revealed and "5.48x" in result.answer and "4.07 after" in result.answer
+
+
+def test_gaussian_max_over_rms_is_about_3_3_at_576():
+    """Section 1's reference: a Gaussian 576-vector's max/RMS is about 3.2-3.3 (not 3.6)."""
+    from vramlab.quarot.outliers import gaussian_max_over_rms
+
+    assert 3.2 <= gaussian_max_over_rms(576) <= 3.35
+    assert 3.45 <= gaussian_max_over_rms(1536) <= 3.65
+    with pytest.raises(ValueError, match="n must"):
+        gaussian_max_over_rms(0)
+
+
+def test_outlier_explorer_shows_one_token_before_and_after():
+    from vramlab.quarot.explorer import outlier_explorer, token_figure
+
+    g = torch.Generator().manual_seed(0)
+    before = {"down_in": torch.randn(3, 4, 64, generator=g).half()}
+    before["down_in"][1, 2, 5] = 100.0
+    after = {"down_in": torch.randn(3, 4, 64, generator=g).half()}
+    fig = token_figure(before, after, layer=1, token=2)
+    assert [t.name.split(":")[0] for t in fig.data] == ["rotated", "original"]   # the original drawn on top
+    original = fig.data[1]
+    assert float(original.y[5]) == 100.0 and "max/RMS 8.0" in original.name   # about 100 / sqrt(100^2 / 64)
+    with pytest.raises(ValueError, match="layer must be"):
+        token_figure(before, after, layer=3, token=0)
+    box = outlier_explorer(before, after, layer=0)
+    site, layer, token = box.children[0].children
+    assert layer.max == 2 and token.max == 3
+    layer.value = 1
+    token.value = 2   # redraws without error

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, is_untouched, report
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
+           "check_rotation_shrink",
            "check_zero_fraction_prediction", "check_no_online_hadamard_prediction", "check_prediction_stored"]
 
 
@@ -351,3 +352,60 @@ def check_rotation_placement(answer) -> CheckResult:
     else:
         hint = "a layer that reads the stream sees x Q and must undo the rotation before it applies W"
     return report(name, False, "the side of Q for each weight", got, hint=hint)
+
+
+# --------------------------------------------------------------------------- Exercise 5 (capstone)
+def _shrink_answer(measured=None, before=None, **_) -> str:
+    if measured is None:
+        return "the answer is the measurement the exercise cell makes: run it with the rotated model"
+    after = f" ({fmt_number(as_float(before), 3)} before, {fmt_number(as_float(before) / as_float(measured), 3)} after)" \
+        if before is not None else ""
+    return f"the largest per-token max/RMS shrinks {fmt_number(as_float(measured), 3)}x{after}"
+
+
+#: how close a predicted shrink factor must come to the measured one (relative)
+SHRINK_TOLERANCE = 0.2
+
+
+@exercise("lab01", 5, _shrink_answer)
+def check_rotation_shrink(got, measured: float | None = None, before: float | None = None) -> CheckResult:
+    """Capstone: the factor (before / after) by which rotation shrinks the largest per-token max/RMS of a
+    site, predicted from the original statistics and what a Gaussian token gives; ``measured``: the
+    factor measured on the real models; ``before``: the original largest max/RMS (for the hints).
+
+    Passes within 20%. A wrong factor is told its direction and the misconception it matches (after /
+    before inverted, the rotated token taken as flat (max/RMS 1), the median Gaussian token instead of
+    the largest of many, no shrink at all)."""
+    name = "shrink factor of the rotation"
+    what = "a factor before / after (a number)"
+    if is_untouched(got):
+        return report(name, False, what, fmt_number(got), value=got)
+    value = as_float(got)
+    if value is None or not math.isfinite(value):
+        return report(name, False, what, f"{fmt_number(got)} (not a number)", hint="store a plain number, e.g. 2.5")
+    m = as_float(measured)
+    if m is None or not math.isfinite(m) or m <= 0:
+        return report(name, False, "a measured factor to compare with", f"measured={measured!r}",
+                      hint="pass the measurement the exercise cell computes (measured=...); rerun the cells above",
+                      value=value)
+    ratio = value / m
+    if abs(ratio - 1) <= SHRINK_TOLERANCE:
+        return report(name, True, what, f"{fmt_number(value, 3)}x")
+    b = as_float(before)
+    if value <= 0:
+        hint = "a shrink factor is positive: the largest max/RMS before, divided by the one after"
+    elif value < 1:
+        hint = ("below 1 means the rotation made the outliers worse: did you divide after by before? "
+                "The factor is before / after")
+    elif math.isclose(value, 1, rel_tol=0.05):
+        hint = "a factor of 1 means no change: the rotation spreads each spike over all channels of the token"
+    elif b is not None and math.isclose(value, b, rel_tol=0.1):
+        hint = ("that divides by 1, as if the rotated token were flat (every |x| equal): a rotated token looks "
+                "like a Gaussian vector of the same length, and its max/RMS is well above 1")
+    elif ratio > 1:
+        hint = ("too high: after rotation the LARGEST per-token max/RMS over many tokens is what is measured, "
+                "and it sits above a typical Gaussian token's (simulate many Gaussian tokens and take the max)")
+    else:
+        hint = ("too low: the rotation leaves almost nothing of the outliers; after it, a token's max/RMS is "
+                "close to that of a Gaussian vector of the same length")
+    return report(name, False, what, f"{fmt_number(value, 3)}x", hint=hint)

@@ -2,8 +2,9 @@
 
 ``hadamard`` builds and applies Hadamard matrices (fast Walsh-Hadamard transform); ``rotate`` folds and
 rotates a LLaMA-style model without changing its function; ``outliers`` measures activation outliers and
-plots them; ``quant`` fake-quantizes weights (RTN, GPTQ), activations and the KV cache and reads the
+plots them; ``explorer`` is lab 01's widget (one token's activation at any layer, before and after
+rotation); ``quant`` fake-quantizes weights (RTN, GPTQ), activations and the KV cache and reads the
 cached QuaRot table; ``attention`` is the attention function that quantizes K and V on the way in.
 """
 
-from vramlab.quarot import hadamard, rotate, outliers, quant  # noqa: F401
+from vramlab.quarot import hadamard, rotate, outliers, quant, explorer  # noqa: F401

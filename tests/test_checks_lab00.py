@@ -1,0 +1,102 @@
+"""Lab 00's checks: Exercise 0.1 (float16 bytes counted from the config) and the capstone 0.2 (the peak of
+one forward, measured by the dry run). Each rejects the stub, names the mistake a wrong number matches,
+never prints the answer, and accepts the solution."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlab import checks
+from vramlab.checks import lab00
+
+L, H, I, KV, HD, V = 30, 576, 1536, 3, 64, 49152
+
+
+def by_hand(kv_width=KV * HD, norms=True, final_norm=True, embeddings=1, width=2):
+    """Exercise 0.1's count from the config's numbers, with the usual slips as switches."""
+    layer = H * H + 2 * H * kv_width + H * H + 3 * H * I + (2 * H if norms else 0)
+    total = L * layer + embeddings * V * H + (H if norms and final_norm else 0)
+    return width * total
+
+
+def test_fp16_solution_from_the_config_passes(smollm2, capsys):
+    model = smollm2[0]
+    assert by_hand() == 2 * sum(p.numel() for p in model.parameters())
+    assert lab00.check_fp16_weight_bytes(by_hand(), model)
+    assert capsys.readouterr().out.startswith("PASS fp16 weight bytes")
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (dict(kv_width=H), "grouped-query attention"),
+    (dict(norms=False), "RMSNorm scales are missing"),
+    (dict(final_norm=False), "the final norm"),
+    (dict(embeddings=2), "tied embedding is counted twice"),
+    (dict(embeddings=0), "the embedding is missing"),
+    (dict(width=4), "float32"),
+])
+def test_fp16_wrong_counts_get_their_hint_and_no_answer(smollm2, wrong, hint, capsys):
+    result = lab00.check_fp16_weight_bytes(by_hand(**wrong), smollm2[0])
+    out = capsys.readouterr().out
+    assert not result and out.startswith("FAIL") and hint in out, out
+    assert "269,030,016" not in out and "269030016" not in out
+
+
+def test_fp16_other_wrong_numbers_get_a_direction(smollm2, capsys):
+    assert not lab00.check_fp16_weight_bytes(by_hand() + 10_000_000, smollm2[0])
+    assert "too high" in capsys.readouterr().out
+    assert not lab00.check_fp16_weight_bytes(1000, smollm2[0])
+    assert "too low" in capsys.readouterr().out
+
+
+def _peak():
+    return lab00._peak_run()
+
+
+def test_peak_solution_passes_and_the_case_is_what_the_notebook_asks():
+    peak, parts = _peak()
+    assert lab00.PEAK_CASE == {"batch_size": 8, "seq_len": 1024, "dtype": "bfloat16"}
+    # the logits are [8, 1024, vocab] in bfloat16, and the weights the bfloat16 parameters + RoPE buffer
+    assert parts["logits"] == 8 * 1024 * V * 2
+    assert parts["weights"] == 134_515_008 * 2 + 64 * 4 or abs(parts["weights"] - 134_515_008 * 2) < 2**20
+    assert sum(parts.values()) == peak
+    assert lab00.check_forward_peak_mib(peak / 2**20)
+    assert lab00.check_forward_peak_mib(peak / 2**20 * 1.02)   # within 3%
+    assert not lab00.check_forward_peak_mib(peak / 2**20 * 1.04)
+
+
+@pytest.mark.parametrize("make, hint", [
+    (lambda p, d: p, "that is bytes"),
+    (lambda p, d: p / 2**30, "that is GiB"),
+    (lambda p, d: p / 1e6, "looks like MB"),
+    (lambda p, d: (p + d["weights"]) / 2**20, "weights look counted twice, or in float32"),
+    (lambda p, d: (p + d["logits"]) / 2**20, "logits look counted twice, or in float32"),
+    (lambda p, d: (p - d["kv_cache"]) / 2**20, "grows with batch x tokens besides the logits"),
+    (lambda p, d: (p - d["logits"]) / 2**20, "the logits are missing"),
+    (lambda p, d: (p + 15 * d["weights"]) / 2**20, "the weights too"),
+    (lambda p, d: p / 2**20 * 10, "about 10x too high"),
+    (lambda p, d: p / 2**20 * 1.3, "too high"),
+    (lambda p, d: p / 2**20 * 0.9, "too low"),
+])
+def test_peak_wrong_numbers_are_told_what_is_wrong_never_the_answer(make, hint, capsys):
+    peak, parts = _peak()
+    result = lab00.check_forward_peak_mib(make(peak, parts))
+    out = capsys.readouterr().out
+    assert not result and out.startswith("FAIL peak of one forward") and hint in out, out
+    assert f"{peak / 2**20:,.1f}" not in out and f"{peak / 2**20:.1f}" not in out, out
+
+
+def test_peak_stub_and_nonsense(capsys):
+    for stub in (None, ...):
+        result = lab00.check_forward_peak_mib(stub)
+        assert not result and result.untouched
+    capsys.readouterr()
+    assert not lab00.check_forward_peak_mib("lots")
+    assert "not a number" in capsys.readouterr().out
+
+
+def test_peak_reveal_gives_the_measurement(capsys):
+    peak, _ = _peak()
+    result = checks.reveal("lab00", 2)[0]
+    assert result.revealed and result.answer.startswith(f"{peak / 2**20:,.1f} MiB")
+    assert "logits" in capsys.readouterr().out
+    assert checks.check_forward_peak_mib is lab00.check_forward_peak_mib
