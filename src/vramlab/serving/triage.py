@@ -50,6 +50,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# Both names: torch 2.8+ reads PYTORCH_ALLOC_CONF and warns that PYTORCH_CUDA_ALLOC_CONF is deprecated,
+# but torch 2.9.1 ignores the new name for CUDA (pytorch#183387), and torch < 2.8 knows only the old one
+# (c10/cuda/CUDAAllocatorConfig.h reads the old name first in 2.13). Setting both is right on every release.
+_EXPANDABLE = ("PYTORCH_ALLOC_CONF=expandable_segments:True and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+               "(both names: which one is read depends on the torch release)")
+
 from vramlab.logtext import HEAD_CHARS, as_text, bounded, flatten, loose, skipped_note
 from vramlab.vram.oom_message import OOMReport, parse_oom_message
 
@@ -131,7 +137,7 @@ FIXES: dict[str, list[Remedy]] = {
     "engine_dead": [
         Remedy("restart the server (behind a load balancer / rolling deploy so it costs no downtime)", R),
         Remedy("find the first error above it (usually an OOM) and fix that cause", R),
-        Remedy("if it still OOMs after the restart: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", D),
+        Remedy(f"if it still OOMs after the restart: {_EXPANDABLE}", D),
         Remedy("if it recurs, size the server down: lower max_model_len, fp8 KV cache, lower max_num_seqs", R),
     ],
     "host_oom": [
@@ -146,7 +152,7 @@ FIXES: dict[str, list[Remedy]] = {
         Remedy("lower --gpu-memory-utilization to 0.85-0.90 (more headroom outside the pool)", R),
         Remedy("--enforce-eager (or fewer cudagraph_capture_sizes)", R),
         Remedy("cap --max-num-seqs / --max-num-batched-tokens", R),
-        Remedy("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", D),
+        Remedy(_EXPANDABLE, D),
     ],
     "cuda_error_oom": [
         Remedy("lower --gpu-memory-utilization (NCCL/cuBLAS/graph memory comes from the slice outside it)", R),
@@ -301,7 +307,7 @@ PYTORCH_FIXES: dict[str, list[Remedy]] = {
         Remedy("hold less per step: 16-bit autocast, activation (gradient) checkpointing, "
                "del tensors you no longer need", R),
         Remedy("check for other processes on the GPU (nvidia-smi)", L),
-        Remedy("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts)", D),
+        Remedy(f"{_EXPANDABLE} (set before CUDA starts)", D),
         Remedy("a GPU with more memory, or shard the model (FSDP, device_map)", R),
     ],
     "host_oom": [
