@@ -102,7 +102,7 @@ async function learner(browser, name, plan) {
   try {
     const page = await login(context, name, env.HUB_PASSWORD);
     log(name, 'logged in; waiting for the hub to spawn the server and open lab 00');
-    await page.waitForURL(new RegExp(`/user/${name}/lab`), { timeout: 180000 });
+    await page.waitForURL(new RegExp(`/user/${name}/lab`), { timeout: 300000 });
     result.url = new URL(page.url()).pathname;
     await page.locator('.jp-NotebookPanel .jp-Cell').nth(FP16).waitFor({ state: 'attached', timeout: 120000 });
     // the kernel is up when its status says idle
