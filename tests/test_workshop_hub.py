@@ -326,6 +326,9 @@ def test_three_learners_log_in_run_lab00_and_reach_the_board(hub):
     after = _snapshot(room / "cache")
     assert after == hub["cache_before"], sorted(set(after.items()) ^ set(hub["cache_before"].items()))[:10]
     assert all(not mode & 0o222 for _, _, mode in after.values())
+    for name in LEARNERS:  # and no learner made a private copy
+        home = room / "homes" / name
+        assert not (home / ".cache" / "vramlab").exists() and not (home / ".cache" / "huggingface").exists()
 
     # 4. the board: the instructor's page (admin) and `vramlab progress` list all 3 with each check
     board = result["board"]
