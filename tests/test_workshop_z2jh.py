@@ -174,9 +174,16 @@ def test_dockerfile_labs_hook_copies_the_labs_once(tmp_path):
     assert (copied / "00_start_here.ipynb").read_text() == "the learner's work"
 
 
-def _network_venv(tmp_path: Path) -> tuple[Path, dict]:
+def _network_venv(tmp_path: Path, request) -> tuple[Path, dict]:
     if os.environ.get("VRAMLAB_NETWORK_TESTS") != "1":
-        pytest.skip("downloads ~1 GB of wheels and the model twice (about 5-10 min): set VRAMLAB_NETWORK_TESTS=1")
+        pytest.skip("downloads ~1 GB of wheels and the model twice (about 5-15 min): set VRAMLAB_NETWORK_TESTS=1")
+
+    def remove() -> None:  # the venv and the stand-in image take gigabytes: gone on every path
+        subprocess.run(["chmod", "-R", "u+w", str(tmp_path)], check=False)
+        for child in tmp_path.iterdir():
+            shutil.rmtree(child, ignore_errors=True)
+
+    request.addfinalizer(remove)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     home = tmp_path / "home"
@@ -211,9 +218,9 @@ def _offline_load(venv: Path, env: dict, cwd: Path) -> str:
 
 
 @pytest.mark.network
-def test_binder_postbuild_then_dockerfile_steps_in_a_venv(tmp_path):
+def test_binder_postbuild_then_dockerfile_steps_in_a_venv(tmp_path, request):
     """Binder: requirements.txt, then postBuild, in a fresh venv; then the Dockerfile's install step over it."""
-    venv, env = _network_venv(tmp_path)
+    venv, env = _network_venv(tmp_path, request)
     repo = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode()
     for name in filter(None, files.split("\0")):
@@ -249,4 +256,3 @@ def test_binder_postbuild_then_dockerfile_steps_in_a_venv(tmp_path):
     assert all(not p.stat().st_mode & 0o222 for p in baked.rglob("*") if p.is_file())
     out = _offline_load(venv, denv, tmp_path)
     assert str(venv) in out.split()[0], out  # the installed package (a wheel), not the checkout
-    subprocess.run(["chmod", "-R", "u+w", str(tmp_path)], check=False)
