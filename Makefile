@@ -43,7 +43,7 @@ notebooks: $(VENV)/.installed
 # A workshop room: JupyterHub for LEARNERS learners on this machine (docs/workshop.md).
 LEARNERS ?= 30
 workshop: $(VENV)/.installed
-	$(VENV)/bin/vramlab workshop serve --learners $(LEARNERS)
+	$(VENV)/bin/vramlab workshop serve --learners "$(LEARNERS)"
 
 # The wheel an instructor uploads to Colab (VRAMLAB_SOURCE=/content/<wheel> in the setup cell).
 wheel: $(VENV)/.installed
