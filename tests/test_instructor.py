@@ -110,7 +110,9 @@ def parse_notes(text: str) -> LabNotes:
         if len(row) >= 3:
             notes.predictions.append({"prediction": row[0], "checks": _CODE.findall(row[1]),
                                       "measured": _CODE.findall(row[2])})
-    notes.stretch = re.findall(r"^\d{1,2}\. (.+)$", notes.sections.get("Stretch questions", ""), re.M)
+    # A numbered question with its continuation lines (indented), so a long answer may wrap.
+    notes.stretch = [" ".join(line.strip() for line in item.splitlines()) for item in
+                     re.findall(r"^\d{1,2}\. .+(?:\n[ \t]+\S.*)*", notes.sections.get("Stretch questions", ""), re.M)]
     notes.skip = _bullets(notes.sections.get("What to skip when behind", ""))
     return notes
 
@@ -195,7 +197,7 @@ def problems(notes: LabNotes, lab: str, notebook_minutes: int | None, registered
             if value not in outputs:
                 out.append(f"prediction '{row['prediction'][:40]}': `{value}` is not in the executed notebook's outputs")
     if len(notes.stretch) < 2 or any("**Answer:**" not in q for q in notes.stretch):
-        out.append("stretch questions: at least 2, each with **Answer:** on its line")
+        out.append("stretch questions: at least 2, each with **Answer:** in its item")
     if not notes.skip:
         out.append("what to skip when behind: at least one bullet")
     return out
