@@ -164,6 +164,42 @@ def _lines(text: str, *needles: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if any(n in ln.lower() for n in low)][:4]
 
 
+# pip wheels that hold each CUDA library, by the soname's major (PyPI: nvidia-cuda-runtime-cu11/-cu12; from CUDA 13
+# the package has no suffix and -cu13 is deprecated: "Use nvidia-cuda-runtime instead")
+_PIP_PACKAGES = {"libcudart": "nvidia-cuda-runtime", "libcublas": "nvidia-cublas", "libcublasLt": "nvidia-cublas",
+                 "libcusparse": "nvidia-cusparse", "libnvJitLink": "nvidia-nvjitlink"}
+
+
+def soname_major(soname: str) -> str | None:
+    """The major version in a library's soname: ``"libcudart.so.12"`` -> ``"12"``, ``"libcudart.so.11.0"`` -> ``"11"``."""
+    m = re.search(r"\.so\.(\d{1,3})", soname)
+    return m.group(1) if m else None
+
+
+def fix_for_missing(soname: str) -> list[str]:
+    """The fix for a CUDA library the loader cannot open, following the soname's major version.
+    ``pip install nvidia-...-cu12`` alone does not help a process that does not import PyTorch first:
+    the wheel unpacks into ``site-packages/nvidia/<name>/lib``, which the dynamic loader never searches
+    (PyTorch finds it through its own RPATH), so the folder has to go on ``LD_LIBRARY_PATH``."""
+    major = soname_major(soname)
+    base = soname.split(".so")[0]
+    pkg = _PIP_PACKAGES.get(base)
+    out = []
+    if pkg and major:
+        wheel = f"{pkg}-cu{major}" if int(major) <= 12 else f"'{pkg}=={major}.*'"
+        out.append(f"pip install {wheel}   # {soname} is CUDA {major}.x: the major must match, not just any CUDA")
+        out.append("export LD_LIBRARY_PATH=$(python -c \"import glob,site;print(':'.join(glob.glob("
+                   "site.getsitepackages()[0]+'/nvidia/*/lib')))\"):$LD_LIBRARY_PATH   # pip's folder is not on "
+                   "the loader path")
+    else:
+        out.append(f"find / -name '{base}.so*' 2>/dev/null   # is any {base} installed?")
+    if major:
+        out.append(f"or export LD_LIBRARY_PATH=/usr/local/cuda-{major}/lib64:$LD_LIBRARY_PATH   # a CUDA {major}.x "
+                   "toolkit's folder, if one is installed")
+    return out
+
+
+
 # --------------------------------------------------------------------------- the rules, root causes first
 FIXES = {
     "windows_paths": [
@@ -186,8 +222,8 @@ FIXES = {
     ],
     "cuda_runtime_dependency_missing": [
         "ldd $(python -c 'import bitsandbytes,glob,os;print(glob.glob(os.path.dirname(bitsandbytes.__file__)+\"/libbitsandbytes_cuda*.so\")[-1])') | grep 'not found'",
-        "pip install nvidia-cuda-runtime-cu12 nvidia-cublas-cu12   # or the matching CUDA toolkit",
-        "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64   # where libcudart.so.NN lives",
+        "install the CUDA libraries of the major version the missing .so.N names, and put their folder on "
+        "LD_LIBRARY_PATH (pip's nvidia-* wheels land in site-packages/nvidia/*/lib, which the loader does not search)",
     ],
     "cudart_not_found": [
         "find / -name 'libcudart.so*' 2>/dev/null   # is a CUDA runtime installed at all?",
@@ -392,7 +428,8 @@ def _rule_dependency(t: str) -> Finding | None:
     name = libs[0] if libs else "libcudart.so"
     return _finding("cuda_runtime_dependency_missing", "error", f"{name} cannot be opened by the dynamic loader",
                     _lines(t, "cannot open shared object", "Missing dependency", "could not be read",
-                           "file too short", "invalid ELF header"))
+                           "file too short", "invalid ELF header"),
+                    fix=[FIXES["cuda_runtime_dependency_missing"][0]] + fix_for_missing(name))
 
 
 def _cudart_unresolved(t: str) -> bool:
@@ -586,6 +623,6 @@ def corpus_entry(entry_id: str) -> dict:
     raise ValueError(f"No corpus log with id {entry_id!r}; ids: {', '.join(e['id'] for e in logs)}.")
 
 
-__all__ = ["LABELS", "Finding", "explain_log", "missing_versions", "compute_capabilities", "bnb_binaries",
+__all__ = ["LABELS", "Finding", "explain_log", "fix_for_missing", "soname_major", "missing_versions", "compute_capabilities", "bnb_binaries",
            "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "MIN_COMPUTE_CAPABILITY_BEFORE_048",
            "FAST_INT8_COMPUTE_CAPABILITY"]
