@@ -456,3 +456,28 @@ def test_glibc_is_compared_with_what_the_binary_needs(tmp_path):
     assert doctor.glibc_check(needy, have=(2, 35)).status == "ok"
     sys_glibc = doctor.system_glibc()
     assert sys_glibc is None or (sys_glibc[0] == 2 and len(sys_glibc) >= 2)
+
+
+def test_version_mismatch_hint_is_a_0_50_regression():
+    # 0.46.0 - 0.49.2 get_native_library raised this (git tags): the hint fired then
+    assert doctor.version_mismatch_hint_fires("RuntimeError: Configured CUDA binary not found at /x/libbitsandbytes_cuda102.so")
+    assert not doctor.version_mismatch_hint_fires("RuntimeError: No compatible CUDA binary found at /x/libbitsandbytes_cuda102.so")
+
+
+def test_an_empty_override_was_unset_up_to_0_49_and_fails_now():
+    f = doctor.check_override("", cuda_available=True)
+    assert f.status == "error" and "0.49" in f.detail and "0.50" in f.detail
+    assert f.fix[0].startswith("unset BNB_CUDA_VERSION") and "export BNB_CUDA_VERSION=" in f.fix[0]
+    log = ("bitsandbytes library load error: BNB_CUDA_VERSION='': value must be digits only (e.g. '124' for 12.4).\n"
+           "RuntimeError: Attempted to use bitsandbytes native library functionality but it's not available.")
+    found = explain_log(log)
+    assert found.label == "bnb_cuda_version_override" and "empty" in found.detail and "unset" in found.fix[0]
+
+
+def test_the_manual_override_text_is_0_43_0_old_format():
+    # git tag 0.43.0 bitsandbytes/cuda_setup/main.py: the two-line warning, then the old CUDA SETUP failure
+    log = ("WARNING: Manual override via BNB_CUDA_VERSION env variable detected!\nBNB_CUDA_VERSION=XXX can be used to "
+           "load a bitsandbytes version that is different from the PyTorch CUDA version.\nLoading: "
+           "libbitsandbytes_cuda125.so\nCUDA SETUP: Required library version not found: libbitsandbytes_cuda125.so.")
+    assert logs.override_value(log) == "125" and logs._is_old_format(log)
+    assert explain_log(log).label == "bnb_cuda_version_override"

@@ -398,6 +398,15 @@ def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None
     shipped = shipped_binaries(bnb_dir)
     where = ("on this machine bitsandbytes fails to load its library" if cuda_available else
              "ignored here because PyTorch sees no CUDA device, but on a GPU machine bitsandbytes fails to load")
+    if value == "":
+        # up to 0.49 cextension.py read it with `if override_value:` (empty = unset); 0.50.0 tests `is not None` and
+        # `isdigit()`, so the old advice "export BNB_CUDA_VERSION=" now stops the library from loading
+        return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
+                       "set but empty: ignored up to bitsandbytes 0.49, refused from 0.50.0 on",
+                       cause="bitsandbytes 0.50+ raises \"BNB_CUDA_VERSION='': value must be digits only\"; an empty "
+                             f"value no longer means 'unset' ({where})",
+                       fix=["unset BNB_CUDA_VERSION   # not 'export BNB_CUDA_VERSION=': the variable must be gone"],
+                       label="bnb_cuda_version_override")
     if not value.isdigit():
         return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
                        f"{value!r} is invalid (digits only, e.g. 124 for CUDA 12.4)",
@@ -949,7 +958,9 @@ def simulate(scenario: str, timeout: float = 120) -> str:
 def version_mismatch_hint_fires(error_text: str, backend: str = "CUDA") -> bool:
     """bitsandbytes 0.50.2's own test for its "VERSION MISMATCH" advice (``cextension.py``,
     ``_format_lib_error_message``): ``f"{BNB_BACKEND} binary not found" in original_error``.
-    ``get_native_library`` raises ``"No compatible CUDA binary found at ..."``, so it is never true."""
+    A regression: from 0.46.0 to 0.49.2 ``get_native_library`` raised ``"Configured CUDA binary not found
+    at ..."`` and the advice appeared; 0.50.0 reworded the raise to ``"No compatible CUDA binary found at
+    ..."`` and left the test as it was, so from 0.50.0 on it is never true (git tags 0.46.0 - 0.50.1)."""
     return f"{backend} binary not found" in error_text
 
 
