@@ -860,6 +860,8 @@ SCENARIOS = {
     "old_gpu": "compute capability 5.2 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
     "slow_int8_gpu": "compute capability 7.0 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
     "cudart_search_empty": "python -m bitsandbytes runtime search with LD_LIBRARY_PATH and CONDA_PREFIX stripped",
+    "stale_override": "PyTorch for CUDA 13.0 with BNB_CUDA_VERSION=128 left from an older setup, on a machine "
+                      "without a CUDA 12 runtime (a real dlopen of the shipped cuda128 binary)",
 }
 
 _SIMULATE = r'''
@@ -922,6 +924,9 @@ if scenario == "runtime_missing":
     load(CUDASpecs((8, 0), ver, (int(ver[:-1]), int(ver[-1]))))
 elif scenario in ("override_invalid", "override_missing"):
     load(s128)
+elif scenario == "stale_override":
+    ce.get_cuda_version_tuple = lambda: (13, 0)
+    load(CUDASpecs((8, 0), "130", (13, 0)))
 elif scenario == "no_binary_for_cuda":
     load(CUDASpecs((7, 5), "102", (10, 2)))
 elif scenario == "old_gpu":
@@ -948,6 +953,8 @@ def simulate(scenario: str, timeout: float = 120) -> str:
         env["BNB_CUDA_VERSION"] = "abc"
     elif scenario == "override_missing":
         env["BNB_CUDA_VERSION"] = "999"
+    elif scenario == "stale_override":
+        env["BNB_CUDA_VERSION"] = "128"
     proc = subprocess.run([sys.executable, "-c", _SIMULATE, scenario], env=env, capture_output=True,
                           text=True, timeout=timeout)
     noise = ("Failed to load CPU gemm_4bit_forward",)  # a CPU-kernel notice of this CPU machine, not of the scenario
