@@ -394,7 +394,8 @@ def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None
     ``torch_cuda`` (``torch.version.cuda``, e.g. ``"12.8"``, None on CPU builds) is the only override
     the doctor ever suggests, since any other one forces a runtime that may not be installed."""
     if value is None:
-        return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary matching torch.version.cuda")
+        return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary for torch.version.cuda (exact, else the "
+                       "nearest shipped one of the same major)")
     shipped = shipped_binaries(bnb_dir)
     where = ("on this machine bitsandbytes fails to load its library" if cuda_available else
              "ignored here because PyTorch sees no CUDA device, but on a GPU machine bitsandbytes fails to load")
@@ -459,7 +460,7 @@ def find_cuda_runtimes(env: dict | None = None) -> dict[str, list[str]]:
         out["ldconfig"] = []
     import site  # pip's nvidia-cuda-runtime wheel (what CUDA builds of PyTorch use) sits in site-packages
 
-    pip_dirs = [str(d) for sp in site.getsitepackages() for d in Path(sp).glob("nvidia/cu*/lib")]
+    pip_dirs = [str(d) for sp in site.getsitepackages() for d in Path(sp).glob("nvidia/*/lib")]  # cuda_runtime/lib (cu12), cu13/lib
     out["pip (nvidia-*)"] = scan(pip_dirs)
     return out
 
