@@ -173,13 +173,18 @@ def check_quant_ranking(ranking: Any) -> CheckResult:
     measured = _measured()
     for key in keys:
         got = [str(k) for k in ranking[key]]
-        position = {k: i for i, group in enumerate(_groups(measured[key])) for k in group}
-        for i, (a, b) in enumerate(zip(got, got[1:])):
-            if position[a] > position[b]:
-                # name the kind most likely misplaced: the one the learner put too early, unless that is the last
-                culprit = a if (key, a) in _RANK_HINTS else b
-                return report(name, False, f"the measured order of '{key}'", " < ".join(got),
-                              f"{a} before {b} is the wrong way round. " + _RANK_HINTS[(key, culprit)])
+        # each kind's allowed positions: its group of ties spans a range of places in the measured order
+        allowed, start = {}, 0
+        for group in _groups(measured[key]):
+            for k in group:
+                allowed[k] = (start, start + len(group) - 1)
+            start += len(group)
+        off = {k: max(allowed[k][0] - i, i - allowed[k][1], 0) for i, k in enumerate(got)}
+        if any(off.values()):
+            # the kind furthest from where it belongs carries the likely misconception
+            culprit = max(got, key=lambda k: off[k])
+            return report(name, False, f"the measured order of '{key}'", " < ".join(got),
+                          f"{culprit} is out of place. " + _RANK_HINTS[(key, culprit)])
     return report(name, True, "", "both rankings match the measured table (" + _ranking_answer() + ")")
 
 
