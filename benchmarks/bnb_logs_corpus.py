@@ -234,6 +234,7 @@ RENDERED = {  # id -> (scenario, label)
     "bnb050_old_gpu_cc52": ("old_gpu", "compute_capability_low"),
     "bnb050_slow_int8_cc70": ("slow_int8_gpu", "compute_capability_low"),
     "bnb050_cudart_search_empty": ("cudart_search_empty", "cudart_not_found"),
+    "bnb050_stale_override": ("stale_override", "bnb_cuda_version_override"),
 }
 
 

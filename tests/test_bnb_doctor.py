@@ -390,3 +390,94 @@ def test_doctor_log_unreadable_stdin_exits_2_with_one_sentence(monkeypatch, caps
     assert err.startswith("error: cannot read standard input (Input/output error)") and len(err.strip().splitlines()) == 1
     monkeypatch.setattr(sys, "stdin", None)
     assert doctor.doctor_main(log="-") == 2
+
+
+# --------------------------------------------------------------------------- issue 18: the binary, its NEEDED libraries, glibc
+def test_predicted_binary_is_bitsandbytes_own_same_major_choice():
+    got = doctor.predict_binaries(["12.9", "12.0", "12.8", "11.8", "10.2", "13.1"])
+    # 0.50.2 cextension.get_cuda_bnb_library_path: highest same-major <= runtime, else lowest same-major above
+    assert got["12.9"] == "libbitsandbytes_cuda128.so" and got["12.0"] == "libbitsandbytes_cuda121.so"
+    assert got["12.8"] == "libbitsandbytes_cuda128.so" and got["11.8"] == "libbitsandbytes_cuda118.so"
+    assert got["13.1"] == "libbitsandbytes_cuda130.so"
+    assert got["10.2"] == "libbitsandbytes_cuda102.so" and "102" not in doctor.shipped_binaries()  # never across majors
+    assert doctor.predict_binaries(["12.9"], env={"BNB_CUDA_VERSION": "abc"})["12.9"].startswith("error: ")
+    with pytest.raises(ValueError, match="not a CUDA version"):
+        doctor.predict_binaries(["twelve"])
+
+
+def test_doctor_checks_the_predicted_binary_not_the_exact_name(cpu_probe):
+    # a V100 with PyTorch for CUDA 12.9: no cuda129 is shipped; bitsandbytes picks cuda128 (sm_70 ... sm_120)
+    shipped = doctor.shipped_binaries()
+    p = dict(cpu_probe, cuda_available=True, torch_cuda="12.9", lib_path=None, predicted_binary=str(shipped["128"]),
+             gpus=[{"index": 0, "name": "Tesla P100-PCIE-16GB", "cc": [6, 0]}])
+    gpu = doctor.diagnose(probe_result=p).finding("GPU 0")
+    assert gpu.status == "error" and "libbitsandbytes_cuda128.so" in gpu.detail and "sm_70" in gpu.detail
+
+
+def test_needed_libraries_read_from_the_elf_dynamic_section(tmp_path):
+    shipped = doctor.shipped_binaries()
+    assert doctor.needed_libraries(shipped["118"])[:3] == ["libcudart.so.11.0", "libcublas.so.11", "libcublasLt.so.11"]
+    assert "libcudart.so.12" in doctor.needed_libraries(shipped["128"])
+    for ver, path in shipped.items():  # the runtime each binary needs is the one cudart_soname names
+        assert doctor.cudart_soname(ver) in doctor.needed_libraries(path), ver
+    (tmp_path / "x.so").write_bytes(b"\x7fELF" + b"\x00" * 10)
+    assert doctor.needed_libraries(tmp_path / "x.so") == [] and doctor.needed_libraries(tmp_path / "none") == []
+
+
+def test_open_needed_asks_the_loader(tmp_path):
+    shipped = doctor.shipped_binaries()
+    version = max(shipped, key=int)
+    (tmp_path / doctor.cudart_soname(version)).write_text("not a library\n")
+    opened = doctor.open_needed(shipped[version], env={"LD_LIBRARY_PATH": str(tmp_path)}, import_torch=False)
+    assert doctor.cudart_soname(version) in opened
+    assert "file too short" in opened[doctor.cudart_soname(version)] or "invalid ELF" in opened[doctor.cudart_soname(version)]
+    assert not any(k.startswith("libc.so") for k in opened)   # the system C runtime is not the question
+
+
+def test_missing_library_fix_follows_the_soname_major():
+    fix = logs.fix_for_missing("libcudart.so.11.0")
+    assert fix[0].startswith("pip install nvidia-cuda-runtime-cu11") and "cu12" not in " ".join(fix)
+    assert any("LD_LIBRARY_PATH" in x and "nvidia/*/lib" in x for x in fix)  # pip alone is not on the loader path
+    assert "'nvidia-cublas==13.*'" in logs.fix_for_missing("libcublas.so.13")[0]
+    assert logs.soname_major("libcudart.so.12") == "12" and logs.soname_major("libfoo.so") is None
+    text = ("OSError: libcudart.so.11.0: cannot open shared object file: No such file or directory")
+    f = explain_log(text)
+    assert f.label == "cuda_runtime_dependency_missing" and "cu11" in " ".join(f.fix) and "cu12" not in " ".join(f.fix)
+
+
+def test_glibc_is_compared_with_what_the_binary_needs(tmp_path):
+    lib = doctor.shipped_binaries()["128"]
+    assert doctor.glibc_check(lib).status == "ok"
+    needy = tmp_path / "libneedy.so"
+    needy.write_bytes(b"\x7fELF...GLIBC_2.2.5\x00GLIBC_2.34\x00GLIBCXX_3.4.30\x00")
+    f = doctor.glibc_check(needy, have=(2, 31))
+    assert f.status == "error" and "GLIBC_2.34" in f.detail and "2.31" in f.detail
+    assert not any(x.startswith("conda install") for x in f.fix) and any("libstdcxx-ng does NOT" in x for x in f.fix)
+    assert doctor.glibc_check(needy, have=(2, 35)).status == "ok"
+    sys_glibc = doctor.system_glibc()
+    assert sys_glibc is None or (sys_glibc[0] == 2 and len(sys_glibc) >= 2)
+
+
+def test_version_mismatch_hint_is_a_0_50_regression():
+    # 0.46.0 - 0.49.2 get_native_library raised this (git tags): the hint fired then
+    assert doctor.version_mismatch_hint_fires("RuntimeError: Configured CUDA binary not found at /x/libbitsandbytes_cuda102.so")
+    assert not doctor.version_mismatch_hint_fires("RuntimeError: No compatible CUDA binary found at /x/libbitsandbytes_cuda102.so")
+
+
+def test_an_empty_override_was_unset_up_to_0_49_and_fails_now():
+    f = doctor.check_override("", cuda_available=True)
+    assert f.status == "error" and "0.49" in f.detail and "0.50" in f.detail
+    assert f.fix[0].startswith("unset BNB_CUDA_VERSION") and "export BNB_CUDA_VERSION=" in f.fix[0]
+    log = ("bitsandbytes library load error: BNB_CUDA_VERSION='': value must be digits only (e.g. '124' for 12.4).\n"
+           "RuntimeError: Attempted to use bitsandbytes native library functionality but it's not available.")
+    found = explain_log(log)
+    assert found.label == "bnb_cuda_version_override" and "empty" in found.detail and "unset" in found.fix[0]
+
+
+def test_the_manual_override_text_is_0_43_0_old_format():
+    # git tag 0.43.0 bitsandbytes/cuda_setup/main.py: the two-line warning, then the old CUDA SETUP failure
+    log = ("WARNING: Manual override via BNB_CUDA_VERSION env variable detected!\nBNB_CUDA_VERSION=XXX can be used to "
+           "load a bitsandbytes version that is different from the PyTorch CUDA version.\nLoading: "
+           "libbitsandbytes_cuda125.so\nCUDA SETUP: Required library version not found: libbitsandbytes_cuda125.so.")
+    assert logs.override_value(log) == "125" and logs._is_old_format(log)
+    assert explain_log(log).label == "bnb_cuda_version_override"

@@ -96,3 +96,35 @@ def test_threshold_must_be_finite_and_not_negative(bad):
     with pytest.raises(ValueError, match="^`threshold` must be a finite number >= 0"):
         quantized.bnb_config("int8", threshold=bad)
     assert quantized.bnb_config("int8", threshold=0).llm_int8_threshold == 0.0
+
+
+@pytest.mark.slow
+def test_threshold_sweep_is_bitsandbytes_own_rule_and_restores_the_model(int8_model, windows):
+    from vramlab.bnb import threshold
+
+    model, _ = int8_model
+    ids = windows[0, :128]
+    rows = threshold.threshold_sweep(model, ids, (0, 6.0, 20.0))
+    by_t = {r["threshold"]: r for r in rows}
+    # threshold 0 turns the split off: nothing kept in 16-bit
+    assert sum(by_t[0.0]["columns"].values()) == 0 and by_t[0.0]["kept_16bit"] == 0.0
+    # at 6.0 the columns kept are exactly quantized.outlier_columns' (bitsandbytes' own state.idx at the default)
+    assert by_t[6.0]["columns"][29] == len(quantized.outlier_columns(model, ids, layer=29))
+    # a higher threshold keeps fewer columns, in every layer
+    assert all(by_t[20.0]["columns"][i] <= by_t[6.0]["columns"][i] for i in range(30))
+    assert by_t[20.0]["kept_16bit"] < by_t[6.0]["kept_16bit"] < 1
+    # the 6.0 loss is the model's own (mean NLL over the predicted tokens)
+    live = quantized.window_nlls(model, ids.unsqueeze(0))[0]
+    assert abs(by_t[6.0]["nll"] - live) < 1e-4 and by_t[0.0]["nll"] != by_t[6.0]["nll"]
+    lin = model.model.layers[0].mlp.down_proj
+    assert lin.state.threshold == quantized.LLM_INT8_THRESHOLD   # restored
+    fig = threshold.threshold_figure(by_t[6.0], 1536, 100, reference_nll=2.9)
+    assert "threshold 6" in fig.layout.title.text and fig.layout.yaxis.range[1] > 100
+
+
+@pytest.mark.parametrize("bad", [[], [float("nan")], [-1], ["6"], [True]])
+def test_threshold_sweep_refuses_bad_thresholds_in_one_sentence(bad):
+    from vramlab.bnb import threshold
+
+    with pytest.raises(ValueError, match="thresholds"):
+        threshold._check_thresholds(bad)

@@ -16,24 +16,23 @@ def _raises(*args):
     raise NotImplementedError
 
 
-def _symbol(text):
-    m = re.search(r"version `([^']+)' not found", text)
-    return m.group(1) if m else None
-
-
+RANKING = {"bytes": ["nf4+dq", "nf4", "fp4", "int8"], "perplexity": ["int8", "nf4+dq", "nf4", "fp4"]}
 SOLUTIONS = {
     "check_log_label": "binary_missing_for_cuda_version",
-    "check_missing_symbol": _symbol,
+    "check_log_fix": "c",
+    "check_quant_ranking": RANKING,
 }
 WRONG = {
     "check_log_label": "compute_capability_low",                       # a symptom (7.0 only warns)
-    "check_missing_symbol": lambda t: (re.search(r"version (`[^ ]+)", t) or [None, None])[1],  # keeps the quotes
+    "check_log_fix": "a",                                              # bitsandbytes' own advice: the symptom
+    "check_quant_ranking": dict(RANKING, perplexity=["int8", "fp4", "nf4", "nf4+dq"]),  # FP4 before NF4
 }
 STUBS = [None, lambda *a: None, _raises]
 
 
 def test_every_check_is_exported_and_covered():
     assert set(lab06.__all__) == set(SOLUTIONS) | {"check_4bit_prediction"}
+    assert not hasattr(lab06, "check_missing_symbol")   # the regex drill is gone (issue 19)
     for name in lab06.__all__:
         assert getattr(checks, name) is getattr(lab06, name)
 
@@ -68,10 +67,49 @@ def test_log_label_hints_name_the_symptom(capsys):
     assert "one of:" in capsys.readouterr().out
 
 
-def test_missing_symbol_wants_none_without_a_version_line(capsys):
-    assert not lab06.check_missing_symbol(lambda t: _symbol(t) or "CXXABI_1.3.9")
-    out = capsys.readouterr().out
-    assert "line at all? What should you return then?" in out and "expected None" not in out, out
+def test_log_fix_teaches_each_wrong_letter(capsys):
+    from vramlab.bnb import logs
+
+    text = logs.corpus_entry(lab06.FIX_EXERCISE_LOG)["text"]
+    # the log is real-format and says what the exercise claims: the override, then the missing CUDA 12 runtime
+    assert "BNB_CUDA_VERSION=128 environment variable detected" in text and "Missing dependency: libcudart.so.12" in text
+    assert logs.explain_log(text).label == "bnb_cuda_version_override"
+    hints = {"a": "bitsandbytes' own advice", "b": "does not", "d": "cuda130", "e": "digits"}
+    for letter, words in hints.items():
+        result = lab06.check_log_fix(letter)
+        out = capsys.readouterr().out
+        assert not result.passed and words in out and "unset BNB_CUDA_VERSION" not in out.split("Hint:")[1], out
+    assert lab06.check_log_fix(" C ")
+    assert not lab06.check_log_fix("f") and "one of the letters" in capsys.readouterr().out
+
+
+def test_ranking_ties_pass_in_either_order_and_hints_name_the_misconception(capsys):
+    from vramlab.bnb import quantized
+
+    table = quantized.load_table()
+    rows = {k: quantized.table_row(table, k) for k in lab06.RANK_KINDS}
+    # the ties the check allows are real measured ties: fp4 and nf4 hold the same bytes, nf4 / nf4+dq within 1%
+    assert lab06.device_bytes(rows["fp4"]) == lab06.device_bytes(rows["nf4"])
+    assert abs(rows["nf4"]["ppl"] - rows["nf4+dq"]["ppl"]) < 0.01 * rows["nf4"]["ppl"]
+    swapped = {"bytes": ["nf4+dq", "fp4", "nf4", "int8"], "perplexity": ["int8", "nf4", "nf4+dq", "fp4"]}
+    assert lab06.check_quant_ranking(swapped)
+    capsys.readouterr()
+    cases = {  # a wrong ranking -> words its hint must contain
+        "footprint only": (dict(RANKING, bytes=["nf4", "fp4", "nf4+dq", "int8"]), "per-block scales"),
+        "int8 smallest": (dict(RANKING, bytes=["int8", "nf4+dq", "nf4", "fp4"]), "twice"),
+        "fp4 best": (dict(RANKING, perplexity=["fp4", "int8", "nf4", "nf4+dq"]), "quantiles"),
+        "int8 worst": (dict(RANKING, perplexity=["nf4", "nf4+dq", "fp4", "int8"]), "256 levels"),
+    }
+    for name, (ranking, words) in cases.items():
+        result = lab06.check_quant_ranking(ranking)
+        out = capsys.readouterr().out
+        assert not result.passed and words in out, (name, out)
+        assert "tied" not in out, out   # the measured order is not printed on a wrong attempt
+    for bad, words in (({"bytes": RANKING["bytes"]}, "keys"), (dict(RANKING, bytes=["int8", "nf4"]), "exactly once"),
+                       ("int8 < nf4", "keys")):
+        assert not lab06.check_quant_ranking(bad) and words in capsys.readouterr().out
+    untouched = lab06.check_quant_ranking({"bytes": None, "perplexity": None})
+    assert untouched.untouched and "not done" in capsys.readouterr().out
 
 
 def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
@@ -90,14 +128,3 @@ def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
     out = capsys.readouterr().out
     assert out.startswith("PASS") and "stored" in out and f"{ACTUAL:,}" not in out
     assert not lab06.check_4bit_prediction(None)
-
-
-def test_missing_symbol_judges_a_real_none_answer(capsys):
-    # the third log has no version line: a function returning None there is right, not "untouched"
-    result = lab06.check_missing_symbol(_symbol)
-    assert result.passed and not result.untouched
-    capsys.readouterr()
-    # always None: the first log needs a symbol, so it reads as an untouched stub and reveals nothing
-    result = lab06.check_missing_symbol(lambda t: None)
-    out = capsys.readouterr().out
-    assert not result.passed and "CXXABI" not in out

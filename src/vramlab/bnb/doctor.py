@@ -33,7 +33,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vramlab.bnb.logs import (FAST_INT8_COMPUTE_CAPABILITY, MIN_COMPUTE_CAPABILITY, Finding, explain_log)
+from vramlab.bnb.logs import (FAST_INT8_COMPUTE_CAPABILITY, MIN_COMPUTE_CAPABILITY, Finding, explain_log,
+                              fix_for_missing, soname_major)
 
 PROBE_MARK = "VRAMLAB_PROBE_JSON="
 # bitsandbytes 0.50.2 diagnostics/cuda.py CUDA_RUNTIME_LIB_PATTERNS (Linux + Windows names)
@@ -115,6 +116,17 @@ try:
         out["load_error"] = lib.error_msg
         out["formatted_error"] = lib.formatted_error
     out["warnings"] = [str(w.message) for w in caught if "deprecated" not in str(w.message)]
+    if out.get("torch_cuda") and not out.get("torch_hip"):
+        # the binary bitsandbytes' own selection picks for this PyTorch (0.50.0+ cextension.py
+        # get_cuda_bnb_library_path: exact, else the nearest same-major one, or the override), also
+        # on a machine where PyTorch sees no GPU: the doctor checks that file, not an exact-name guess
+        try:
+            from bitsandbytes.cuda_specs import CUDASpecs
+            tv = tuple(int(x) for x in out["torch_cuda"].split(".")[:2])
+            cc = max((tuple(g["cc"]) for g in out.get("gpus", [])), default=(0, 0))
+            out["predicted_binary"] = str(ce.get_cuda_bnb_library_path(CUDASpecs(cc, f"{tv[0]}{tv[1]}", tv)))
+        except Exception as exc:
+            out["predicted_error"] = f"{type(exc).__name__}: {exc}"
 except Exception:
     out["bnb_error"] = traceback.format_exc()
 out["log"] = buf.getvalue()
@@ -218,6 +230,163 @@ def binary_min_compute_capability(path: Path) -> tuple[int, int] | None:
     return (low // 10, low % 10)
 
 
+_PREDICT = r"""
+import json, logging, sys
+logging.disable(logging.CRITICAL)
+from bitsandbytes import cextension as ce
+from bitsandbytes.cuda_specs import CUDASpecs
+out = {}
+for v in sys.argv[1:]:
+    try:
+        tv = tuple(int(x) for x in v.split(".")[:2])
+        out[v] = ce.get_cuda_bnb_library_path(CUDASpecs((0, 0), f"{tv[0]}{tv[1]}", tv)).name
+    except Exception as exc:
+        out[v] = f"error: {exc}"
+print("VRAMLAB_PREDICT=" + json.dumps(out))
+"""
+
+
+def predict_binaries(cuda_versions, env: dict | None = None, timeout: float = 120) -> dict[str, str]:
+    """The binary the installed bitsandbytes picks for each PyTorch CUDA version (``"12.9"`` ->
+    ``"libbitsandbytes_cuda128.so"``), asked of bitsandbytes itself (0.50.0+ ``cextension.py``
+    ``get_cuda_bnb_library_path``: the exact version, else the highest shipped one below it with the same
+    major, else the lowest above it with the same major, never across majors; ``BNB_CUDA_VERSION``
+    wins over all). A name that is not shipped means "No compatible CUDA binary found"; an invalid
+    override gives ``"error: ..."``. Runs in one subprocess (under ``env``)."""
+    versions = [str(v) for v in cuda_versions]
+    for v in versions:
+        if not re.fullmatch(r"\d{1,2}\.\d{1,2}", v):
+            raise ValueError(f"cuda_versions: {v!r} is not a CUDA version like '12.8'; pass 'MAJOR.MINOR' strings.")
+    proc = subprocess.run([sys.executable, "-c", _PREDICT, *versions], env=child_env(env), capture_output=True,
+                          text=True, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith("VRAMLAB_PREDICT="):
+            return json.loads(line.split("=", 1)[1])
+    raise RuntimeError(f"predict_binaries: the subprocess failed ({(proc.stderr.strip().splitlines() or ['?'])[-1]})")
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """The shared libraries an ELF file names as ``DT_NEEDED`` (what ``readelf -d`` lists as NEEDED,
+    what ``ldd`` resolves), read from its dynamic section: ``["libcudart.so.12", "libcublas.so.12",
+    ...]``. Empty for a file that is not a 64-bit little-endian ELF (a Windows .dll, a text file)."""
+    import struct
+
+    try:
+        b = Path(path).read_bytes()
+    except OSError:
+        return []
+    if len(b) < 64 or b[:4] != b"\x7fELF" or b[4] != 2 or b[5] != 1:
+        return []
+    shoff, = struct.unpack_from("<Q", b, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", b, 0x3A)
+    sections = []
+    for i in range(min(shnum, 4096)):
+        off = shoff + i * shentsize
+        if off + 64 > len(b):
+            return []
+        _, stype, _, _, soff, ssize, link = struct.unpack_from("<IIQQQQI", b, off)
+        sections.append((stype, soff, ssize, link))
+    out = []
+    for stype, soff, ssize, link in sections:
+        if stype != 6 or link >= len(sections):   # SHT_DYNAMIC; its sh_link is the string table
+            continue
+        stroff = sections[link][1]
+        for j in range(soff, min(soff + ssize, len(b) - 15), 16):
+            tag, val = struct.unpack_from("<qQ", b, j)
+            if tag == 0:                            # DT_NULL ends the table
+                break
+            if tag == 1:                            # DT_NEEDED: an offset into the string table
+                end = b.find(b"\x00", stroff + val, stroff + val + 256)
+                if end > 0:
+                    out.append(b[stroff + val:end].decode("ascii", "replace"))
+    return out
+
+
+_OPEN_NEEDED = r"""
+import ctypes, json, sys
+if sys.argv[1] == "1":
+    import torch  # as bitsandbytes does: PyTorch loads its own CUDA libraries first (pip's nvidia-* wheels)
+out = {}
+for name in sys.argv[2:]:
+    try:
+        ctypes.CDLL(name)
+        out[name] = None
+    except OSError as exc:
+        out[name] = str(exc)
+print("VRAMLAB_NEEDED=" + json.dumps(out))
+"""
+
+# the C and C++ runtime every Linux process has; the ones worth testing are the CUDA libraries
+_SYSTEM_LIBS = ("libc.so", "libm.so", "libdl.so", "librt.so", "libpthread.so", "libgcc_s.so", "libstdc++.so",
+                "ld-linux")
+
+
+def open_needed(path: Path, env: dict | None = None, import_torch: bool = True, timeout: float = 120) -> dict:
+    """Ask the dynamic loader to open each CUDA library a binary needs (:func:`needed_libraries`), in a
+    subprocess under ``env`` that first imports torch as bitsandbytes does: ``{soname: None}`` when it
+    opens, ``{soname: "the loader's error"}`` when not. This is ``ldd``'s question asked the way
+    bitsandbytes' own ``ctypes.cdll.LoadLibrary`` meets it (a library PyTorch already loaded counts)."""
+    names = [n for n in needed_libraries(path) if not n.startswith(_SYSTEM_LIBS)]
+    if not names:
+        return {}
+    proc = subprocess.run([sys.executable, "-c", _OPEN_NEEDED, "1" if import_torch else "0", *names],
+                          env=child_env(env), capture_output=True, text=True, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith("VRAMLAB_NEEDED="):
+            return json.loads(line.split("=", 1)[1])
+    return {n: f"the check did not run ({(proc.stderr.strip().splitlines() or ['?'])[-1]})" for n in names}
+
+
+_GLIBC_RE = re.compile(rb"GLIBC_(\d{1,2}\.\d{1,3}(?:\.\d{1,3})?)\x00")
+
+
+def system_glibc() -> tuple[int, ...] | None:
+    """This system's glibc version, ``(2, 36)`` (``os.confstr("CS_GNU_LIBC_VERSION")``, else
+    ``platform.libc_ver()``); None on a non-glibc system (musl, macOS)."""
+    text = ""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    m = re.search(r"glibc (\d+(?:\.\d+)+)", text)
+    if not m:
+        name, ver = platform.libc_ver()
+        if name != "glibc" or not ver:
+            return None
+        return tuple(int(x) for x in ver.split(".") if x.isdigit())
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+def glibc_check(library: Path, have: tuple[int, ...] | None = None) -> Finding:
+    """The newest ``GLIBC_x.y`` symbol version ``library`` needs against this system's glibc
+    (:func:`system_glibc`). Missing glibc versions are what the loader reports as ``libc.so.6: version
+    `GLIBC_2.34' not found``: glibc is the C library of the operating system, not libstdc++, so conda's
+    ``libstdcxx-ng`` cannot help; a newer OS image or a source build can."""
+    have = have if have is not None else system_glibc()
+    try:
+        need = sorted({tuple(int(x) for x in m.group(1).decode().split("."))
+                       for m in _GLIBC_RE.finditer(Path(library).read_bytes())})
+    except OSError:
+        need = []
+    top = ".".join(map(str, need[-1])) if need else None
+    if have is None:
+        return Finding("glibc", "warning", f"not a glibc system ({platform.libc_ver()[0] or 'unknown C library'})",
+                       cause="bitsandbytes' Linux wheels are built against glibc (manylinux); musl-based images "
+                             "(Alpine) cannot load them", fix=["use a glibc-based image (Debian, Ubuntu)"])
+    sys_v = ".".join(map(str, have))
+    if not need:
+        return Finding("glibc", "ok", f"glibc {sys_v} (no GLIBC_ version needs read from {Path(library).name})")
+    if need[-1] > have:
+        return Finding("glibc", "error", f"{Path(library).name} needs GLIBC_{top}; this system has glibc {sys_v}",
+                       cause="the system C library (glibc) is older than the one the binary was built against; the "
+                             "loader will report \"version `GLIBC_" + top + "' not found\"",
+                       fix=["ldd --version   # the system glibc",
+                            "run on a newer OS image or container whose glibc is at least " + top,
+                            "or build bitsandbytes from source on this system: cmake -DCOMPUTE_BACKEND=cuda -S . && "
+                            "make && pip install -e .",
+                            "conda's libstdcxx-ng does NOT help: it replaces libstdc++, not glibc"],
+                       label="libstdcxx_abi", evidence=[f"GLIBC_{top}"])
+    return Finding("glibc", "ok", f"glibc {sys_v}; {Path(library).name} needs up to GLIBC_{top}")
+
+
 def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None = None,
                    torch_cuda: str | None = None) -> Finding:
     """``BNB_CUDA_VERSION`` as bitsandbytes 0.50.2 reads it (``cextension.get_cuda_bnb_library_path``):
@@ -225,10 +394,20 @@ def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None
     ``torch_cuda`` (``torch.version.cuda``, e.g. ``"12.8"``, None on CPU builds) is the only override
     the doctor ever suggests, since any other one forces a runtime that may not be installed."""
     if value is None:
-        return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary matching torch.version.cuda")
+        return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary for torch.version.cuda (exact, else the "
+                       "nearest shipped one of the same major)")
     shipped = shipped_binaries(bnb_dir)
     where = ("on this machine bitsandbytes fails to load its library" if cuda_available else
              "ignored here because PyTorch sees no CUDA device, but on a GPU machine bitsandbytes fails to load")
+    if value == "":
+        # up to 0.49 cextension.py read it with `if override_value:` (empty = unset); 0.50.0 tests `is not None` and
+        # `isdigit()`, so the old advice "export BNB_CUDA_VERSION=" now stops the library from loading
+        return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
+                       "set but empty: ignored up to bitsandbytes 0.49, refused from 0.50.0 on",
+                       cause="bitsandbytes 0.50+ raises \"BNB_CUDA_VERSION='': value must be digits only\"; an empty "
+                             f"value no longer means 'unset' ({where})",
+                       fix=["unset BNB_CUDA_VERSION   # not 'export BNB_CUDA_VERSION=': the variable must be gone"],
+                       label="bnb_cuda_version_override")
     if not value.isdigit():
         return Finding("BNB_CUDA_VERSION", "error" if cuda_available else "warning",
                        f"{value!r} is invalid (digits only, e.g. 124 for CUDA 12.4)",
@@ -281,7 +460,7 @@ def find_cuda_runtimes(env: dict | None = None) -> dict[str, list[str]]:
         out["ldconfig"] = []
     import site  # pip's nvidia-cuda-runtime wheel (what CUDA builds of PyTorch use) sits in site-packages
 
-    pip_dirs = [str(d) for sp in site.getsitepackages() for d in Path(sp).glob("nvidia/cu*/lib")]
+    pip_dirs = [str(d) for sp in site.getsitepackages() for d in Path(sp).glob("nvidia/*/lib")]  # cuda_runtime/lib (cu12), cu13/lib
     out["pip (nvidia-*)"] = scan(pip_dirs)
     return out
 
@@ -427,12 +606,12 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
     mode = "CUDA" if cuda else "CPU mode"
     F: list[Finding] = []
     F.append(Finding("operating system", "ok", platform.platform()))
-    libc = "-".join(platform.libc_ver()) or "not glibc"
-    F.append(Finding("glibc", "ok", libc))
+    glibc_at = len(F)   # the glibc finding is compared with the binary below, once it is known
     F.append(Finding("Python", "ok", p.get("python", platform.python_version())))
     if "torch" not in p:
         F.append(Finding("torch", "error", p.get("torch_error", p.get("probe_error", "torch did not import")),
                          cause="PyTorch is missing or broken", fix=["pip install torch"]))
+        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc"))
         return Report(F, mode, p)
     built = f"built with CUDA {p['torch_cuda']}" if p.get("torch_cuda") else (
         f"built with ROCm {p['torch_hip']}" if p.get("torch_hip") else "CPU-only build")
@@ -452,10 +631,15 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         F.append(Finding("NVIDIA driver", "error" if cuda else "ok",
                          "not found (no NVML)" + ("" if cuda else ": fine in CPU mode"),
                          fix=["nvidia-smi"] if cuda else []))
-    # the binary bitsandbytes loads (or would load): the override, else the one matching torch.version.cuda
-    want = penv.get("BNB_CUDA_VERSION") or (p.get("torch_cuda") or "").replace(".", "")
-    binary = Path(p["lib_path"]) if p.get("lib_path") and "cuda" in Path(p["lib_path"]).name else (
-        shipped_binaries(Path(p["bnb_dir"]) if p.get("bnb_dir") else None).get(want))
+    # the binary bitsandbytes loads, or would load: what its own selection picked in the probe
+    # (get_cuda_bnb_library_path: exact match, else the nearest same-major one, or the override)
+    if p.get("lib_path") and "cuda" in Path(p["lib_path"]).name:
+        binary = Path(p["lib_path"])
+    elif p.get("predicted_binary") and Path(p["predicted_binary"]).exists():
+        binary = Path(p["predicted_binary"])
+    else:   # an older probe without the prediction: the exact name
+        want = penv.get("BNB_CUDA_VERSION") or (p.get("torch_cuda") or "").replace(".", "")
+        binary = shipped_binaries(Path(p["bnb_dir"]) if p.get("bnb_dir") else None).get(want)
     floor = binary_min_compute_capability(binary) if binary else None
     for g in p.get("gpus", []):
         cc = tuple(g["cc"])
@@ -487,6 +671,7 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         found = explain_log(err)
         F.append(Finding("bitsandbytes", "error", err.strip().splitlines()[-1] if err.strip() else err,
                          cause=found.cause, fix=found.fix or ["pip install -U bitsandbytes"], label=found.label))
+        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc"))
         return Report(F, mode, p)
     bnb_dir = Path(p["bnb_dir"])
     loaded = p.get("lib_path")
@@ -505,11 +690,11 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
     runtimes = find_cuda_runtimes(env)
     n = sum(len(v) for v in runtimes.values())
     where = "; ".join(f"{k}: {len(v)}" for k, v in runtimes.items())
+    cudart = next((x for x in needed_libraries(binary) if x.startswith("libcudart")), None) if binary else None
     if cuda and failed and n == 0:
         F.append(Finding("CUDA runtime libraries", "error", f"no libcudart found ({where})",
                          cause="the CUDA runtime bitsandbytes' binary links against is nowhere to be found",
-                         fix=["pip install nvidia-cuda-runtime-cu12",
-                              "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64"],
+                         fix=fix_for_missing(cudart or cudart_soname((p.get("torch_cuda") or "12.0").replace(".", ""))),
                          label="cudart_not_found", evidence=[]))
     else:
         first = next((v[0] for v in runtimes.values() if v), None)
@@ -517,9 +702,27 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         F.append(Finding("CUDA runtime libraries", "ok",
                          (f"{n} found, e.g. {first} ({where})" if n else f"none found ({where})") + note,
                          evidence=[x for v in runtimes.values() for x in v][:6]))
-    lib_for_abi = Path(loaded) if loaded and Path(loaded).exists() else bnb_dir / "libbitsandbytes_cpu.so"
+    if binary is not None and binary.exists():
+        # ldd's question, asked the way bitsandbytes meets it: can the loader open each CUDA library it needs?
+        opened = open_needed(binary, env)
+        missing = {k: v for k, v in opened.items() if v}
+        if missing:
+            first = next(iter(missing))
+            F.append(Finding("runtime dependencies", "error" if cuda else "warning",
+                             f"{binary.name} needs {', '.join(missing)}, which the dynamic loader cannot open"
+                             + ("" if cuda else " (matters on a GPU machine with this PyTorch)"),
+                             cause=f"the loader's answer: {missing[first]}",
+                             fix=fix_for_missing(first), label="cuda_runtime_dependency_missing",
+                             evidence=list(missing)))
+        elif opened:
+            F.append(Finding("runtime dependencies", "ok", f"{binary.name}: {', '.join(opened)} all open"))
+    lib_for_abi = binary if binary is not None and binary.exists() else (
+        Path(loaded) if loaded and Path(loaded).exists() else bnb_dir / "libbitsandbytes_cpu.so")
     if lib_for_abi.exists():
+        F.insert(glibc_at, glibc_check(lib_for_abi))
         F.append(abi_check(lib_for_abi))
+    else:
+        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc"))
     if failed and p.get("backend") not in ("CPU", "XPU"):
         log = "\n".join(x for x in (p.get("log", ""), p.get("load_error", ""), p.get("formatted_error", "")) if x)
         root = explain_log(log)
@@ -658,6 +861,8 @@ SCENARIOS = {
     "old_gpu": "compute capability 5.2 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
     "slow_int8_gpu": "compute capability 7.0 with PyTorch for CUDA 12.8 (python -m bitsandbytes diagnostics)",
     "cudart_search_empty": "python -m bitsandbytes runtime search with LD_LIBRARY_PATH and CONDA_PREFIX stripped",
+    "stale_override": "PyTorch for CUDA 13.0 with BNB_CUDA_VERSION=128 left from an older setup, on a machine "
+                      "without a CUDA 12 runtime (a real dlopen of the shipped cuda128 binary)",
 }
 
 _SIMULATE = r'''
@@ -720,6 +925,9 @@ if scenario == "runtime_missing":
     load(CUDASpecs((8, 0), ver, (int(ver[:-1]), int(ver[-1]))))
 elif scenario in ("override_invalid", "override_missing"):
     load(s128)
+elif scenario == "stale_override":
+    ce.get_cuda_version_tuple = lambda: (13, 0)
+    load(CUDASpecs((8, 0), "130", (13, 0)))
 elif scenario == "no_binary_for_cuda":
     load(CUDASpecs((7, 5), "102", (10, 2)))
 elif scenario == "old_gpu":
@@ -746,6 +954,8 @@ def simulate(scenario: str, timeout: float = 120) -> str:
         env["BNB_CUDA_VERSION"] = "abc"
     elif scenario == "override_missing":
         env["BNB_CUDA_VERSION"] = "999"
+    elif scenario == "stale_override":
+        env["BNB_CUDA_VERSION"] = "128"
     proc = subprocess.run([sys.executable, "-c", _SIMULATE, scenario], env=env, capture_output=True,
                           text=True, timeout=timeout)
     noise = ("Failed to load CPU gemm_4bit_forward",)  # a CPU-kernel notice of this CPU machine, not of the scenario
@@ -756,7 +966,9 @@ def simulate(scenario: str, timeout: float = 120) -> str:
 def version_mismatch_hint_fires(error_text: str, backend: str = "CUDA") -> bool:
     """bitsandbytes 0.50.2's own test for its "VERSION MISMATCH" advice (``cextension.py``,
     ``_format_lib_error_message``): ``f"{BNB_BACKEND} binary not found" in original_error``.
-    ``get_native_library`` raises ``"No compatible CUDA binary found at ..."``, so it is never true."""
+    A regression: from 0.46.0 to 0.49.2 ``get_native_library`` raised ``"Configured CUDA binary not found
+    at ..."`` and the advice appeared; 0.50.0 reworded the raise to ``"No compatible CUDA binary found at
+    ..."`` and left the test as it was, so from 0.50.0 on it is never true (git tags 0.46.0 - 0.50.1)."""
     return f"{backend} binary not found" in error_text
 
 
@@ -791,7 +1003,8 @@ def doctor_main(as_json: bool = False, log: str | None = None) -> int:
     return 0 if report.ok else 1
 
 
-__all__ = ["Report", "diagnose", "probe", "check_override", "cudart_soname", "binary_archs",
+__all__ = ["Report", "diagnose", "probe", "check_override", "predict_binaries", "needed_libraries", "open_needed",
+           "fix_for_missing", "soname_major", "system_glibc", "glibc_check", "cudart_soname", "binary_archs",
            "binary_min_compute_capability", "find_cuda_runtimes", "abi_check", "system_libstdcxx",
            "shipped_binaries", "FAULTS", "fault_env", "injected_fault", "HIDDEN_RUNTIME_PREFIX",
            "break_and_diagnose", "FaultRun", "SCENARIOS", "simulate",

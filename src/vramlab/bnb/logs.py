@@ -2,11 +2,11 @@
 
 bitsandbytes has printed two families of setup logs:
 
-* the old ``CUDA SETUP: ...`` lines of ``bitsandbytes/cuda_setup/main.py`` (releases 0.35 - 0.43.0; the
+* the old ``CUDA SETUP: ...`` lines of ``bitsandbytes/cuda_setup/main.py`` (releases 0.35 - 0.43.0 inclusive; the
   0.43.1+ diagnostics still print some ``CUDA SETUP:`` lines, so the old format is told by its own lines,
   ``_OLD_FORMAT``),
   which end in ``RuntimeError: CUDA Setup failed despite GPU being available`` (``cextension.py``);
-* the current messages of ``bitsandbytes/cextension.py`` and ``diagnostics/`` (0.43 and later;
+* the current messages of ``bitsandbytes/cextension.py`` and ``diagnostics/`` (0.43.1 and later;
   the installed 0.50.2 is the reference here): ``No compatible CUDA binary found at ...``,
   ``CUDA SETUP ERROR: Missing dependency: ...``, ``Attempted to use bitsandbytes native library
   functionality but it's not available.``, ``BNB_CUDA_VERSION='abc': value must be digits only``.
@@ -18,17 +18,20 @@ lines wins. Unknown text gives the label ``other`` with the most useful next ste
 
 A log that ends in ``SUCCESS!`` (``python -m bitsandbytes``' self-test passed) is ``ok``.
 
-Releases that print each rule's message (checked with the code search on bitsandbytes sources where a
-copy was found; "not verified" where not): ``Configured CUDA binary not found at`` 0.46 - 0.49 (raise in
-``cextension.get_native_library``, seen); ``CUDA Setup failed despite CUDA being available`` and ``Could not
-load bitsandbytes native library:`` 0.43.1 - 0.45 (seen in cextension.py copies; exact first/last tag not
-verified); ``CUDA version lower than 11 are currently not supported`` 0.35 - 0.41 (cuda_setup/main.py, seen;
-tags not verified); ``Could not find the bitsandbytes CUDA binary at`` 0.43.1 - 0.45 (not verified);
-``Forgot to compile the bitsandbytes library`` and ``No compatible CUDA binary found`` in the installed 0.50.2
-(seen); ``CUDA runtime files not found in any environmental path`` 0.43.1 - 0.45.5 diagnostics (the 0.50.2
-file still holds the line, diagnostics/cuda.py); ``No module named 'triton.ops'`` 0.43 - 0.45.0 (not verified);
-"no kernel image is available" / "named symbol not found ... ops.cu" (CUDA's and csrc/ops.cu's errors, release
-range not verified).
+Releases that print each rule's message, checked with ``git grep`` on the release tags of
+github.com/bitsandbytes-foundation/bitsandbytes (0.35.0 ... 0.50.1) and the installed 0.50.2:
+``CUDA SETUP: ...`` from ``cuda_setup/main.py``, ``Required library version not found`` and ``CUDA Setup failed
+despite GPU being available``: 0.36.0 - 0.43.0 (the file is gone in 0.43.1); ``CUDA version lower than 11 are
+currently not supported``: 0.35.0 - 0.43.0; ``Manual override via BNB_CUDA_VERSION ... Loading: <binary>``: 0.43.0
+only (0.41 - 0.42 print ``Loading CUDA version: BNB_CUDA_VERSION=...``); ``CUDA Setup failed despite CUDA being
+available``, ``Could not load bitsandbytes native library:`` and ``Could not find the bitsandbytes CUDA binary
+at``: 0.43.1 - 0.45.5 (``cextension.py``); ``CUDA runtime files not found in any environmental path``: 0.43.1 -
+0.50.2 (``diagnostics/cuda.py``, printed ``CUDA SETUP: WARNING! ...``, so "CUDA SETUP" alone does not mean an old
+release); ``Configured CUDA binary not found at``: 0.46.0 - 0.49.2 (``get_native_library``); ``No compatible CUDA
+binary found at``: 0.50.0+; ``Forgot to compile the bitsandbytes library``: 0.46.0+; ``from triton.ops...``
+(``bitsandbytes/triton/*.py``): 0.39.1 - 0.45.0, fixed in 0.45.1; "no kernel image is available" is CUDA's own
+error, "named symbol not found ... ops.cu" old ``csrc/ops.cu``'s ``CUDA_CHECK_RETURN`` (release range not
+checked).
 
 The text is cleaned first (colour codes, HTML escapes, line prefixes: :mod:`vramlab.logtext`) and a log
 longer than 1 M characters is read at its start and end; every pattern is bounded, so reading is linear.
@@ -164,6 +167,42 @@ def _lines(text: str, *needles: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if any(n in ln.lower() for n in low)][:4]
 
 
+# pip wheels that hold each CUDA library, by the soname's major (PyPI: nvidia-cuda-runtime-cu11/-cu12; from CUDA 13
+# the package has no suffix and -cu13 is deprecated: "Use nvidia-cuda-runtime instead")
+_PIP_PACKAGES = {"libcudart": "nvidia-cuda-runtime", "libcublas": "nvidia-cublas", "libcublasLt": "nvidia-cublas",
+                 "libcusparse": "nvidia-cusparse", "libnvJitLink": "nvidia-nvjitlink"}
+
+
+def soname_major(soname: str) -> str | None:
+    """The major version in a library's soname: ``"libcudart.so.12"`` -> ``"12"``, ``"libcudart.so.11.0"`` -> ``"11"``."""
+    m = re.search(r"\.so\.(\d{1,3})", soname)
+    return m.group(1) if m else None
+
+
+def fix_for_missing(soname: str) -> list[str]:
+    """The fix for a CUDA library the loader cannot open, following the soname's major version.
+    ``pip install nvidia-...-cu12`` alone does not help a process that does not import PyTorch first:
+    the wheel unpacks into ``site-packages/nvidia/<name>/lib``, which the dynamic loader never searches
+    (PyTorch finds it through its own RPATH), so the folder has to go on ``LD_LIBRARY_PATH``."""
+    major = soname_major(soname)
+    base = soname.split(".so")[0]
+    pkg = _PIP_PACKAGES.get(base)
+    out = []
+    if pkg and major:
+        wheel = f"{pkg}-cu{major}" if int(major) <= 12 else f"'{pkg}=={major}.*'"
+        out.append(f"pip install {wheel}   # {soname} is CUDA {major}.x: the major must match, not just any CUDA")
+        out.append("export LD_LIBRARY_PATH=$(python -c \"import glob,site;print(':'.join(glob.glob("
+                   "site.getsitepackages()[0]+'/nvidia/*/lib')))\"):$LD_LIBRARY_PATH   # pip's folder is not on "
+                   "the loader path")
+    else:
+        out.append(f"find / -name '{base}.so*' 2>/dev/null   # is any {base} installed?")
+    if major:
+        out.append(f"or export LD_LIBRARY_PATH=/usr/local/cuda-{major}/lib64:$LD_LIBRARY_PATH   # a CUDA {major}.x "
+                   "toolkit's folder, if one is installed")
+    return out
+
+
+
 # --------------------------------------------------------------------------- the rules, root causes first
 FIXES = {
     "windows_paths": [
@@ -186,8 +225,8 @@ FIXES = {
     ],
     "cuda_runtime_dependency_missing": [
         "ldd $(python -c 'import bitsandbytes,glob,os;print(glob.glob(os.path.dirname(bitsandbytes.__file__)+\"/libbitsandbytes_cuda*.so\")[-1])') | grep 'not found'",
-        "pip install nvidia-cuda-runtime-cu12 nvidia-cublas-cu12   # or the matching CUDA toolkit",
-        "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64   # where libcudart.so.NN lives",
+        "install the CUDA libraries of the major version the missing .so.N names, and put their folder on "
+        "LD_LIBRARY_PATH (pip's nvidia-* wheels land in site-packages/nvidia/*/lib, which the loader does not search)",
     ],
     "cudart_not_found": [
         "find / -name 'libcudart.so*' 2>/dev/null   # is a CUDA runtime installed at all?",
@@ -211,7 +250,7 @@ FIXES = {
         "scroll up to the first error before this message: that line is the cause",
     ],
     "triton_ops_missing": [
-        "pip install -U 'bitsandbytes>=0.45.1'   # later releases no longer import triton.ops",
+        "pip install -U 'bitsandbytes>=0.45.1'   # 0.45.1 dropped the triton.ops import",
         "or keep this bitsandbytes and pin Triton below 3.2 (which removed triton.ops): pip install 'triton<3.2'",
     ],
     "no_kernel_for_gpu": [
@@ -248,7 +287,7 @@ CAUSES = {
                           "CPU library: GPU quantization is unavailable",
     "native_library_unavailable": "the native library did not load and the log does not show why; this message is a "
                                   "symptom printed at the first native call",
-    "triton_ops_missing": "this bitsandbytes (0.43 - 0.45.0) imports triton.ops, a module Triton 3.2 removed; the "
+    "triton_ops_missing": "this bitsandbytes (0.39.1 - 0.45.0) imports triton.ops, a module Triton 3.2 removed; the "
                           "import fails before any GPU code runs",
     "no_kernel_for_gpu": "the native library has no kernels compiled for this GPU's architecture (a newer GPU than "
                          "the wheel was built for, or a source build for another one)",
@@ -289,7 +328,8 @@ _OVERRIDE_PATTERNS = (
     re.compile(r"BNB_CUDA_VERSION='(?P<value>[^']*)': value must be digits"),        # 0.50 cextension.py
     re.compile(r"BNB_CUDA_VERSION=(?P<value>\S{1,40}) environment variable detected"),    # 0.50 cextension.py
     re.compile(r"Loading CUDA version: BNB_CUDA_VERSION=(?P<value>\S{0,40})"),            # 0.41 cuda_setup/main.py
-    # 0.43.0 cuda_specs/cextension (the "Manual override" text; not verified against the tag)
+    # 0.43.0 cuda_setup/main.py (git tag 0.43.0, lines 124-129): "Manual override via BNB_CUDA_VERSION env variable
+    # detected!" ... "Loading: {binary_name}"; an old-format log, not 0.50's
     re.compile(r"Manual override via BNB_CUDA_VERSION[\s\S]{0,2000}?Loading: libbitsandbytes_cuda(?P<value>\w{1,20}?)\."),
 )
 
@@ -315,6 +355,13 @@ def _rule_override(t: str) -> Finding | None:
     if value is None:
         return None
     ev = _lines(t, "BNB_CUDA_VERSION")
+    if value == "" and "value must be digits" in t:
+        return _finding("bnb_cuda_version_override", "error",
+                        "BNB_CUDA_VERSION is set but empty; bitsandbytes 0.50+ refuses it", ev,
+                        cause="up to 0.49 an empty BNB_CUDA_VERSION meant 'unset' (cextension.py: `if override_value:`); "
+                              "0.50.0 refuses any set value that is not digits, so old advice "
+                              "('export BNB_CUDA_VERSION=') now stops the library from loading",
+                        fix=["unset BNB_CUDA_VERSION   # remove the variable; an empty value is not the same"])
     if value and not value.isdigit():
         return _finding("bnb_cuda_version_override", "error",
                         f"BNB_CUDA_VERSION={value!r} is not digits only; bitsandbytes refuses to load its library", ev,
@@ -392,7 +439,8 @@ def _rule_dependency(t: str) -> Finding | None:
     name = libs[0] if libs else "libcudart.so"
     return _finding("cuda_runtime_dependency_missing", "error", f"{name} cannot be opened by the dynamic loader",
                     _lines(t, "cannot open shared object", "Missing dependency", "could not be read",
-                           "file too short", "invalid ELF header"))
+                           "file too short", "invalid ELF header"),
+                    fix=[FIXES["cuda_runtime_dependency_missing"][0]] + fix_for_missing(name))
 
 
 def _cudart_unresolved(t: str) -> bool:
@@ -425,9 +473,9 @@ def _rule_cudart(t: str) -> Finding | None:
 
 
 def _rule_binary_missing(t: str) -> Finding | None:
-    patterns = ("Required library version not found",          # old cuda_setup/main.py (0.37 - 0.43.0, not verified)
-                "Could not find the bitsandbytes CUDA binary",   # 0.43.1 - 0.45 cextension.py (warning; PosixPath/WindowsPath)
-                "Configured CUDA binary not found at",           # 0.46 - 0.49 cextension.py (raise)
+    patterns = ("Required library version not found",          # old cuda_setup/main.py (0.36.0 - 0.43.0, git tags)
+                "Could not find the bitsandbytes CUDA binary",   # 0.43.1 - 0.45.5 cextension.py (warning; PosixPath/WindowsPath)
+                "Configured CUDA binary not found at",           # 0.46.0 - 0.49.2 cextension.py get_native_library (raise)
                 "No compatible CUDA binary found", "No compatible CUDA library found", "VERSION MISMATCH",
                 "No compatible ROCm binary found",               # 0.50 cextension.py
                 "Forgot to compile the bitsandbytes library",    # 0.50 cextension.py: a source checkout, nothing built
@@ -461,7 +509,8 @@ def _rule_old_cuda(t: str) -> Finding | None:
 
 
 def _rule_triton_ops(t: str) -> Finding | None:
-    # bitsandbytes 0.43 - 0.45.0 bitsandbytes/triton/*.py import triton.ops (not verified per file/tag)
+    # bitsandbytes 0.39.1 - 0.45.0 bitsandbytes/triton/*.py: `from triton.ops.matmul_perf_model import ...`
+    # (git tags; 0.45.1 dropped the import)
     if re.search(r"No module named '?triton\.ops", t) is None:
         return None
     return _finding("triton_ops_missing", "error", "import fails: triton.ops is gone from Triton 3.2+",
@@ -488,7 +537,7 @@ def _rule_cpu_library(t: str) -> Finding | None:
         return _finding("no_gpu_cpu_library", "ok", "no GPU: the CPU library loaded (expected on a CPU machine)",
                         _lines(t, "No CUDA, ROCm"),
                         cause="PyTorch sees no CUDA, ROCm or XPU device, so bitsandbytes uses its CPU backend; "
-                              "4-bit and 8-bit layers still work on CPU in 0.49+",
+                              "4-bit and 8-bit layers run on CPU from 0.46.0 (bitsandbytes/backends/cpu)",
                         fix=["nothing to fix on a CPU machine; on a GPU machine check nvidia-smi and "
                              "torch.cuda.is_available()"])
     return _finding("no_gpu_cpu_library", "error", "bitsandbytes fell back to its CPU library",
@@ -586,6 +635,6 @@ def corpus_entry(entry_id: str) -> dict:
     raise ValueError(f"No corpus log with id {entry_id!r}; ids: {', '.join(e['id'] for e in logs)}.")
 
 
-__all__ = ["LABELS", "Finding", "explain_log", "missing_versions", "compute_capabilities", "bnb_binaries",
+__all__ = ["LABELS", "Finding", "explain_log", "fix_for_missing", "soname_major", "missing_versions", "compute_capabilities", "bnb_binaries",
            "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "MIN_COMPUTE_CAPABILITY_BEFORE_048",
            "FAST_INT8_COMPUTE_CAPABILITY"]

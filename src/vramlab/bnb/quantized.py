@@ -1,7 +1,8 @@
 """Real bitsandbytes quantization of SmolLM2: LLM.int8() and 4-bit (FP4 / NF4, double quant).
 
 :func:`load_quantized` loads the cached SmolLM2-135M through transformers' ``BitsAndBytesConfig``
-(:data:`KINDS`); bitsandbytes 0.49+ runs these layers on CPU (``device_map="cpu"``), so everything
+(:data:`KINDS`); bitsandbytes 0.46.0+ runs these layers on CPU (``device_map="cpu"``; its
+backends/cpu package, git tag 0.46.0), so everything
 here works without a GPU, and on CUDA with ``device="cuda"``. :func:`measure` gives the loaded
 model's bytes (``get_memory_footprint``), perplexity on the standard windows and a greedy
 generation. :func:`outlier_columns` reads which input columns LLM.int8() kept in 16-bit during the
