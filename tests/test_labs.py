@@ -355,3 +355,26 @@ def test_main_path_is_within_the_word_limit(path):
     n = labs.main_path_words(path)
     assert n <= labs.MAIN_PATH_WORD_LIMIT, (f"{path.name}: {n} main-path words (limit {labs.MAIN_PATH_WORD_LIMIT}); "
                                             "move asides into <details><summary>Going deeper: ...</summary>")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_lab_has_one_capstone_exercise_with_a_registered_check(path):
+    """Issue 19: every lab has a ★★★ capstone (an Exercise header marked ★★★) whose cells call a check."""
+    import vramlab.checks as checks
+    from vramlab.checks._core import EXERCISES
+
+    nb = nbformat.read(path, as_version=4)
+    starts = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+              and re.search(r"^#+\s*Exercise\s+[\w.]+.*★★★", c.source, re.M)]
+    assert len(starts) == 1, f"{path.name}: {len(starts)} ★★★ capstone exercises (want 1)"
+    following = []
+    for cell in nb.cells[starts[0] + 1:]:
+        if cell.cell_type == "markdown" and re.search(r"^#+\s*(Exercise|\d+\.)\s", cell.source, re.M):
+            break
+        if cell.cell_type == "code":
+            following.append(labs.marked_source(cell))
+    called = set(re.findall(r"\b(check_\w+)\(", "\n".join(following)))
+    lab = f"lab{path.name[:2]}"
+    assert any(name in EXERCISES and EXERCISES[name].lab == lab for name in called), \
+        f"{path.name}: the capstone's cells call no registered {lab} check ({sorted(called)})"
+    assert all(hasattr(checks, name) for name in called & set(EXERCISES))
