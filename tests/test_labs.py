@@ -378,3 +378,34 @@ def test_each_lab_has_one_capstone_exercise_with_a_registered_check(path):
     assert any(name in EXERCISES and EXERCISES[name].lab == lab for name in called), \
         f"{path.name}: the capstone's cells call no registered {lab} check ({sorted(called)})"
     assert all(hasattr(checks, name) for name in called & set(EXERCISES))
+
+
+def _screen_texts(path):
+    """Per cell: what a learner sees once it ran (markdown, code, and the complete lesson's outputs)."""
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        text = labs.marked_source(cell) if cell.cell_type == "code" else cell.source
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            text += "\n" + "".join(out.get("text", "")) + "".join(data.get("text/plain", "")) + "".join(data.get("text/html", ""))
+        yield index, cell.cell_type, text
+
+
+# Issue 19's list of answers that were on screen before their exercise: (notebook, answer, the exercise header).
+ANSWERS_AFTER_THEIR_EXERCISE = [
+    ("01_outliers_and_rotation.ipynb", r"95\.6", r"^## 2\."),
+    ("02_w4a4kv4.ipynb", r"3\.6\s?[×x]\b|3\.6\s?×|3\.56", r"^#+\s*Exercise 3\b"),
+    ("03_kv_budget_and_oom.ipynb", r"69,120|69120", r"^#+\s*Exercise 2\b"),
+    ("03_kv_budget_and_oom.ipynb", r"147,456|147456", r"^#+\s*Exercise 3\b"),
+    ("06_bitsandbytes.ipynb", r"binary_missing_for_cuda_version", r"^#+\s*Exercise 2\b"),
+]
+
+
+@pytest.mark.parametrize("name, answer, header", ANSWERS_AFTER_THEIR_EXERCISE,
+                         ids=[f"{n[:2]}-{a[:8]}" for n, a, _ in ANSWERS_AFTER_THEIR_EXERCISE])
+def test_no_answer_on_screen_before_its_exercise(name, answer, header):
+    texts = list(_screen_texts(ROOT / "notebooks" / name))
+    start = next((i for i, kind, t in texts if kind == "markdown" and re.search(header, t, re.M)), None)
+    assert start is not None, f"{name}: no cell matches {header!r}"
+    early = [i for i, _, t in texts[:start] if re.search(answer, t)]
+    assert not early, f"{name}: the answer {answer!r} is on screen in cells {early}, before its exercise (cell {start})"
