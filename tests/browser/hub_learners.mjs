@@ -113,7 +113,8 @@ async function learner(browser, name, plan) {
       for (const source of runs) {
         const text = await runCell(page, name, i, source);
         if (i === LOAD) result.load = text;
-        if (i === PREDICTION || i === FP16) result.checks.push(...text.split('\n').filter((l) => /^(PASS|FAIL) /.test(l)));
+        // A check line wraps at spaces in a kernel (continuation lines indented 4 spaces): join it back.
+        if (i === PREDICTION || i === FP16) result.checks.push(...text.replace(/\n {4}(?=\S)/g, ' ').split('\n').filter((l) => /^(PASS|FAIL) /.test(l)));
       }
     }
     await page.screenshot({ path: path.join(OUT, `learner_${name}.png`), fullPage: false });
