@@ -480,6 +480,18 @@ def direction(value: float, want: float) -> str:
     return "too high" if ratio > 1 else "too low"
 
 
+def read_number(name: str, what: str, got: Any, example: str = "500") -> float | CheckResult:
+    """The learner's number as a finite float, or the FAIL result to return: "not done yet" for an untouched
+    stub, "(not a number)" with a hint to store a plain number (``example``) for anything else."""
+    if is_untouched(got):
+        return report(name, False, what, fmt_number(got), value=got)
+    value = as_float(got)
+    if value is None or not math.isfinite(value):
+        return report(name, False, what, f"{fmt_number(got)} (not a number)",
+                      hint=f"store a plain number, e.g. {example}")
+    return value
+
+
 def check_close(name: str, got: Any, expected: float, rel: float = 1e-6, abs_tol: float = 0.0,
                 unit: str = "", hint: str = "", what: str = "") -> CheckResult:
     """Pass when ``got`` is a number within ``rel`` (relative) or ``abs_tol`` of ``expected``.

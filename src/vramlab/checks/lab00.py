@@ -6,7 +6,7 @@ import functools
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, report
+from vramlab.checks._core import CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, read_number, report
 
 __all__ = ["check_fp16_weight_bytes", "check_forward_peak_mib", "check_prediction"]
 
@@ -190,19 +190,16 @@ def _peak_hint(value: float, peak: float, parts: dict) -> str:
 @exercise("lab00", 2, _peak_answer)
 def check_forward_peak_mib(got: Any) -> CheckResult:
     """Capstone: the peak memory (MiB) of one bfloat16 forward of SmolLM2 over 8 x 1,024 tokens, as the
-    dry run measures it (weights + KV cache + logits + activations + cuBLAS workspace; no CUDA context).
+    dry run computes it (weights + KV cache + logits + activations + cuBLAS workspace; no CUDA context).
 
     Passes within 3%; a wrong number is told its direction and the misconception it matches (bytes,
     GiB or MB for MiB, float32 weights or logits, the tied embedding twice, the KV cache or the logits
     left out, the weights scaled with the batch)."""
     name = "peak of one forward"
     what = "the peak in MiB (a number)"
-    if is_untouched(got):
-        return report(name, False, what, fmt_number(got), value=got)
-    value = as_float(got)
-    if value is None or not math.isfinite(value):
-        return report(name, False, what, f"{fmt_number(got)} (not a number)",
-                      hint="store a plain number of MiB, e.g. 500")
+    value = read_number(name, what, got, example="500 (MiB)")
+    if isinstance(value, CheckResult):
+        return value
     peak, parts = _peak_run()
     passed = math.isclose(value * 2**20, peak, rel_tol=0.03)
     return report(name, passed, what, f"{fmt_number(value, 5)} MiB",

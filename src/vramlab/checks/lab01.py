@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, is_untouched, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, read_number, report
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
            "check_rotation_shrink",
@@ -378,11 +378,9 @@ def check_rotation_shrink(got, measured: float | None = None, before: float | No
     the largest of many, no shrink at all)."""
     name = "shrink factor of the rotation"
     what = "a factor before / after (a number)"
-    if is_untouched(got):
-        return report(name, False, what, fmt_number(got), value=got)
-    value = as_float(got)
-    if value is None or not math.isfinite(value):
-        return report(name, False, what, f"{fmt_number(got)} (not a number)", hint="store a plain number, e.g. 2.5")
+    value = read_number(name, what, got, example="2.5")
+    if isinstance(value, CheckResult):
+        return value
     m = as_float(measured)
     if m is None or not math.isfinite(m) or m <= 0:
         return report(name, False, "a measured factor to compare with", f"measured={measured!r}",
