@@ -217,6 +217,12 @@ def fix_for(lab: str, exc: BaseException) -> str:
 
 def run(labs: list[str] | None = None, print_line: Callable[[str], None] = print) -> list[Outcome]:
     """Run the steps of ``labs`` (ids such as ``"lab03"`` or ``"03"``; default all) and print one line each."""
+    import logging
+
+    # bitsandbytes 0.50.2 (backends/cpu/ops.py) logs "Failed to load CPU gemm_4bit_forward from kernels-community"
+    # when it is imported without the optional `kernels` package, then uses its own CPU path: harmless, so only
+    # that logger is quietened (as lab 06 does), before any lab imports bitsandbytes.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     wanted = [normalise(lab) for lab in (labs or list(LABS))]
     shared = _Shared()
     outcomes = []
