@@ -30,6 +30,24 @@ export async function clickMenu(page, menuLabel, command) {
   await item.click();
 }
 
+/** A freshly started, busy server can drop Run All (the kernel stays idle and no cell starts). Returns
+ *  `nudge(state)`, to call from a waitForState predicate right after clicking Run All: once `afterMs` pass
+ *  with no cell started it clicks Run > Run All Cells again, at most `maxTries` tries in all. `state` needs
+ *  `panel`, `kernel` and `prompts` (the cells' "[n]:" prompts). */
+export function runAllAgainIfDropped(page, log, what, maxTries = 3, afterMs = 30000) {
+  let tries = 1;
+  let askedAt = Date.now();
+  return (s) => {
+    if (s.panel && s.kernel === 'idle' && s.prompts.every((p) => p === '[ ]:' || p === '')
+        && Date.now() - askedAt > afterMs && tries < maxTries) {
+      tries += 1;
+      askedAt = Date.now();
+      log(`${what}: no cell started within ${afterMs / 1000} s; Run > Run All Cells again (try ${tries})`);
+      clickMenu(page, 'Run', 'runmenu:run-all').catch((e) => log(`Run All: ${e.message}`));
+    }
+  };
+}
+
 /** Evaluate `pageState` in the page every `intervalMs` until `pred(state)`; return that state, or throw
  *  after `timeoutMs` with the last state (its first `detailChars` characters) in the message. */
 export async function waitForState(page, pageState, pred, what, timeoutMs, intervalMs, detailChars) {

@@ -26,7 +26,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { clickMenu, loadChromium, sleep, waitForState, startJupyterLab } from './jupyterlab.mjs';
+import { clickMenu, loadChromium, sleep, waitForState, startJupyterLab, runAllAgainIfDropped } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 
@@ -159,17 +159,10 @@ try {
   // 1. the replay widget appears with a drawn figure, and Run All finishes
   let stable = 0;   // Run All over (idle, nothing queued, something ran) for a few polls in a row
   const runOver = (s) => s.kernel === 'idle' && !s.prompts.includes('[*]:') && s.prompts.some((p) => /^\[\d+\]:$/.test(p));
-  // a freshly started, busy server can drop Run All: no cell starts; click it again (at most 3 tries)
-  let tries = 1;
-  let askedAt = Date.now();
+  const nudge = runAllAgainIfDropped(page, log, NB);   // a dropped Run All is clicked again (3 tries in all)
   const first = await waitFor(page, (s) => {
     stable = runOver(s) ? stable + 1 : 0;
-    if (s.panel && s.kernel === 'idle' && s.prompts.every((p) => p === '[ ]:' || p === '') && Date.now() - askedAt > 30000 && tries < 3) {
-      tries += 1;
-      askedAt = Date.now();
-      log(`${NB}: no cell started within 30 s; Run > Run All Cells again (try ${tries})`);
-      clickMenu(page, 'Run', 'runmenu:run-all').catch((e) => log(`Run All: ${e.message}`));
-    }
+    nudge(s);
     return s.widgetPlot || !!s.dialog || stable >= 5;
   }, 'the replay widget to draw its figure', TIMEOUT_S * 1000, 1000);
   if (!first.widgetPlot) {

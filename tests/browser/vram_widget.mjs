@@ -25,7 +25,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { clickMenu, loadChromium, sleep, waitForState, startJupyterLab } from './jupyterlab.mjs';
+import { clickMenu, loadChromium, sleep, waitForState, startJupyterLab, runAllAgainIfDropped } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 
@@ -128,17 +128,10 @@ try {
   log(`${NB}: Run > Run All Cells`);
   await clickMenu(page, 'Run', 'runmenu:run-all');
 
-  // 1. the widget appears with a drawn figure. A freshly started, busy server can drop Run All (no cell
-  // starts): click it again, at most 3 tries in all (as replay_widget.mjs does).
-  let tries = 1;
-  let askedAt = Date.now();
+  // 1. the widget appears with a drawn figure (a dropped Run All is clicked again, 3 tries in all)
+  const nudge = runAllAgainIfDropped(page, log, NB);
   await waitFor(page, (s) => {
-    if (s.panel && s.kernel === 'idle' && s.prompts.every((p) => p === '[ ]:' || p === '') && Date.now() - askedAt > 30000 && tries < 3) {
-      tries += 1;
-      askedAt = Date.now();
-      log(`${NB}: no cell started within 30 s; Run > Run All Cells again (try ${tries})`);
-      clickMenu(page, 'Run', 'runmenu:run-all').catch((e) => log(`Run All: ${e.message}`));
-    }
+    nudge(s);
     return s.widgetPlot || !!s.dialog;
   }, 'the live widget to draw its figure', 240000, 1000);
   const widget = page.locator('.vramlab-vram-widget').first();
