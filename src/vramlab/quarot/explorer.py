@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from vramlab.quarot import outliers
-from vramlab.quarot.rotate import down_linear
 
 #: the sites the explorer can show (inputs of linear layers; K/V need the attention hook).
 EXPLORER_SITES = ("qkv_in", "down_in")
@@ -42,9 +41,8 @@ def capture_layers(model, input_ids, sites=EXPLORER_SITES, max_tokens: int = 128
         return hook
 
     for i, layer in enumerate(layers):
-        modules = {"qkv_in": layer.self_attn.q_proj, "down_in": down_linear(layer.mlp)}
         for s in sites:
-            handles.append(modules[s].register_forward_pre_hook(keep(s, i)))
+            handles.append(outliers.site_module(layer, s).register_forward_pre_hook(keep(s, i)))
     try:
         with torch.inference_mode():
             model(input_ids=ids.to(next(model.parameters()).device), use_cache=False)

@@ -111,6 +111,14 @@ def _layer_ids(model, layers, name: str = "layers") -> list[int]:
     return ids
 
 
+def site_module(layer, site: str) -> torch.nn.Module:
+    """The linear layer whose input is ``site`` (``qkv_in``, ``o_in``, ``mlp_in``, ``down_in``) in one decoder
+    layer; q_proj stands for q/k/v and gate_proj for gate/up (they read the same input). K and V are not
+    linear inputs: they need the attention hook."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv_in": attn.q_proj, "o_in": attn.o_proj, "mlp_in": mlp.gate_proj, "down_in": down_linear(mlp)}[site]
+
+
 def _check_sites(sites) -> tuple:
     if isinstance(sites, str):
         sites = (sites,)
@@ -279,12 +287,10 @@ def activation_stats(model, windows, layers=None, sites=SITES) -> list[dict]:
 
     for i in layer_ids:
         layer = all_layers[i]
-        attn, mlp = layer.self_attn, layer.mlp
-        targets = {"qkv_in": attn.q_proj, "o_in": attn.o_proj, "mlp_in": mlp.gate_proj,
-                   "down_in": down_linear(mlp)}
-        for site, module in targets.items():
+        attn = layer.self_attn
+        for site in ("qkv_in", "o_in", "mlp_in", "down_in"):
             if site in sites:
-                handles.append(module.register_forward_pre_hook(pre_hook((i, site))))
+                handles.append(site_module(layer, site).register_forward_pre_hook(pre_hook((i, site))))
         if "k" in sites or "v" in sites:
             def observer(k, v, i=i):
                 if "k" in sites:
@@ -359,7 +365,7 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
     def keep(x):
         got.append(x.detach().float().cpu())
 
-    attn, mlp = model.model.layers[layer].self_attn, model.model.layers[layer].mlp
+    attn = model.model.layers[layer].self_attn
     from vramlab.quarot import attention
 
     previous = getattr(model.config, "_attn_implementation", "sdpa")
@@ -369,9 +375,7 @@ def capture(model, input_ids, layer: int, site: str = "down_in"):
         observed = True
         attention.enable(model)
     else:
-        module = {"qkv_in": attn.q_proj, "o_in": attn.o_proj, "mlp_in": mlp.gate_proj,
-                  "down_in": down_linear(mlp)}[site]
-        handle = module.register_forward_pre_hook(lambda _m, args: keep(_tokens(args[0])))
+        handle = site_module(model.model.layers[layer], site).register_forward_pre_hook(lambda _m, args: keep(_tokens(args[0])))
     try:
         with torch.inference_mode():
             model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
