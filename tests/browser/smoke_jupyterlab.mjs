@@ -31,7 +31,7 @@
 
 import fs from 'node:fs';
 import path from 'node:path';
-import { clickMenu, loadChromium, sleep, waitForState } from './jupyterlab.mjs';
+import { clickMenu, loadChromium, sleep, waitForState, runAllAgainIfDropped } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 
@@ -256,8 +256,11 @@ async function runNotebook(browser, nbPath) {
   log(`${nbPath}: opening ${nbUrl.replace(/token=[^&]+/, 'token=***')}`);
   await page.goto(nbUrl, { waitUntil: 'domcontentloaded', timeout: 120000 });
   await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: 120000 });
-  // Kernel started and idle before running.
-  await waitFor(page, (s) => s.panel && s.kernel === 'idle', 'the kernel to start', 180000);
+  // Kernel started and idle, two seconds in a row: a fresh session can show "idle" for a moment before
+  // "initializing", and a Run All clicked then is lost.
+  let idleFor = 0;
+  await waitFor(page, (s) => { idleFor = s.panel && s.kernel === 'idle' ? idleFor + 1 : 0; return idleFor >= 4; },
+    'the kernel to start', 180000, 500);
   // Close the left sidebar for a wider screenshot.
   if (await page.locator('#jp-left-stack:not(.lm-mod-hidden)').count()) {
     await page.keyboard.press('Control+b').catch(() => {});
@@ -266,16 +269,12 @@ async function runNotebook(browser, nbPath) {
   await sleep(500);
   const t0 = Date.now();
   log(`${nbPath}: Run > Run All Cells`);
-  // Wait until work started (a [*] prompt, a numbered prompt, or a busy kernel). On a freshly started, busy
-  // server the first Run All can be lost while the kernel connects: try again, at most three times.
-  const started = (s) => s.kernel === 'busy' || s.prompts.some((p) => p === '[*]:' || /^\[\d+\]:$/.test(p));
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    await clickMenu(page, 'Run', 'runmenu:run-all'); // Run > Run All Cells
-    const ok = await waitFor(page, started, 'the run to start', 45000, 250).then(() => true, () => false);
-    if (ok) break;
-    log(`${nbPath}: Run All did not start (attempt ${attempt}); ${attempt < 3 ? 'trying again' : 'giving up'}`);
-  }
-  // Then wait until the kernel is idle with nothing queued, three checks in a row.
+  // On a freshly started, busy server the first Run All can be lost while the kernel connects (CI saw lab 00's
+  // kernel busy for a moment, then idle with no cell run). So a cell must have started: a "[*]" or numbered
+  // prompt, never a busy kernel alone; `nudge` clicks Run All again when none has after 15 s (3 tries in all).
+  await clickMenu(page, 'Run', 'runmenu:run-all'); // Run > Run All Cells
+  const nudge = runAllAgainIfDropped(page, log, nbPath, 3, 15000);
+  // Then wait until a cell ran and the kernel is idle with nothing queued, three checks in a row.
   let stable = 0;
   let lastLog = 0;
   let maxWidgets = 0;
@@ -293,7 +292,9 @@ async function runNotebook(browser, nbPath) {
         .catch(() => {});
     }
     maxProgress = Math.max(maxProgress, s.progressBars || 0);
-    const done = s.kernel === 'idle' && !s.prompts.some((p) => p === '[*]:');
+    nudge(s);
+    const ran = s.prompts.some((p) => /^\[\d+\]:$/.test(p));
+    const done = ran && s.kernel === 'idle' && !s.prompts.some((p) => p === '[*]:');
     stable = done ? stable + 1 : 0;
     if (Date.now() - lastLog > 15000) {
       lastLog = Date.now();
