@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 JUPYTER_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 PORT ?= 8888
 
-.PHONY: setup lab test model labs notebooks wheel wheelhouse selftest workshop clean
+.PHONY: setup lab test test-labs model labs notebooks wheel wheelhouse selftest workshop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ lab: setup
 
 test: setup
 	$(PY) -m pytest
+
+# Every lab (solutions taken out) run top to bottom under nbval: about 2 more minutes on 2 cores. CI runs them in
+# JupyterLab in headless Chromium instead (tests/browser/run_labs.sh). One BLAS thread per worker's kernel, as
+# tests/conftest.py sets for `make test` (that conftest is not loaded for labs/ alone).
+test-labs: setup
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(PY) -m pytest labs
 
 labs: $(VENV)/.installed
 	$(PY) -m vramlab.labs build

@@ -153,7 +153,8 @@ def test_smollm2_full_rank_conversion_reproduces_perplexity(smollm2, windows):
         mla.convert_to_latent_kv(model, 385)
     full = mla.convert_to_latent_kv(model, 384)
     assert full.model.layers[0].self_attn.latent_kv.rank == 384
-    original, converted = perplexity(model, windows), perplexity(full, windows)
+    # one window: full rank is exact window by window (the cached curve's 8-window point is checked below)
+    original, converted = perplexity(model, windows[:1]), perplexity(full, windows[:1])
     assert abs(converted / original - 1) < 1e-3, (original, converted)
 
 

@@ -224,8 +224,11 @@ def test_real_model_w8a8_close_to_fp32_and_w16a4_breaks(smollm2, windows):
     model, _ = smollm2
     two = windows[:2]
     fp32 = perplexity(model, two)
-    # act clip 1.0 (QuaRot default for 8 bits; 0.9 clips the outlier channels), MSE weight clip
-    w8a8 = perplexity(quant.quantize_model(model, 8, 8, 16, act_clip=1.0), two)
+    # act clip 1.0 (QuaRot default for 8 bits; 0.9 clips the outlier channels). Absmax weight scales
+    # (w_clip=False): the MSE clip search costs ~45 s on one thread for every 8-bit weight and is tested on
+    # Gaussian weights above and on the real model by the QuaRot table's live row (test_quarot_results.py).
+    # 3.3% here (MSE: 4.0%).
+    w8a8 = perplexity(quant.quantize_model(model, 8, 8, 16, act_clip=1.0, w_clip=False), two)
     assert abs(w8a8 / fp32 - 1) < 0.05, (w8a8, fp32)
     a4 = perplexity(quant.quantize_model(model, 16, 4, 16), windows[:1])
     assert a4 > 10 * fp32  # unrotated 4-bit activations break on SmolLM2's outlier channels
