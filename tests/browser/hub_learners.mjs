@@ -83,11 +83,21 @@ async function runCell(page, who, index, source) {
     await promptOf(cell).click();
   }
   await page.keyboard.press('Control+Enter');
-  const deadline = Date.now() + 240000;
+  const started = Date.now();
+  const deadline = started + 240000;
+  let pressed = 1;
   for (;;) {
     const now = ((await promptOf(cell).textContent()) || '').trim();
     if (/^\[[0-9]+\]:$/.test(now) && now !== before.trim()) break;
     if (Date.now() > deadline) throw new Error(`cell ${index} did not finish in 240 s (prompt ${now})`);
+    // Dropped (prompt unchanged, not queued, kernel idle after 15 s): run it once more.
+    const status = await page.locator('.jp-Notebook-ExecutionIndicator').first().getAttribute('data-status').catch(() => null);
+    if (pressed < 2 && now === before.trim() && status === 'idle' && Date.now() - started > 15000) {
+      pressed += 1;
+      log(who, `cell ${index} did not start within 15 s; running it again`);
+      await promptOf(cell).click();
+      await page.keyboard.press('Control+Enter');
+    }
     await sleep(250);
   }
   const text = (await cell.locator('.jp-OutputArea-output').allInnerTexts()).join('\n');
@@ -105,9 +115,12 @@ async function learner(browser, name, plan) {
     await page.waitForURL(new RegExp(`/user/${name}/lab`), { timeout: 300000 });
     result.url = new URL(page.url()).pathname;
     await page.locator('.jp-NotebookPanel .jp-Cell').nth(FP16).waitFor({ state: 'attached', timeout: 120000 });
-    // the kernel is up when its status says idle
-    await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first().waitFor({ timeout: 120000 })
-      .catch(() => sleep(3000));
+    // The kernel is up when its status says idle for 2 s in a row: a fresh session can say "idle" for a moment
+    // before "initializing", and a cell run then is lost (seen in the browser run of lab 00).
+    const indicator = page.locator('.jp-Notebook-ExecutionIndicator').first();
+    for (let idleFor = 0, t0 = Date.now(); idleFor < 4 && Date.now() - t0 < 120000; await sleep(500)) {
+      idleFor = (await indicator.getAttribute('data-status').catch(() => null)) === 'idle' ? idleFor + 1 : 0;
+    }
     for (const i of RUN) {
       const runs = plan[i] || [undefined];
       for (const source of runs) {
