@@ -1,4 +1,5 @@
-# vramlab: `make lab` sets up and opens JupyterLab; `make test` sets up and runs every test.
+# vramlab: `make lab` sets up and opens JupyterLab; `make test` sets up and runs the unit tests and notebooks;
+# `make test-labs` runs the labs.
 # torch: installed into the venv only when it has none, by src/vramlab/torch_install.py, which picks
 # PyTorch's CPU build on a machine without an NVIDIA GPU and says which build it chose and why.
 # Variables: PYTHON (the interpreter that makes the venv), VENV, PORT (for `make lab`, default 8888).
