@@ -30,10 +30,12 @@ def test_windows_reject_impossible_requests(smollm2):
         token_windows(tokenizer, n_windows=0)
 
 
-def test_perplexity_of_the_first_8_windows_is_about_15(smollm2, windows):
+def test_perplexity_of_the_first_2_windows_is_about_14(smollm2, windows):
+    """The 8-window value (14.70, REFERENCE.md) is in the cached QuaRot, bnb and MLA results, each made by this
+    code (fingerprinted) and agreeing to 1e-6 (test_bnb_quant.py); 2 windows here save ~10 s of every run."""
     model, _ = smollm2
-    ppl = perplexity(model, windows)
-    assert math.isfinite(ppl) and 12.0 < ppl < 18.0, ppl  # REFERENCE.md measured ~14.7
+    ppl = perplexity(model, windows[:2])
+    assert math.isfinite(ppl) and 12.0 < ppl < 16.0, ppl  # 14.24 on these 2 windows
 
 
 def test_perplexity_matches_the_models_own_loss(smollm2, windows):
