@@ -409,3 +409,14 @@ def test_no_answer_on_screen_before_its_exercise(name, answer, header):
     assert start is not None, f"{name}: no cell matches {header!r}"
     early = [i for i, _, t in texts[:start] if re.search(answer, t)]
     assert not early, f"{name}: the answer {answer!r} is on screen in cells {early}, before its exercise (cell {start})"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_notebook_runs_more_threads_than_its_environment_allows(path):
+    """A notebook may lower torch's thread count, never raise it over OMP_NUM_THREADS: lab 04's
+    ``torch.set_num_threads(2)`` under the tests' 1 thread ran cells up to 15x slower beside one busy process."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        for call in re.findall(r"torch\.set_num_threads\(([^\n]*)\)", cell.source):
+            assert call.strip() == "1" or call.startswith("min("), (path.name, call)
