@@ -6,14 +6,17 @@ import os
 
 import pytest
 
+from vramlab.device import THREAD_ENV_VARS, thread_share
+
 # pytest-xdist runs N workers (and each notebook's kernel beside its worker). Left alone, every one of
 # them starts as many BLAS/OpenMP threads as the machine has cores: N x cores spinning threads on a
 # 2-core machine made the heaviest tests 3-4x slower. Each worker (and the kernels it starts, which
-# inherit its environment) gets an equal share instead, unless the caller chose a number.
+# inherit its environment) gets an equal share instead, unless the caller chose a number. Set before
+# torch is imported (vramlab.device does not import it).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    _share = str(max(1, (os.cpu_count() or 1) // _WORKERS))
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    _share = str(thread_share(_WORKERS))
+    for _var in THREAD_ENV_VARS:
         os.environ.setdefault(_var, _share)
 
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from vramlab.device import thread_share
 from vramlab.workshop import room as workshop
 from vramlab.workshop.room import WorkshopError
 
@@ -152,7 +153,7 @@ def test_configure_sets_the_room_and_the_hook(tmp_path):
     env = spawners[0].environment
     assert env["VRAMLAB_GPU_FRACTION"] == "0.45"  # 4 learners on 3 devices: up to 2 share one, 0.9 / 2
     assert env["VRAMLAB_CACHE"].endswith("cache") and env["VRAMLAB_PROGRESS_DIR"].endswith("progress")
-    share = str(workshop.cpu_threads_per_learner(4))
+    share = str(thread_share(4))
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == share
     assert [s.environment["CUDA_VISIBLE_DEVICES"] for s in spawners] == ["MIG-aaaa-0001", "MIG-aaaa-0002", "1", "MIG-aaaa-0001"]
     assert (tmp_path / "room" / "homes" / "l2" / "vramlab-labs" / "00_start_here.ipynb").is_file()
@@ -160,11 +161,11 @@ def test_configure_sets_the_room_and_the_hook(tmp_path):
 
 
 def test_cpu_threads_are_split_between_learners():
-    assert workshop.cpu_threads_per_learner(30, cpus=32) == 1
-    assert workshop.cpu_threads_per_learner(3, cpus=32) == 10
-    assert workshop.cpu_threads_per_learner(3, cpus=2) == 1  # never 0
-    assert workshop.cpu_threads_per_learner(1, cpus=2) == 2
-    assert workshop.cpu_threads_per_learner(2) >= 1  # this machine's CPU set
+    assert thread_share(30, cpus=32) == 1
+    assert thread_share(3, cpus=32) == 10
+    assert thread_share(3, cpus=2) == 1  # never 0
+    assert thread_share(1, cpus=2) == 2
+    assert thread_share(2) >= 1  # this machine's CPU set
 
 
 def test_configure_rejects_short_password(tmp_path):

@@ -309,7 +309,7 @@ def test_three_learners_log_in_run_lab00_and_reach_the_board(hub):
     names = [line[5:line.index(":")] for line in ana]  # the two checks' names, as the board shows them
 
     # 2. the room's environment in every server and in the kernel that ran the lab (and its share of the CPUs)
-    from vramlab.workshop.room import cpu_threads_per_learner
+    from vramlab.device import thread_share
 
     pids = _server_pids(hub)
     for name, pid in pids.items():
@@ -322,7 +322,7 @@ def test_three_learners_log_in_run_lab00_and_reach_the_board(hub):
             assert env.get("VRAMLAB_PROGRESS_DIR") == str(room / "progress")
             assert env.get("HF_HUB_OFFLINE") == "1" and env.get("PIP_INDEX_URL") == DEAD
             assert env.get("JUPYTERHUB_USER") == name and env.get("HOME") == str(room / "homes" / name)
-            assert env.get("OMP_NUM_THREADS") == str(cpu_threads_per_learner(3)), env.get("OMP_NUM_THREADS")
+            assert env.get("OMP_NUM_THREADS") == str(thread_share(3)), env.get("OMP_NUM_THREADS")
         assert (room / "homes" / name / "vramlab-labs" / "00_start_here.ipynb").is_file()
     assert len(set(pids.values())) == 3
 

@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from vramlab.device import THREAD_ENV_VARS, thread_share
+
 MAX_LEARNERS = 200
 DEFAULT_PORT = 8000
 IDLE_TIMEOUT_S = 3600
@@ -214,31 +216,18 @@ def copy_labs(home: str | os.PathLike, labs_dir: str | os.PathLike | None = None
     return target
 
 
-def cpu_threads_per_learner(learners: int, cpus: int | None = None) -> int:
-    """CPU threads for each learner's kernels: this machine's usable CPUs (``os.sched_getaffinity``, so a
-    container's CPU set counts, not the host's) split evenly, at least 1.
-
-    PyTorch's CPU ops otherwise start one OpenMP thread per core in every kernel: 30 kernels x 32 threads
-    on 32 cores wait on each other at every parallel op. Measured here: with one other busy process on 2
-    cores, lab 04 forcing 2 threads ran a cell 15x slower (27 s instead of under 2 s) than with 1.
-    """
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, int(cpus) // max(1, int(learners)))
-
-
 def learner_env(device: str | None, fraction: float, cache: str, progress_dir: str,
                 threads: int = 1) -> dict[str, str]:
     """The environment every learner's server gets (all strings). ``threads``: the CPU threads each
-    learner's kernels may use (:func:`cpu_threads_per_learner`), as ``OMP_NUM_THREADS`` and the BLAS
-    libraries' own variables."""
+    learner's kernels may use (:func:`vramlab.device.thread_share`), in every variable of
+    :data:`vramlab.device.THREAD_ENV_VARS`."""
     env = {
         ENV_FRACTION: f"{fraction:g}",
         "VRAMLAB_CACHE": str(cache),
         "VRAMLAB_PROGRESS_DIR": str(progress_dir),
         "HF_HUB_OFFLINE": "1",  # the model is already in the shared cache: no learner downloads anything
     }
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in THREAD_ENV_VARS:
         env[var] = str(int(threads))
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
@@ -276,7 +265,7 @@ def configure(c: Any, *, learners: int, room: str | os.PathLike, user_password: 
     for folder in (homes, cache, progress_dir):
         folder.mkdir(parents=True, exist_ok=True)
     assigner = RoundRobin(devices)
-    threads = cpu_threads_per_learner(learners)
+    threads = thread_share(learners)
     bin_dir = str(Path(sys.executable).parent)
 
     c.JupyterHub.ip = ip
@@ -434,5 +423,5 @@ def workshop_main(args: Any) -> int:
 
 
 __all__ = ["WorkshopError", "validate_learners", "validate_fraction", "list_gpus", "default_fraction", "gpu_memory_gib",
-           "RoundRobin", "find_proxy", "repo_labs_dir", "copy_labs", "cpu_threads_per_learner", "learner_env",
+           "RoundRobin", "find_proxy", "repo_labs_dir", "copy_labs", "learner_env",
            "configure", "serve_main", "configure_from_env", "workshop_main"]
