@@ -20,7 +20,7 @@
 
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadChromium, sleep } from './jupyterlab.mjs';
+import { loadChromium, sleep, waitForSteadyIdle } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 const env = process.env;
@@ -115,12 +115,9 @@ async function learner(browser, name, plan) {
     await page.waitForURL(new RegExp(`/user/${name}/lab`), { timeout: 300000 });
     result.url = new URL(page.url()).pathname;
     await page.locator('.jp-NotebookPanel .jp-Cell').nth(FP16).waitFor({ state: 'attached', timeout: 120000 });
-    // The kernel is up when its status says idle for 2 s in a row: a fresh session can say "idle" for a moment
-    // before "initializing", and a cell run then is lost (seen in the browser run of lab 00).
-    const indicator = page.locator('.jp-Notebook-ExecutionIndicator').first();
-    for (let idleFor = 0, t0 = Date.now(); idleFor < 4 && Date.now() - t0 < 120000; await sleep(500)) {
-      idleFor = (await indicator.getAttribute('data-status').catch(() => null)) === 'idle' ? idleFor + 1 : 0;
-    }
+    // A cell run while a fresh kernel starts is lost; after 120 s go on anyway (runCell retries once and then
+    // fails with the cell's prompt).
+    await waitForSteadyIdle(page, 120000).catch(() => {});
     for (const i of RUN) {
       const runs = plan[i] || [undefined];
       for (const source of runs) {

@@ -1,6 +1,6 @@
-// What the browser tests (smoke_jupyterlab.mjs, vram_widget.mjs, replay_widget.mjs) need from playwright-core and
-// JupyterLab: Chromium, a sleep, JupyterLab's main menus, polling the page until a state is reached, and a
-// throw-away JupyterLab server.
+// What the browser tests (smoke_jupyterlab.mjs, vram_widget.mjs, replay_widget.mjs, hub_learners.mjs) need from
+// playwright-core and JupyterLab: Chromium, a sleep, JupyterLab's main menus, polling the page until a state is reached,
+// a kernel that stays idle, a dropped Run All clicked again, and a throw-away JupyterLab server.
 
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -28,6 +28,24 @@ export async function clickMenu(page, menuLabel, command) {
   const item = page.locator(`.lm-Menu li[data-command="${command}"]`).first();
   await item.waitFor({ state: 'visible', timeout: 10000 });
   await item.click();
+}
+
+/** Wait until the open notebook's kernel has said "idle" for `steadyMs` in a row (polled every 500 ms). A fresh
+ *  session can say "idle" for a moment before "initializing", and a Run All or a cell run clicked then is lost
+ *  (CI lost lab 00's Run All that way). Throws after `timeoutMs` with the last status seen. */
+export async function waitForSteadyIdle(page, timeoutMs = 180000, steadyMs = 2000) {
+  const indicator = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator').first();
+  const t0 = Date.now();
+  let idleSince = null;
+  let status = null;
+  while (Date.now() - t0 < timeoutMs) {
+    status = await indicator.getAttribute('data-status', { timeout: 1000 }).catch(() => null);
+    idleSince = status === 'idle' ? (idleSince ?? Date.now()) : null;
+    if (idleSince !== null && Date.now() - idleSince >= steadyMs) return;
+    await sleep(500);
+  }
+  throw new Error(`timed out after ${Math.round(timeoutMs / 1000)} s waiting for the kernel to start ` +
+    `(idle for ${steadyMs / 1000} s in a row); last status: ${status}`);
 }
 
 /** A freshly started, busy server can drop Run All (the kernel stays idle and no cell starts). Returns

@@ -26,7 +26,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { clickMenu, loadChromium, sleep, waitForState, startJupyterLab, runAllAgainIfDropped } from './jupyterlab.mjs';
+import { clickMenu, loadChromium, sleep, waitForState, waitForSteadyIdle, startJupyterLab, runAllAgainIfDropped } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 
@@ -150,7 +150,7 @@ try {
   await page.goto(`${BASE}/lab/workspaces/${workspace}/tree/${apiPath}?reset&token=${TOKEN}`,
     { waitUntil: 'domcontentloaded', timeout: 120000 });
   await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: 120000 });
-  await waitFor(page, (s) => s.panel && s.kernel === 'idle', 'the kernel to start', 180000);
+  await waitForSteadyIdle(page);   // a Run All clicked while a fresh kernel starts is lost
   await clickMenu(page, 'Edit', 'editmenu:clear-all');
   await sleep(500);
   log(`${NB}: Run > Run All Cells`);

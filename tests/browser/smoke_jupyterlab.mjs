@@ -31,7 +31,7 @@
 
 import fs from 'node:fs';
 import path from 'node:path';
-import { clickMenu, loadChromium, sleep, waitForState, runAllAgainIfDropped } from './jupyterlab.mjs';
+import { clickMenu, loadChromium, sleep, waitForState, waitForSteadyIdle, runAllAgainIfDropped } from './jupyterlab.mjs';
 
 const chromium = loadChromium();
 
@@ -256,11 +256,7 @@ async function runNotebook(browser, nbPath) {
   log(`${nbPath}: opening ${nbUrl.replace(/token=[^&]+/, 'token=***')}`);
   await page.goto(nbUrl, { waitUntil: 'domcontentloaded', timeout: 120000 });
   await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: 120000 });
-  // Kernel started and idle, two seconds in a row: a fresh session can show "idle" for a moment before
-  // "initializing", and a Run All clicked then is lost.
-  let idleFor = 0;
-  await waitFor(page, (s) => { idleFor = s.panel && s.kernel === 'idle' ? idleFor + 1 : 0; return idleFor >= 4; },
-    'the kernel to start', 180000, 500);
+  await waitForSteadyIdle(page);   // a Run All clicked while a fresh kernel starts is lost
   // Close the left sidebar for a wider screenshot.
   if (await page.locator('#jp-left-stack:not(.lm-mod-hidden)').count()) {
     await page.keyboard.press('Control+b').catch(() => {});
