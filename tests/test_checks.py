@@ -336,7 +336,7 @@ def test_reveal_by_lab_and_exercise_number(capsys):
     assert len(results) == 1 and results[0].revealed and not results[0].passed
     assert out == ("ANSWER check_kv4_bytes_per_token (lab02 exercise 3): 6,480 bytes: 2 (K and V) x 30 layers x 3 KV "
                    "heads x (64 x 4 bits / 8 + 2 x 2 bytes for the group's scale and zero point).\n")
-    assert len(checks.reveal("lab04", 1)) == 3                                  # three checks in one exercise
+    assert len(checks.reveal("lab05", 1)) == 3                                  # three checks in one exercise
     capsys.readouterr()
     assert checks.reveal("lab00", "0.1")[0].answer.startswith("269,030,016 bytes")  # "Exercise 0.1"
     numbered = {(e.lab, e.number) for e in EXERCISES.values() if e.number is not None}

@@ -2,40 +2,52 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vramlab import checks
 from vramlab.checks import lab07
 
+ACTUAL, FP32 = 166_471_168, 538_060_288  # get_memory_footprint() of nf4 and fp32 SmolLM2 (benchmarks/bnb.py)
+
+
+def _raises(*args):
+    raise NotImplementedError
+
+
+RANKING = {"bytes": ["nf4+dq", "nf4", "fp4", "int8"], "perplexity": ["int8", "nf4+dq", "nf4", "fp4"]}
 SOLUTIONS = {
-    "check_oom_numbers": {"tried_gib": 2.0, "free_gib": 406.38 / 1024, "reserved_gib": 11.18 + 219.44 / 1024},
-    "check_reserved_prediction": {"default": 200, "expandable": 150},
-    "check_cap_oom_reason": "b",
-    "check_peak_terms": None,   # filled below: the lab's solution, arithmetic from SmolLM2's config
+    "check_log_label": "binary_missing_for_cuda_version",
+    "check_log_fix": "c",
+    "check_quant_ranking": RANKING,
 }
-_TOKENS = 8 * 2048
-SOLUTIONS["check_peak_terms"] = {"weights": 134_515_008 * 2, "kv_cache": 2 * 30 * 3 * 64 * 2 * _TOKENS,
-                                 "logits": _TOKENS * 49152 * 2, "activations": _TOKENS * 576 * 2}
 WRONG = {
-    "check_oom_numbers": {"tried_gib": 2.0, "free_gib": 406.38 / 1024, "reserved_gib": 11.18},  # allocated only
-    "check_reserved_prediction": {"default": "256 MiB", "expandable": 140},                      # not a number
-    "check_cap_oom_reason": "c",                                                                 # fragmentation
-    "check_peak_terms": {**SOLUTIONS["check_peak_terms"], "logits": 2 * _TOKENS * 49152 * 2},   # float32 logits
+    "check_log_label": "compute_capability_low",                       # a symptom (7.0 only warns)
+    "check_log_fix": "a",                                              # bitsandbytes' own advice: the symptom
+    "check_quant_ranking": dict(RANKING, perplexity=["int8", "fp4", "nf4", "nf4+dq"]),  # FP4 before NF4
 }
-# the lab's own stub first (notebook 07, exercise "read the OOM message"), then other untouched shapes
-STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
+STUBS = [None, lambda *a: None, _raises]
 
 
 def test_every_check_is_exported_and_covered():
-    assert set(lab07.__all__) == set(SOLUTIONS) == set(WRONG)
+    assert set(lab07.__all__) == set(SOLUTIONS) | {"check_4bit_prediction"}
+    assert not hasattr(lab07, "check_missing_symbol")   # the regex drill is gone (issue 19)
     for name in lab07.__all__:
         assert getattr(checks, name) is getattr(lab07, name)
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_solution_passes(name, capsys):
-    result = getattr(lab07, name)(SOLUTIONS[name])
-    assert result.passed and capsys.readouterr().out.startswith("PASS")
+    assert getattr(lab07, name)(SOLUTIONS[name]).passed
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_wrong_answer_fails_with_a_hint(name, capsys):
+    result = getattr(lab07, name)(WRONG[name])
+    out = capsys.readouterr().out
+    assert not result.passed and out.startswith("FAIL") and "Hint:" in out
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
@@ -44,157 +56,75 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
     result = getattr(lab07, name)(STUBS[stub])
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
-    for secret in ("11.39", "11.3", "0.397", "256", "140", " b:"):
-        assert secret not in out
+    if name == "check_log_label":
+        assert "expected binary_missing" not in out  # the stub does not reveal the answer
 
 
-@pytest.mark.parametrize("name", sorted(WRONG))
-def test_plausible_wrong_answers_fail(name, capsys):
-    result = getattr(lab07, name)(WRONG[name])
-    assert not result.passed and "expected" in capsys.readouterr().out
+def test_log_label_hints_name_the_symptom(capsys):
+    lab07.check_log_label("native_library_unavailable")
+    assert "symptom" in capsys.readouterr().out
+    lab07.check_log_label("not a label")
+    assert "one of:" in capsys.readouterr().out
 
 
-def test_oom_hints_recognise_common_mistakes(capsys):
-    good = SOLUTIONS["check_oom_numbers"]
-    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.18})
-    assert "sum" in capsys.readouterr().out
-    assert not checks.check_oom_numbers({**good, "free_gib": 406.38})
-    assert "MiB" in capsys.readouterr().out
-    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.51})
-    assert "non-PyTorch" in capsys.readouterr().out
-    assert not checks.check_oom_numbers({**good, "tried_gib": float("nan")})
+def test_log_fix_teaches_each_wrong_letter(capsys):
+    from vramlab.bnb import logs
 
-
-def test_prediction_any_honest_number_passes_and_reports_distance(capsys):
-    from vramlab.vram.allocator import MiB
-
-    assert checks.check_reserved_prediction({"default": 0, "expandable": 1e6})
-    capsys.readouterr()
-    actual = lab07.reserved_reference()
-    assert actual == {"default": 256 * MiB, "expandable": 140 * MiB}
-    assert checks.check_reserved_prediction({"default": 200, "expandable": 150}, actual)
-    out = capsys.readouterr().out
-    assert "-56 MiB" in out and "+10 MiB" in out
-    assert not checks.check_reserved_prediction({"default": -1, "expandable": 3})
-
-
-def test_cap_reason_hints_differ(capsys):
-    hints = set()
-    for letter in "acd":
-        assert not checks.check_cap_oom_reason(letter)
-        hints.add(capsys.readouterr().out.split("Hint:")[1])
-    assert len(hints) == 3
-    assert checks.check_cap_oom_reason(" B ")
-
-
-def test_oom_divide_by_1000_is_caught(capsys):
-    good = SOLUTIONS["check_oom_numbers"]
-    assert not checks.check_oom_numbers({**good, "free_gib": 406.38 / 1000})
-    assert "/1000 is GB" in capsys.readouterr().out
-    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.18 + 219.44 / 1000})
-    assert "/1000 is GB" in capsys.readouterr().out
-    assert not checks.check_oom_numbers({**good, "free_gib": 406.38})      # copied without converting
-    assert "406.38 is in MiB" in capsys.readouterr().out
-
-
-def test_the_untouched_dict_of_nones_is_not_done_yet(capsys):
-    """The lab's stub (a dict of three Nones) is told "not done yet", not "write a float" (issue 19)."""
-    result = checks.check_oom_numbers({"tried_gib": None, "free_gib": None, "reserved_gib": None})
-    out = capsys.readouterr().out
-    assert not result and result.untouched and "not done yet" in out and "not a string" not in out, out
-    result = checks.check_oom_numbers({"tried_gib": 2.0, "free_gib": None, "reserved_gib": None})
-    out = capsys.readouterr().out
-    assert not result.untouched and "free_gib" in out and "0.397" not in out, out   # a partial attempt
-
-
-# --------------------------------------------------------------------------- Exercise 4: the prefill peak
-PEAK = SOLUTIONS["check_peak_terms"]
-
-
-def _peak_secrets() -> list[str]:
-    """The reference's numbers as the check would print them (bytes with commas, and MiB)."""
-    ref = lab07._peak_terms(None)
-    out = [f"{v:,}" for v in ref.values()] + [str(v) for v in ref.values()]
-    out += [f"{sum(ref.values()) / (1 << 20):,.0f}"]
-    return out
-
-
-def test_peak_reference_is_the_dry_run_of_the_setup():
-    trace = lab07.peak_reference()
-    assert (trace.model.lower(), trace.batch_size, trace.seq_len, trace.dtype, trace.attn_implementation) == (
-        "smollm2-135m", 8, 2048, "bfloat16", "sdpa")
-    at = trace.breakdown("peak")
-    # the lab's arithmetic is what the dry run records, within the allocator's 512-byte rounding
-    assert at["kv_cache"] == PEAK["kv_cache"] and at["logits"] == PEAK["logits"]
-    assert abs(at["weights"] - PEAK["weights"]) < 64 * 1024
-    assert trace.peak["category"] == "logits"   # the peak is the lm_head's output
-
-
-def test_peak_stub_is_not_done_and_shows_nothing(capsys):
-    for stub in ({k: None for k in PEAK}, None, ...):
-        result = checks.check_peak_terms(stub)
+    text = logs.corpus_entry(lab07.FIX_EXERCISE_LOG)["text"]
+    # the log is real-format and says what the exercise claims: the override, then the missing CUDA 12 runtime
+    assert "BNB_CUDA_VERSION=128 environment variable detected" in text and "Missing dependency: libcudart.so.12" in text
+    assert logs.explain_log(text).label == "bnb_cuda_version_override"
+    hints = {"a": "bitsandbytes' own advice", "b": "does not", "d": "cuda130", "e": "digits"}
+    for letter, words in hints.items():
+        result = lab07.check_log_fix(letter)
         out = capsys.readouterr().out
-        assert not result and result.untouched and "not done yet" in out, out
-        assert not any(s in out for s in _peak_secrets()), out
+        assert not result.passed and words in out and "unset BNB_CUDA_VERSION" not in out.split("Hint:")[1], out
+    assert lab07.check_log_fix(" C ")
+    assert not lab07.check_log_fix("f") and "one of the letters" in capsys.readouterr().out
 
 
-def test_peak_solution_passes_and_the_pass_line_has_the_standard_shape(capsys):
-    assert checks.check_peak_terms(PEAK, lab07.peak_reference())
+def test_ranking_ties_pass_in_either_order_and_hints_name_the_misconception(capsys):
+    from vramlab.bnb import quantized
+
+    table = quantized.load_table()
+    rows = {k: quantized.table_row(table, k) for k in lab07.RANK_KINDS}
+    # the ties the check allows are real measured ties: fp4 and nf4 hold the same bytes, nf4 / nf4+dq within 1%
+    assert lab07.device_bytes(rows["fp4"]) == lab07.device_bytes(rows["nf4"])
+    assert abs(rows["nf4"]["ppl"] - rows["nf4+dq"]["ppl"]) < 0.01 * rows["nf4"]["ppl"]
+    swapped = {"bytes": ["nf4+dq", "fp4", "nf4", "int8"], "perplexity": ["int8", "nf4", "nf4+dq", "fp4"]}
+    assert lab07.check_quant_ranking(swapped)
+    capsys.readouterr()
+    cases = {  # a wrong ranking -> words its hint must contain
+        "footprint only": (dict(RANKING, bytes=["nf4", "fp4", "nf4+dq", "int8"]), "per-block scales"),
+        "int8 smallest": (dict(RANKING, bytes=["int8", "nf4+dq", "nf4", "fp4"]), "twice"),
+        "fp4 best": (dict(RANKING, perplexity=["fp4", "int8", "nf4", "nf4+dq"]), "quantiles"),
+        "int8 worst": (dict(RANKING, perplexity=["nf4", "nf4+dq", "fp4", "int8"]), "256 levels"),
+    }
+    for name, (ranking, words) in cases.items():
+        result = lab07.check_quant_ranking(ranking)
+        out = capsys.readouterr().out
+        assert not result.passed and words in out, (name, out)
+        assert "tied" not in out, out   # the measured order is not printed on a wrong attempt
+    for bad, words in (({"bytes": RANKING["bytes"]}, "keys"), (dict(RANKING, bytes=["int8", "nf4"]), "exactly once"),
+                       ("int8 < nf4", "keys")):
+        assert not lab07.check_quant_ranking(bad) and words in capsys.readouterr().out
+    untouched = lab07.check_quant_ranking({"bytes": None, "perplexity": None})
+    assert untouched.untouched and "not done" in capsys.readouterr().out
+
+
+def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
+    for stub in (None, "", float("nan"), -1):
+        assert not lab07.check_4bit_prediction(stub, ACTUAL, FP32)
+        assert capsys.readouterr().out.startswith("FAIL")
+    assert lab07.check_4bit_prediction(FP32 / 8, ACTUAL, FP32)
     out = capsys.readouterr().out
-    assert out == "PASS the prefill peak, term by term: 2,171 MiB, as expected.\n", out
-
-
-@pytest.mark.parametrize("attempt", [0, 1e12, {"weights": PEAK["weights"]}, {**PEAK, "attention": 1},
-                                     {k: 2 * v for k, v in PEAK.items()}, {k: v / 2 for k, v in PEAK.items()},
-                                     {**PEAK, "logits": "1.5 GiB"}, {**PEAK, "kv_cache": -1}])
-def test_peak_wrong_attempts_fail_without_the_answer(attempt, capsys):
-    result = checks.check_peak_terms(attempt)
+    assert out.startswith("PASS") and "0.40x" in out and "embedding" in out
+    assert lab07.check_4bit_prediction(160, ACTUAL, FP32)
+    assert "bytes" in capsys.readouterr().out
+    assert lab07.check_4bit_prediction(1.7e8, ACTUAL)
+    assert "1.02x" in capsys.readouterr().out
+    # before the reveal: stored, nothing revealed
+    assert lab07.check_4bit_prediction(1.7e8)
     out = capsys.readouterr().out
-    assert not result and not result.untouched and not result.revealed and out.startswith("FAIL "), out
-    assert "ANSWER" not in out
-    assert not any(s in out for s in _peak_secrets()), out
-
-
-@pytest.mark.parametrize("key, factor, words", [
-    ("weights", 2, "bfloat16 stores 2 bytes per parameter"),
-    ("kv_cache", 0.5, "K and V"),
-    ("kv_cache", 3, "key/value heads only"),
-    ("logits", 2, "float32 here? check the dtype"),
-    ("logits", 1 / 2048, "every position"),
-    ("activations", 32, "never materialises the L x L"),
-])
-def test_peak_each_term_is_judged_with_its_misconception(key, factor, words, capsys):
-    result = checks.check_peak_terms({**PEAK, key: PEAK[key] * factor})
-    out = capsys.readouterr().out
-    assert not result and words in out, out
-    others = [k for k in PEAK if k != key]
-    assert all(f"{k} ok" in out for k in others), out   # only the wrong term is blamed
-
-
-def test_peak_tied_embedding_counted_twice_is_named(capsys):
-    assert not checks.check_peak_terms({**PEAK, "weights": PEAK["weights"] + 2 * 49152 * 576})
-    assert "tied" in capsys.readouterr().out
-
-
-def test_peak_terms_in_mib_are_named(capsys):
-    assert not checks.check_peak_terms({k: v / 2**20 for k, v in PEAK.items()})
-    assert "the dict wants bytes" in capsys.readouterr().out
-
-
-def test_peak_reveal_shows_the_answer(capsys):
-    result = checks.check_peak_terms({k: 2 * v for k, v in PEAK.items()}, reveal=True)
-    verdict, answer = capsys.readouterr().out.rstrip("\n").split("\n")
-    assert verdict.startswith("FAIL ") and answer.startswith("ANSWER ") and result.revealed
-    assert "377,487,360" in answer and "1,610,612,736" in answer
-    assert len(checks.reveal("lab07", 4)) == 1
-    assert "1,610,612,736" in capsys.readouterr().out
-
-
-def test_peak_judges_against_the_trace_it_is_given(capsys):
-    from vramlab.vram.dryrun import dry_run
-
-    eager = dry_run("smollm2-135m", 8, 2048, attn_implementation="eager")
-    assert not checks.check_peak_terms(PEAK, eager)     # eager peaks inside attention, before the lm_head
-    assert "logits" in capsys.readouterr().out
-    with pytest.raises(TypeError, match="trace must be the MemoryTrace"):
-        checks.check_peak_terms(PEAK, "trace")
+    assert out.startswith("PASS") and "stored" in out and f"{ACTUAL:,}" not in out
+    assert not lab07.check_4bit_prediction(None)

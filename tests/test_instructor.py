@@ -21,11 +21,11 @@ import vramlab.checks as checks
 from vramlab.checks._core import EXERCISES
 
 ROOT = Path(__file__).resolve().parents[1]
+LABS = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 DOC = (ROOT / "docs" / "instructor.md").read_text()
 NOTES_DIR = ROOT / "docs" / "instructor"
-LABS = ["00", "01", "02", "03", "04", "05", "06", "07"]
 # The lab times everyone agreed (issue 19): the notebooks' headers, the per-lab notes and the agendas.
-LAB_TIMES = {"00": 20, "01": 80, "02": 60, "03": 85, "04": 70, "05": 60, "06": 55, "07": 70}
+LAB_TIMES = {"00": 20, "01": 80, "02": 60, "03": 85, "05": 70, "06": 60, "07": 55, "08": 70}
 REALISTIC = {"01": (75, 90), "03": (75, 90)}
 
 
@@ -378,8 +378,8 @@ def _lab_minutes(rows) -> dict[str, int]:
 
 def test_there_are_three_agendas_each_with_a_total():
     agendas = _agendas()
-    assert [a[0] for a in agendas] == ["Two days, day 1 (labs 00-03)", "Two days, day 2 (labs 04-07)",
-                                       "Half day (labs 00, 03, 07)"]
+    assert [a[0] for a in agendas] == ["Two days, day 1 (labs 00-03)", "Two days, day 2 (labs 05-08)",
+                                       "Half day (labs 00, 03, 08)"]
     assert all(len(rows) > 4 and total for _, rows, total in agendas)
 
 
@@ -434,6 +434,6 @@ def test_gpu_room_recipe_names_which_labs_use_the_gpu():
     section = _section("## A GPU room")
     uses = sorted(lab for lab in LABS if "has_cuda" in notebook_path(lab).read_text())
     listed = re.search(r"Labs that use the GPU: ([^.]{1,200})\.", section)
-    assert listed, "state 'Labs that use the GPU: 00, 05, ...' in the GPU-room recipe"
+    assert listed, "state 'Labs that use the GPU: 00, 06, ...' in the GPU-room recipe"
     assert sorted(re.findall(r"\d\d", listed.group(1))) == uses
     assert "CUDA_VISIBLE_DEVICES" in section and "context" in section and "Shut Down Kernel" in section

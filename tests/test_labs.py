@@ -397,7 +397,7 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     ("02_w4a4kv4.ipynb", r"3\.6\s?[×x]\b|3\.6\s?×|3\.56", r"^#+\s*Exercise 3\b"),
     ("03_kv_budget_and_oom.ipynb", r"69,120|69120", r"^#+\s*Exercise 2\b"),
     ("03_kv_budget_and_oom.ipynb", r"147,456|147456", r"^#+\s*Exercise 3\b"),
-    ("06_bitsandbytes.ipynb", r"binary_missing_for_cuda_version", r"^#+\s*Exercise 2\b"),
+    ("07_bitsandbytes.ipynb", r"binary_missing_for_cuda_version", r"^#+\s*Exercise 2\b"),
 ]
 
 
@@ -413,7 +413,7 @@ def test_no_answer_on_screen_before_its_exercise(name, answer, header):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_notebook_runs_more_threads_than_its_environment_allows(path):
-    """A notebook may lower torch's thread count, never raise it over OMP_NUM_THREADS: lab 04's
+    """A notebook may lower torch's thread count, never raise it over OMP_NUM_THREADS: lab 05's
     ``torch.set_num_threads(2)`` under the tests' 1 thread ran cells up to 15x slower beside one busy process."""
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type != "code":

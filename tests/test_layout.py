@@ -12,8 +12,8 @@ import pytest
 import vramlab
 
 SRC = Path(vramlab.__file__).resolve().parent
-TOPICS = {"quarot": ("01", "02"), "serving": ("03",), "mla": ("04",), "dispatch": ("05",), "bnb": ("06",),
-          "vram": ("07",)}
+TOPICS = {"quarot": ("01", "02"), "serving": ("03",), "mla": ("05",), "dispatch": ("06",), "bnb": ("07",),
+          "vram": ("08",)}
 
 
 def _module_name(path: Path) -> str:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,15 +16,16 @@ LINE = re.compile(r"^(PASS|FAIL) lab0\d [^(]{1,60} \(\d{1,4}\.\d s\): .{1,400}$"
 
 
 def test_every_lab_has_a_step():
-    assert list(selftest.LABS) == [f"lab{n:02d}" for n in range(8)]
+    notebooks = sorted(p.name[:2] for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert list(selftest.LABS) == [f"lab{n}" for n in notebooks]
     assert selftest.normalise("3") == selftest.normalise("lab03") == selftest.normalise("03") == "lab03"
-    with pytest.raises(ValueError, match="unknown lab 'lab12': use 00-07"):
+    with pytest.raises(ValueError, match="unknown lab 'lab12': use 00-08"):
         selftest.normalise("lab12")
 
 
 def test_cheap_labs_pass_with_their_real_code(capsys):
-    """Labs 03, 05 and 07 (no model): the real planner, vLLM check and dry run, one line each."""
-    outcomes = selftest.run(["03", "05", "07"])
+    """Labs 03, 06 and 08 (no model): the real planner, vLLM check and dry run, one line each."""
+    outcomes = selftest.run(["03", "06", "08"])
     out = capsys.readouterr().out.splitlines()
     assert [o.passed for o in outcomes] == [True, True, True], out
     assert len(out) == 3 and all(LINE.match(line) for line in out), out
@@ -41,17 +43,17 @@ def test_a_failing_step_prints_fail_and_one_sentence_fix(monkeypatch, capsys):
         raise ModuleNotFoundError("No module named 'bitsandbytes'", name="bitsandbytes")
 
     monkeypatch.setitem(selftest.LABS, "lab00", ("start here", broken))
-    monkeypatch.setitem(selftest.LABS, "lab06", ("bitsandbytes", missing))
-    assert selftest.selftest_main(["00", "06", "03"]) == 1
+    monkeypatch.setitem(selftest.LABS, "lab07", ("bitsandbytes", missing))
+    assert selftest.selftest_main(["00", "07", "03"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("FAIL lab00 start here (") and "ModelUnavailableError" in lines[0]
-    assert lines[1].startswith("FAIL lab06") and lines[2].startswith("PASS lab03")
+    assert lines[1].startswith("FAIL lab07") and lines[2].startswith("PASS lab03")
     last = lines[-1]
     assert last.startswith("selftest: 2 of 3 labs failed in ") and "Fix: The model is not in the cache: run `vramlab fetch-model`" in last
     assert last.count(". ") <= 2 and last.endswith(".")
-    assert "reinstall with `make setup`" in selftest.fix_for("lab06", ModuleNotFoundError("x", name="bitsandbytes"))
-    assert "`vramlab doctor`" in selftest.fix_for("lab06", RuntimeError("boom"))
-    assert "tests/test_mla.py" in selftest.fix_for("lab04", RuntimeError("boom"))
+    assert "reinstall with `make setup`" in selftest.fix_for("lab07", ModuleNotFoundError("x", name="bitsandbytes"))
+    assert "`vramlab doctor`" in selftest.fix_for("lab07", RuntimeError("boom"))
+    assert "tests/test_mla.py" in selftest.fix_for("lab05", RuntimeError("boom"))
 
 
 def test_all_pass_exits_zero(monkeypatch, capsys):

@@ -19,7 +19,7 @@ def thread_share(processes: int, cpus: int | None = None) -> int:
     the host's) split evenly, at least 1.
 
     PyTorch's CPU ops otherwise start one OpenMP thread per core in every process, and threads that wait
-    on each other at every parallel op stall: with one other busy process on 2 cores, lab 04 forcing 2
+    on each other at every parallel op stall: with one other busy process on 2 cores, lab 05 forcing 2
     threads ran a cell 15x slower (27 s instead of under 2 s) than with 1.
     """
     if cpus is None:

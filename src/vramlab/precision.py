@@ -11,7 +11,7 @@ The widths (bits per stored parameter, scales included):
   with one float32 scale per such block: 4 + 8/64 + 32/(64 x 256) bits.
 
 Simplified: the explorer puts every parameter at the chosen width. Real 8/4-bit loads keep the
-embedding, the norms and often ``lm_head`` in 16 bits (lab 06 measures that).
+embedding, the norms and often ``lm_head`` in 16 bits (lab 07 measures that).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def lab03(shared: _Shared) -> str:
     return f"KV bytes per token 131,072; vLLM's start-up check ran ({type(verdict).__name__}); a log triaged"
 
 
-def lab04(shared: _Shared) -> str:
+def lab05(shared: _Shared) -> str:
     import torch
 
     from vramlab.mla import LatentCache, latent_kv_factors
@@ -138,7 +138,7 @@ def lab04(shared: _Shared) -> str:
     return f"SmolLM2's layer-0 K/V factored through a latent (exact at full rank); a latent cache holds {cache.nbytes()} bytes"
 
 
-def lab05(shared: _Shared) -> str:
+def lab06(shared: _Shared) -> str:
     from vramlab.dispatch import plan_device_map
 
     plan = plan_device_map("llama-3.1-8b", {0: "10GiB", "cpu": "30GiB"})
@@ -147,7 +147,7 @@ def lab05(shared: _Shared) -> str:
     return f"accelerate planned Llama-3.1-8B on a meta device: {on_gpu} of 32 layers on GPU 0 under 10 GiB"
 
 
-def lab06(shared: _Shared) -> str:
+def lab07(shared: _Shared) -> str:
     import torch
     import bitsandbytes.functional as F
 
@@ -163,7 +163,7 @@ def lab06(shared: _Shared) -> str:
     return f"bitsandbytes nf4 round trip on CPU (relative error {err:.3f}); a log explained ({type(finding).__name__})"
 
 
-def lab07(shared: _Shared) -> str:
+def lab08(shared: _Shared) -> str:
     from vramlab.vram import dry_run, parse_oom_message
 
     report = parse_oom_message(
@@ -181,18 +181,18 @@ def lab07(shared: _Shared) -> str:
 # The unit tests behind each lab's step (named in the fix sentence).
 TESTS = {"lab00": ["tests/test_models.py", "tests/test_footprint.py"], "lab01": ["tests/test_rotate.py"],
          "lab02": ["tests/test_quant.py"], "lab03": ["tests/test_kvcache.py", "tests/test_vllm_memory.py"],
-         "lab04": ["tests/test_mla.py"], "lab05": ["tests/test_dispatch.py"], "lab06": ["tests/test_bnb_quant.py"],
-         "lab07": ["tests/test_vram_parse.py", "tests/test_dryrun.py"]}
+         "lab05": ["tests/test_mla.py"], "lab06": ["tests/test_dispatch.py"], "lab07": ["tests/test_bnb_quant.py"],
+         "lab08": ["tests/test_vram_parse.py", "tests/test_dryrun.py"]}
 
 LABS: dict[str, tuple[str, Callable[[_Shared], str]]] = {
     "lab00": ("start here", lab00),
     "lab01": ("outliers and rotation", lab01),
     "lab02": ("W4A4 + KV4", lab02),
     "lab03": ("KV budget and OOM", lab03),
-    "lab04": ("MLA latent cache", lab04),
-    "lab05": ("accelerate dispatch", lab05),
-    "lab06": ("bitsandbytes", lab06),
-    "lab07": ("watch VRAM", lab07),
+    "lab05": ("MLA latent cache", lab05),
+    "lab06": ("accelerate dispatch", lab06),
+    "lab07": ("bitsandbytes", lab07),
+    "lab08": ("watch VRAM", lab08),
 }
 
 
@@ -209,7 +209,7 @@ def fix_for(lab: str, exc: BaseException) -> str:
                 f"from the wheelhouse), then `vramlab selftest` again.")
     if isinstance(exc, MemoryError):
         return "This machine ran out of memory: close other programs (each lab needs about 2 GiB free) and retry."
-    if lab == "lab06":
+    if lab == "lab07":
         return "bitsandbytes does not work here: run `vramlab doctor`, which names the cause and its fix."
     return (f"{lab}'s code fails on this machine: send these lines to your instructor (in a vramlab checkout, "
             f"`python -m pytest {' '.join(TESTS[lab])}` shows more).")
@@ -221,7 +221,7 @@ def run(labs: list[str] | None = None, print_line: Callable[[str], None] = print
 
     # bitsandbytes 0.50.2 (backends/cpu/ops.py) logs "Failed to load CPU gemm_4bit_forward from kernels-community"
     # when it is imported without the optional `kernels` package, then uses its own CPU path: harmless, so only
-    # that logger is quietened (as lab 06 does), before any lab imports bitsandbytes.
+    # that logger is quietened (as lab 07 does), before any lab imports bitsandbytes.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     wanted = [normalise(lab) for lab in (labs or list(LABS))]
     shared = _Shared()
@@ -246,7 +246,7 @@ def normalise(lab: str) -> str:
     text = text[3:] if text.startswith("lab") else text
     key = f"lab{int(text):02d}" if text.isdigit() else text
     if key not in LABS:
-        raise ValueError(f"unknown lab {lab!r}: use 00-07 (e.g. `vramlab selftest --labs 00 03`).")
+        raise ValueError(f"unknown lab {lab!r}: use 00-08 (e.g. `vramlab selftest --labs 00 03`).")
     return key
 
 

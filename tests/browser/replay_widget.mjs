@@ -1,8 +1,8 @@
 #!/usr/bin/env node
-// Browser test for notebook 07's dry-run replay widget (section 8, "Predict, dry-run, measure";
+// Browser test for notebook 08's dry-run replay widget (section 8, "Predict, dry-run, measure";
 // vramlab.vram.widget.replay_widget). Manual / optional, not run by pytest. One command:
 //
-//   NODE_PATH=/tmp/pw/node_modules node tests/browser/replay_widget.mjs [notebooks/07_watch_vram.ipynb]
+//   NODE_PATH=/tmp/pw/node_modules node tests/browser/replay_widget.mjs [notebooks/08_watch_vram.ipynb]
 //
 // It starts its own headless JupyterLab (port REPLAY_PORT, default 8808; autosave off and notebook windowing
 // off through a throw-away settings folder; the kernel imports vramlab from this checkout's src/), opens the
@@ -31,7 +31,7 @@ import { clickMenu, loadChromium, sleep, waitForState, waitForSteadyIdle, startJ
 const chromium = loadChromium();
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const NB = process.argv[2] || 'notebooks/07_watch_vram.ipynb';
+const NB = process.argv[2] || 'notebooks/08_watch_vram.ipynb';
 const PORT = Number(process.env.REPLAY_PORT || 8808);
 const OUT = process.env.REPLAY_OUT || '/tmp/vramlab-replay-widget';
 const TIMEOUT_S = Number(process.env.REPLAY_TIMEOUT_S || 600);

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// Browser test for notebook 07's live VRAM widget (manual / optional, not run by pytest). One command:
+// Browser test for notebook 08's live VRAM widget (manual / optional, not run by pytest). One command:
 //
-//   NODE_PATH=/tmp/pw/node_modules node tests/browser/vram_widget.mjs [notebooks/07_watch_vram.ipynb]
+//   NODE_PATH=/tmp/pw/node_modules node tests/browser/vram_widget.mjs [notebooks/08_watch_vram.ipynb]
 //
 // It starts its own headless JupyterLab (port VRAM_PORT, default 8807; autosave off through a throw-away
 // settings folder; the kernel imports vramlab from this checkout's src/), opens the notebook in headless
@@ -30,7 +30,7 @@ import { clickMenu, loadChromium, sleep, waitForState, waitForSteadyIdle, startJ
 const chromium = loadChromium();
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const NB = process.argv[2] || 'notebooks/07_watch_vram.ipynb';
+const NB = process.argv[2] || 'notebooks/08_watch_vram.ipynb';
 const PORT = Number(process.env.VRAM_PORT || 8807);
 const OUT = process.env.VRAM_OUT || '/tmp/vramlab-vram-widget';
 const TIMEOUT_S = Number(process.env.VRAM_TIMEOUT_S || 600);

@@ -12,7 +12,7 @@ from vramlab.checks.lab00 import *  # noqa: F401,F403
 from vramlab.checks.lab03 import *  # noqa: F401,F403
 from vramlab.checks.lab02 import *  # noqa: F401,F403
 from vramlab.checks.lab01 import *  # noqa: F401,F403
+from vramlab.checks.lab08 import *  # noqa: F401,F403
+from vramlab.checks.lab06 import *  # noqa: F401,F403
 from vramlab.checks.lab07 import *  # noqa: F401,F403
 from vramlab.checks.lab05 import *  # noqa: F401,F403
-from vramlab.checks.lab06 import *  # noqa: F401,F403
-from vramlab.checks.lab04 import *  # noqa: F401,F403

@@ -1,344 +1,393 @@
-"""Checks for notebook 05 (accelerate / transformers dispatch errors).
+"""Checks for notebook 05 (Multi-head Latent Attention caches).
 
-The judge is always the real planner: :func:`vramlab.dispatch.plan_device_map` (accelerate's
-``infer_auto_device_map`` with transformers' budget adjustments) on a meta model, so a check and
-``from_pretrained(..., device_map="auto")`` cannot disagree.
+References are vramlab's own functions (``vramlab.serving.kvcache`` for bytes, ``vramlab.mla`` for the
+layer), so a check and the lesson cannot disagree. A check never reveals the expected value while
+the exercise is untouched (``None`` or ``NotImplementedError``).
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
-from typing import Any, Mapping
+import math
+from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, exercise, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
+from vramlab.serving.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
-__all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_capstone_layers"]
+__all__ = ["check_mla_gqa_heads", "check_latent_per_layer_ratio", "check_v2_lite_expansion",
+           "check_keys_by_hand", "check_absorbed_scores", "check_prediction_recorded", "check_conversion_prediction",
+           "check_latent_cache_plan"]
 
-# Exercise 1: Llama-3.1-8B in bf16, one GPU with a 10 GiB budget, 30 GiB of cpu.
-PREDICT_CONFIG = "llama-3.1-8b"
-PREDICT_BUDGET = {0: "10GiB", "cpu": "30GiB"}
-# Exercise 2: SmolLM2 in 8-bit on a GPU with 150 MB (the budget that raised the error).
-OFFLOAD_BUDGET = {0: "150MB", "cpu": "1GB"}
-# Exercise 3: Llama-3.1-8B in 4-bit, wholly on GPU 0.
-BUDGET_CONFIG = "llama-3.1-8b"
+V3 = "deepseek-v3"
+LITE_HEAD_DIM = 128   # DeepSeek-V2-Lite's qk_nope_head_dim = v_head_dim (the width a GQA head of this model would have)
 
 
-@functools.lru_cache(maxsize=None)
-def _meta(config: str, quantization: str | None):
-    from vramlab.dispatch import empty_model
-
-    return empty_model(config, quantization=quantization)
-
-
-def gpu_layers(device_map: Mapping[str, Any], device: Any = 0, total: int | None = None) -> int:
-    """How many decoder layers (``model.layers.N``) a map puts wholly on ``device``. A layer placed through
-    a parent entry counts too (``{"": 0}``, the planner's answer when everything fits, puts all of them
-    there); ``total`` defaults to the highest layer index named in the map, plus one."""
-    if total is None:
-        idx = [int(k.split(".")[2]) for k in device_map if k.startswith("model.layers.") and k.count(".") >= 2
-               and k.split(".")[2].isdigit()]
-        total = max(idx) + 1 if idx else 0
-    count = 0
-    for i in range(total):
-        name = f"model.layers.{i}"
-        for key in (name, "model.layers", "model", ""):
-            if key in device_map:
-                count += device_map[key] == device and not isinstance(device_map[key], bool)
-                break
-    return count
+def _untouched(name: str, got: Any, what: str) -> CheckResult | None:
+    if got is None or got is Ellipsis:
+        return report(name, False, what, "None (the exercise is not done yet)", "replace None with your number")
+    return None
 
 
-def predicted_layers_answer() -> tuple[int, int]:
-    """(decoder layers on GPU 0, total decoder layers) for exercise 1, from the real planner."""
-    from vramlab.dispatch import plan_device_map
+def _ratio(name: str, got: Any, want: float, what: str, mistakes: dict[float, str], hint: str) -> CheckResult:
+    """A positive ratio, right to 0.5%; a known wrong value gets its misconception as the hint."""
+    untouched = _untouched(name, got, what)
+    if untouched is not None:
+        return untouched
+    value = as_float(got)
+    if value is None or not math.isfinite(value):
+        return report(name, False, what, f"{fmt_number(got)} (not a finite number)", hint)
+    if abs(value - want) <= 5e-3 * want:
+        return report(name, True, "", fmt_number(round(value, 3)))
+    shown = f"{fmt_number(value)}, {direction(value, want)}"
+    for wrong, why in mistakes.items():
+        if abs(value - wrong) <= 5e-3 * abs(wrong):
+            return report(name, False, what, shown, why)
+    return report(name, False, what, shown, hint)
 
-    model = _meta(PREDICT_CONFIG, None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        plan = plan_device_map(model, PREDICT_BUDGET)
-    return gpu_layers(plan, total=model.config.num_hidden_layers), model.config.num_hidden_layers
+
+def _lite():
+    from vramlab.mla.config import DEEPSEEK_V2_LITE
+
+    return DEEPSEEK_V2_LITE
 
 
-def _layers_answer(**_) -> str:
-    actual, total = predicted_layers_answer()
-    return f"the planner puts {actual} of the {total} decoder layers on GPU 0"
+def _gqa_heads() -> float:
+    """KV heads of width 128 whose K and V take as many elements per token and layer as one MLA latent row."""
+    per_layer = kv_bytes_per_token(_lite(), kv_bits=8) / _lite()["num_hidden_layers"]    # 1 byte = 1 element
+    return per_layer / (2 * LITE_HEAD_DIM)
 
 
-@exercise("lab05", 1, _layers_answer, prediction=True)
-def check_predicted_gpu_layers(prediction: Any) -> CheckResult:
-    """Any honest number of layers passes; the check says how far off the prediction was."""
-    name = "prediction: Llama-3.1-8B layers on GPU 0"
+def _gqa_heads_answer(**_) -> str:
+    return (f"(kv_lora_rank 512 + qk_rope_head_dim 64) / (2 x 128) = {_gqa_heads():g} KV heads: "
+            "a GQA layer caches a key and a value per KV head")
+
+
+@exercise("lab05", 1, _gqa_heads_answer)
+def check_mla_gqa_heads(got: Any) -> CheckResult:
+    """How many 128-wide KV heads a GQA layer needs to cache as many values per token as DeepSeek-V2-Lite's MLA."""
+    want = _gqa_heads()
+    return _ratio("GQA KV heads with the same cache as one MLA layer", got, want, "a number of KV heads", {
+        2 * want: "a GQA KV head caches two vectors per token, a key and a value, each 128 wide",
+        512 / (2 * LITE_HEAD_DIM): "the RoPE key (qk_rope_head_dim) is cached too, beside the latent",
+        512 / LITE_HEAD_DIM: "the RoPE key is cached too, and each GQA KV head caches a key AND a value",
+        want / 16: "no division by the query heads: MLA's cache does not depend on them",
+        want / 8: "compare one layer with one layer, in elements (both sides in the same dtype)",
+    }, "write the values one token takes in one layer for each: the latent row, and g KV heads' keys and values")
+
+
+def _per_layer_ratio() -> float:
+    v3 = kv_bytes_per_token(V3, kv_bits=8) / 61
+    lite = kv_bytes_per_token(_lite(), kv_bits=8) / _lite()["num_hidden_layers"]
+    return v3 / lite
+
+
+def _per_layer_answer(**_) -> str:
+    return (f"{_per_layer_ratio():g}: both cache kv_lora_rank + qk_rope_head_dim = 512 + 64 values per token and layer; "
+            "the number of query heads (128 vs 16) does not enter")
+
+
+@exercise("lab05", 1, _per_layer_answer)
+def check_latent_per_layer_ratio(got: Any) -> CheckResult:
+    """DeepSeek-V3's latent cache per token and layer divided by DeepSeek-V2-Lite's."""
+    want = _per_layer_ratio()
+    return _ratio("DeepSeek-V3 / DeepSeek-V2-Lite latent cache per token and layer", got, want, "a ratio", {
+        128 / 16: "the query heads do not enter the latent cache: each layer caches one latent row for all heads",
+        61 / 27: "that is the whole model (61 vs 27 layers); compare one layer with one layer",
+        16 / 128: "the query heads do not enter the latent cache (and this is the inverse ratio too)",
+    }, "which config fields does one layer's latent row depend on? Compare those for the two models")
+
+
+def _expansion() -> float:
+    return mla_expanded_kv_bytes_per_token(_lite()) / kv_bytes_per_token(_lite(), "bfloat16")
+
+
+def _expansion_answer(**_) -> str:
+    return (f"16 heads x (key 128 + 64, value 128) / (512 + 64) = 5,120 / 576 = {_expansion():.3f}: "
+            "DeepSeek-V3's 71x is mostly its 128 heads")
+
+
+@exercise("lab05", 1, _expansion_answer)
+def check_v2_lite_expansion(got: Any) -> CheckResult:
+    """How many times larger a per-head K/V cache of DeepSeek-V2-Lite would be than its latent cache."""
+    want = _expansion()
+    heads = 16
+    return _ratio("DeepSeek-V2-Lite per-head cache / latent cache", got, want, "a ratio", {
+        heads * (128 + 128) / 576: "each key carries the 64 RoPE dimensions too: key width = qk_nope + qk_rope = 192",
+        heads * (192 + 192) / 576: "values are v_head_dim = 128 wide; only keys carry the RoPE part",
+        heads * 2 * 64 / 576: "64 is qk_rope_head_dim (transformers' config.head_dim), not the head width - "
+                              "the classic trap",
+        128 * (192 + 128) / 576: "that is DeepSeek-V3's 128 heads; DeepSeek-V2-Lite has 16",
+        heads * (192 + 128) / 512: "the latent row also holds the 64-wide RoPE key",
+    }, "per layer: what would all heads' keys and values take, and what does the latent row take?")
+
+
+def _tiny_layers():
+    import torch
+
+    from vramlab.mla import MultiHeadLatentAttention
+
+    out = []
+    for seed, interleave in ((0, True), (1, False)):
+        torch.manual_seed(seed)
+        layer = MultiHeadLatentAttention(dict(hidden_size=32, num_attention_heads=3, kv_lora_rank=10,
+                                              qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
+                                              q_lora_rank=None, rope_interleave=interleave)).double()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.normal_(0, 0.5)
+        out.append((layer, torch.randn(1, 7, 32, dtype=torch.float64)))
+    return out
+
+
+def _keys_answer(**_) -> str:
+    return ("c, k_rope = layer.latent_and_rope_key(x); cos, sin = layer.rope_cos_sin(torch.arange(T)[None], x.dtype); "
+            "keys = layer.expand_kv(c, apply_rope(k_rope, cos, sin, layer.config.rope_interleave))[0]: per head "
+            "[W_UK c ; RoPE(k_rope)]")
+
+
+@exercise("lab05", 2, _keys_answer)
+def check_keys_by_hand(fn) -> CheckResult:
+    """``fn(layer, x)`` -> per-head keys ``[B, H, T, d_n + d_r]`` for positions 0..T-1, built from
+    the layer's pieces; compared with the layer's own naive expansion."""
+    import torch
+
+    from vramlab.mla import apply_rope
+
+    name = "per-head keys from the latent and the shared RoPE key"
+    for layer, x in _tiny_layers():
+        cfg = layer.config
+        with torch.no_grad():
+            c, k_rope = layer.latent_and_rope_key(x)
+            pos = torch.arange(x.shape[1])[None]
+            cos, sin = layer.rope_cos_sin(pos, x.dtype)
+            want = layer.expand_kv(c, apply_rope(k_rope, cos, sin, cfg.rope_interleave))[0]
+            got, failed = call_learner(name, fn, layer, x, expected="a tensor [B, H, T, d_n + d_r]")
+        if failed is not None:
+            return failed
+        if got is None:
+            return report(name, False, "a tensor [B, H, T, d_n + d_r]", "None (the exercise is not done yet)")
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return report(name, False, f"shape {tuple(want.shape)}", f"{shape}",
+                          "[batch, heads, tokens, qk_nope_head_dim + qk_rope_head_dim]; content part first")
+        if torch.allclose(got.double(), want, atol=1e-9, rtol=0):
+            continue
+        d_n = cfg.qk_nope_head_dim
+        hint = "each head's key has a content part (from the latent) and a position part (the shared RoPE key)"
+        with torch.no_grad():
+            raw_c = layer.kv_a_proj_with_mqa(x)[..., :cfg.kv_lora_rank]
+            unrotated = layer.expand_kv(c, k_rope)[0]
+            if torch.allclose(got[..., :d_n].double(), want[..., :d_n], atol=1e-9) and \
+                    torch.allclose(got[..., d_n:].double(), unrotated[..., d_n:], atol=1e-9):
+                hint = "the shared key must be rotated (RoPE at positions 0..T-1) before it joins the heads"
+            elif torch.allclose(got[..., :d_n].double(), layer.expand_kv(raw_c, k_rope)[0][..., :d_n], atol=1e-9):
+                hint = "normalise the latent with kv_a_layernorm before the up-projection (that is what is cached)"
+            elif torch.allclose(got[..., d_n:].double(), want[..., d_n:], atol=1e-9):
+                hint = "the RoPE part is right; the content part comes from the normed latent through kv_b_proj: " \
+                       "which of each head's rows there belong to the key?"
+            elif torch.allclose(got[..., :d_n].double(), want[..., :d_n], atol=1e-9):
+                hint = "the content part is right; the RoPE key is the LAST qk_rope_head_dim values of " \
+                       "kv_a_proj_with_mqa's output, rotated with apply_rope(..., layer.config.rope_interleave)"
+        err = (got.double() - want).abs().max().item()
+        return report(name, False, "keys equal to the layer's own (max |diff| < 1e-9)", f"max |diff| {err:.3g}", hint)
+    return report(name, True, "", "keys equal the layer's expansion (interleaved and half-split RoPE)")
+
+
+def _absorbed_answer(**_) -> str:
+    return ("q_latent = torch.einsum('htd,hdc->htc', q_nope, w_uk) (q_nope @ W_UK per head, [H, T, d_c]); "
+            "scores = q_latent @ c_kv.T ([H, T, S]); no [H, S, d_n] key is ever built")
+
+
+def _per_head_key_shapes(h: int, s: int, d_n: int):
+    """A TorchDispatchMode that records every tensor an op creates whose shape holds all heads' keys:
+    H x S x d_n elements laid out as [.., H, S, d_n] in any order (or with H merged into S or d_n)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    import torch
+
+    class PerHeadKeys(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.found: list[tuple[int, ...]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.numel() and t.numel() % (h * s * d_n) == 0:
+                    dims = [d for d in t.shape if d != 1]
+                    if (s in dims or h * s in dims) and (d_n in dims or h * d_n in dims):
+                        self.found.append(tuple(t.shape))
+            return out
+
+    return PerHeadKeys()
+
+
+@exercise("lab05", 3, _absorbed_answer)
+def check_absorbed_scores(fn) -> CheckResult:
+    """``fn(q_nope [H, T, d_n], c_kv [S, d_c], w_uk [H, d_n, d_c])`` -> content scores ``[H, T, S]``
+    equal to ``q_nope . (W_UK c)`` per head, to 1e-9 in float64, without ever creating a per-head key
+    tensor ([H, S, d_n] in any layout): the learner's function runs under a ``TorchDispatchMode`` that
+    sees every tensor each PyTorch op creates."""
+    import torch
+
+    name = "absorbed content scores"
+    g = torch.Generator().manual_seed(4)
+    # sizes are distinct primes, so a tensor holding every head's keys is recognisable by its shape alone
+    for h, t, s, d_n, d_c in ((3, 2, 37, 5, 11), (7, 1, 41, 13, 17)):
+        q = torch.randn(h, t, d_n, generator=g, dtype=torch.float64)
+        c = torch.randn(s, d_c, generator=g, dtype=torch.float64)
+        w = torch.randn(h, d_n, d_c, generator=g, dtype=torch.float64)
+        keys = torch.einsum("hdc,sc->hsd", w, c)                       # the naive per-head keys
+        want = q @ keys.transpose(-1, -2)
+        watch = _per_head_key_shapes(h, s, d_n)
+        with watch:
+            got, failed = call_learner(name, fn, q, c, w, expected="a tensor [H, T, S]")
+        if failed is not None:
+            return failed
+        if got is None:
+            return report(name, False, "a tensor [H, T, S]", "None (the exercise is not done yet)")
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (h, t, s):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            hint = "one score per head, query and cached token: [H, T, S]"
+            if isinstance(got, torch.Tensor) and tuple(got.shape) == (t, s):
+                hint = "keep the heads apart: W_UK is different for every head (do not sum over h)"
+            return report(name, False, f"shape {(h, t, s)}", f"{shape}", hint)
+        err = (got.double() - want).abs().max().item()
+        if not err < 1e-9:
+            return report(name, False, "equal to the naive scores (max |diff| < 1e-9)", f"max |diff| {err:.3g}",
+                          "q . (W_UK c) can be regrouped: what can you multiply the query by first, so that "
+                          "it meets the latent directly?")
+        if watch.found:
+            return report(name, False, "the right scores without a per-head key tensor",
+                          f"the right scores, but your function built a tensor of shape {watch.found[0]} "
+                          f"(H = {h} heads x S = {s} cached tokens x d_n = {d_n}: every head's keys)",
+                          "that is the naive path the exercise avoids; move W_UK to the query side first, so "
+                          "the only thing that meets the S cached tokens is the latent")
+    return report(name, True, "", "absorbed scores equal q . (W_UK c) for every head (to 1e-9), "
+                                  "and no per-head key was built")
+
+
+def _prediction_value(name: str, prediction: Any) -> tuple[float | None, CheckResult | None]:
+    untouched = _untouched(name, prediction, "your predicted perplexity (a number)")
+    if untouched is not None:
+        return None, untouched
     value = as_float(prediction)
-    if prediction is None or value is None:
-        return report(name, False, "a number of layers (your guess, before running the planner)",
-                      f"{prediction!r}", "store a number in `predicted_gpu_layers`, then run this cell")
-    actual, total = predicted_layers_answer()
-    if not 0 <= value <= total:
-        return report(name, False, f"a count between 0 and {total} (the model has {total} decoder layers)",
-                      fmt_number(prediction), "count decoder layers, not GiB")
-    off = value - actual
-    if off == 0:
-        note = "exactly right"
-    elif off > 0:
-        note = (f"{fmt_number(off)} too many: the 1 GiB embedding goes to GPU 0 first, and accelerate keeps "
-                "room on GPU 0 for the largest layer it may still have to place (here lm_head, 1 GiB)")
-    else:
-        note = f"{fmt_number(-off)} too few: a bf16 decoder layer of Llama-3.1-8B is only ~0.41 GiB"
-    return report(name, True, "", f"{fmt_number(prediction)}; the planner puts {actual} of {total} on GPU 0 "
-                                  f"({note})")
+    if value is None or not math.isfinite(value) or value < 1:
+        return None, report(name, False, "a perplexity of at least 1", f"{fmt_number(prediction)}",
+                            "perplexity is at least 1 (a perfect model); any honest guess above that is fine")
+    return value, None
 
 
-def _offload_sizes():
-    from vramlab.dispatch import module_sizes
+def _conversion_answer(rank: int = 96, method: str = "activations", **_) -> str:
+    from vramlab.mla import load_conversion_results
 
-    return module_sizes(_meta("smollm2-135m", "8bit"), quantization="8bit")
-
-
-def _offload_answer(**_) -> str:
-    from vramlab.dispatch import plan_device_map
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        plan = plan_device_map("smollm2-135m", OFFLOAD_BUDGET, quantization="8bit")
-    return (f"what device_map='auto' plans: {gpu_layers(plan)} decoder layers (with the embedding) on GPU 0, the "
-            f"rest on 'cpu': vramlab.dispatch.plan_device_map('smollm2-135m', {OFFLOAD_BUDGET}, quantization='8bit')")
+    results = load_conversion_results()
+    measured = [p["ppl"] for p in results["points"] if p["rank"] == rank and p["method"] == method]
+    return (f"the measured perplexity at rank {rank} ({method}) is {measured[0]:.3g}" if measured
+            else f"no measurement at rank {rank} ({method})")
 
 
-@exercise("lab05", 2, _offload_answer)
-def check_offload_device_map(device_map: Any) -> CheckResult:
-    """A custom ``device_map`` for SmolLM2 in 8-bit with a 150 MB GPU: covers every weight, uses GPU 0,
-    keeps GPU 0 within the 150 MB budget, sends the rest to "cpu". A hand-written map is used as given:
-    transformers 5.24 (``integrations/accelerate.py`` ``_get_device_map``) applies ``get_balanced_memory`` and
-    bitsandbytes' ``adjust_max_memory`` (x 0.90) only when ``device_map`` is a string, so the 10% headroom is
-    the planner's, and the check only remarks on it."""
-    from accelerate.utils import check_device_map
-
-    from vramlab.dispatch import BNB_MAX_MEMORY_FACTOR, parse_max_memory
-
-    name = "offload device_map"
-    limit = int(parse_max_memory(OFFLOAD_BUDGET)[0])
-    planner_limit = int(limit * BNB_MAX_MEMORY_FACTOR)   # what device_map="auto" would plan with
-    expected = f"a dict covering every module, GPU 0 <= {limit / 1e6:.0f} MB at 8-bit sizes, the rest on 'cpu'"
-    if not isinstance(device_map, Mapping) or not device_map:
-        return report(name, False, expected, f"{device_map!r}",
-                      "write a dict {module name: 0 or 'cpu'}, e.g. {'model.embed_tokens': 0, ...}")
-    bad_keys = [k for k in device_map if not isinstance(k, str)]
-    if bad_keys:
-        return report(name, False, expected, f"key {bad_keys[0]!r}",
-                      "keys are module names (strings) such as 'model.embed_tokens' or 'model.layers.0'")
-    # `False == 0` and `0.0 == 0` in Python: compare types too, so False is not read as GPU 0
-    bad = [v for v in device_map.values()
-           if isinstance(v, bool) or not (v in ("cpu", "disk", "cuda:0") or (type(v) is int and v == 0))]
-    if bad:
-        return report(name, False, expected, f"device {bad[0]!r}", "use 0 for the GPU and 'cpu' for main memory")
-    dmap = {k: (0 if v == "cuda:0" else v) for k, v in device_map.items()}
-    model = _meta("smollm2-135m", "8bit")
-    sizes = _offload_sizes()
-    # a mistyped name first: it also leaves its weights without a device, but the typo is the cause
-    unknown = [k for k in dmap if k and k not in sizes and k != "lm_head"]
-    if unknown:
-        return report(name, False, expected, f"unknown module {unknown[0]!r}",
-                      "use names from plan_device_map(...) or model.named_modules()")
-    try:
-        check_device_map(model, dmap)
-    except ValueError as exc:
-        missing = [m.strip() for m in str(exc).split(":", 1)[-1].split(",") if m.strip()]
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        return report(name, False, expected, "a map that leaves weights without a device",
-                      f"accelerate says: no device for {shown}. Every module with weights needs a "
-                      "device (a parent name like 'model.layers' covers all its children)")
-    on_gpu = sum(sizes.get(k, 0) for k, v in dmap.items() if v == 0)
-    if on_gpu == 0:
-        return report(name, False, expected, "nothing on GPU 0",
-                      "an all-cpu model loads, but then the GPU does nothing; put the embedding and the first "
-                      "layers on 0")
-    if not any(v in ("cpu", "disk") for v in dmap.values()):
-        return report(name, False, expected, f"everything on GPU 0 ({on_gpu / 1e6:.0f} MB)",
-                      "that is the map that does not fit: the model needs ~163 MB at 8-bit")
-    if on_gpu > limit:
-        bf16 = sum(_bf16_sizes().get(k, 0) for k, v in dmap.items() if v == 0)
-        hint = (f"GPU 0 holds {on_gpu / 1e6:.1f} MB at 8-bit sizes, more than the {limit / 1e6:.0f} MB budget "
-                "- move a few more layers to 'cpu'")
-        if bf16 <= parse_max_memory(OFFLOAD_BUDGET)[0] < on_gpu * 2:
-            hint += " (the 1-byte 8-bit Linear weights are already counted; the embedding stays bf16)"
-        return report(name, False, expected, f"{on_gpu / 1e6:.1f} MB on GPU 0", hint)
-    layers = gpu_layers(dmap)
-    note = ""
-    if on_gpu > planner_limit:
-        note = (f"; no headroom left: device_map='auto' would plan with {planner_limit / 1e6:.0f} MB "
-                "(bitsandbytes' adjust_max_memory keeps 10% back for quantization buffers), and activations "
-                "need room too")
-    return report(name, True, "", f"{on_gpu / 1e6:.1f} MB on GPU 0 ({layers} decoder layers), the rest on cpu"
-                  + note)
+@exercise("lab05", 4, _conversion_answer, prediction=True)
+def check_prediction_recorded(prediction: Any, rank: int = 96) -> CheckResult:
+    """Before the reveal: accepts any perplexity >= 1 and says nothing about the answer."""
+    name = f"prediction at latent rank {rank}"
+    value, failed = _prediction_value(name, prediction)
+    if failed is not None:
+        return failed
+    return report(name, True, "", f"{value:.3g} (stored; the curve below will tell)")
 
 
-@functools.lru_cache(maxsize=None)
-def _bf16_sizes():
-    from vramlab.dispatch import module_sizes
+@exercise("lab05", 4, _conversion_answer, prediction=True)
+def check_conversion_prediction(prediction: Any, rank: int = 96, method: str = "activations") -> CheckResult:
+    """Any honest number passes: says how far the predicted perplexity at ``rank`` was from the measurement."""
+    from vramlab.mla import load_conversion_results
 
-    return module_sizes("smollm2-135m", dtype="bfloat16")
-
-
-@functools.lru_cache(maxsize=None)
-def smallest_budget_gib(config: str = BUDGET_CONFIG, quantization: str = "4bit") -> float:
-    """The smallest GPU-0 budget (GiB, to 1 MiB) at which ``device_map="auto"`` keeps the whole model
-    on GPU 0 (cpu also offered), found by bisection with the real planner."""
-    from vramlab.dispatch import GiB, MiB, plan_device_map, spills
-
-    model = _meta(config, quantization)
-    lo, hi = 0, 256 * GiB
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        while hi - lo > MiB:
-            mid = (lo + hi) // 2
-            plan = plan_device_map(model, {0: mid, "cpu": 256 * GiB}, quantization=quantization)
-            if spills(plan) or set(plan.values()) == {"cpu"}:
-                lo = mid
-            else:
-                hi = mid
-    return hi / GiB
-
-
-def _fits_on_gpu0(budget_gib: float) -> bool:
-    """The real planner keeps the whole 4-bit model on GPU 0 under ``budget_gib`` (cpu offered too)."""
-    import math
-
-    from vramlab.dispatch import GiB, plan_device_map
-
-    if not math.isfinite(budget_gib) or budget_gib > 1e4:
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        plan = plan_device_map(_meta(BUDGET_CONFIG, "4bit"), {0: int(budget_gib * GiB), "cpu": 256 * GiB},
-                               quantization="4bit")
-    return set(plan.values()) == {0}
-
-
-def _budget_answer(**_) -> str:
-    need = smallest_budget_gib()
-    return (f"at least {need:.3f} GiB (the smallest budget the planner accepts, to 1 MiB) and at most "
-            f"{1.10 * need:.3f} GiB: 0.90 x budget must hold the 4-bit model, whose embed_tokens and lm_head "
-            "stay bf16")
-
-
-@exercise("lab05", 3, _budget_answer)
-def check_budget_gib(budget_gib: Any) -> CheckResult:
-    """The GPU budget (GiB) for Llama-3.1-8B in 4-bit to load wholly on GPU 0 with device_map="auto":
-    enough (the planner keeps everything on GPU 0) and no more than 10% above the smallest that works."""
-    from vramlab.dispatch import BNB_MAX_MEMORY_FACTOR, GiB, module_sizes
-
-    name = "GPU budget for Llama-3.1-8B in 4-bit"
-    value = as_float(budget_gib)
-    if budget_gib is None or value is None:
-        return report(name, False, "a budget in GiB", f"{budget_gib!r}", "store a number of GiB in `budget_gib`")
-    need = smallest_budget_gib()
-    # the range test comes first: a right answer in GiB (e.g. 6.2) may also sit near the GB figure
-    if 0 < value <= 1.10 * need and _fits_on_gpu0(value):
-        return report(name, True, "", f"{value:.3f} GiB (the planner needs at least {need:.3f} GiB)")
-    wanted = "a budget in GiB: enough for the whole model on GPU 0, and no more than 10% above the smallest"
-    total = module_sizes(_meta(BUDGET_CONFIG, "4bit"), quantization="4bit")[""] / GiB
-    naive = total  # as loaded, without the 10 % bitsandbytes keeps back
-    all_int4 = 8.030261248e9 * 0.5 / GiB  # every parameter at 4 bits, embeddings included
-    side = "too high" if value > 1.10 * need else "too low"
-    if value > 1.10 * need:
-        hint = "that fits, but it is more than 10% above what is needed: size it from the 4-bit model size"
-    elif abs(value - naive) / naive < 0.03:
-        hint = (f"{naive:.2f} GiB is the model; bitsandbytes plans with only {BNB_MAX_MEMORY_FACTOR:.0%} "
-                "of each budget (adjust_max_memory)")
-    elif abs(value - all_int4) / all_int4 < 0.05 or abs(value - all_int4 / BNB_MAX_MEMORY_FACTOR) < 0.2:
-        hint = ("4-bit shrinks only the Linear layers: embed_tokens and lm_head (1 GiB each for a 128k "
-                "vocabulary) stay bf16")
-    elif abs(value - need * 1e9 / GiB) / need < 0.03:   # GiB figure divided by 1.074: converted the wrong way
-        hint = "GB vs GiB: the check wants GiB (2**30 bytes), a larger unit than GB (10**9 bytes)"
-    elif 0 <= need - value < 0.01:
-        hint = "just short: 0.90 x budget must hold the whole model; round the budget up, not to the nearest"
-    else:
-        hint = "too small: part of the model spills to cpu, and bitsandbytes refuses that"
-    return report(name, False, wanted, f"{value:.3f} GiB, {side}", hint)
+    name = f"your prediction of SmolLM2's perplexity at latent rank {rank}"
+    value, failed = _prediction_value(name, prediction)
+    if failed is not None:
+        return failed
+    results = load_conversion_results()
+    measured = [p["ppl"] for p in results["points"] if p["rank"] == rank and p["method"] == method][0]
+    factor = max(value, measured) / min(value, measured)
+    side = "optimistic" if value < measured else "pessimistic"
+    return report(name, True, "", f"{value:.3g}; measured {measured:.3g} (original {results['gqa']['ppl']:.3g}): "
+                  f"{'spot on' if factor < 1.1 else f'{factor:.2f}x {side}'}")
 
 
 # --------------------------------------------------------------------------------------------
-# Exercise 4 (capstone): GPU 0's budget after the activation headroom from the dry run
+# Exercise 5 (capstone): a latent cache for a memory budget
 # --------------------------------------------------------------------------------------------
 
-# Llama-3.1-8B in bf16 on a 16 GiB GPU serving a batch of 8 prompts of 2,048 tokens, cpu for the rest.
-CAPSTONE_CONFIG = "llama-3.1-8b"
-CAPSTONE_GPU_GIB = 16
-CAPSTONE_BATCH = 8
-CAPSTONE_SEQ = 2048
-CAPSTONE_CPU = "30GiB"
+def _plan(points, budget_mib: float, context: int, batch: int):
+    from vramlab.mla.cache import plan_latent_cache
+
+    return plan_latent_cache(points, budget_mib, context, batch)
 
 
-@functools.lru_cache(maxsize=None)
-def activation_headroom(config: str = CAPSTONE_CONFIG, batch_size: int = CAPSTONE_BATCH,
-                        seq_len: int = CAPSTONE_SEQ) -> int:
-    """Bytes GPU 0 needs beyond the weights and the KV cache during a forward pass: the dry run's peak
-    (``vramlab.vram.dry_run``, a bf16 prefill on the meta device) minus the weights and KV cache live at
-    that peak, i.e. activations + logits + cuBLAS workspace. accelerate's ``infer_auto_device_map``
-    reserves room only for the largest layer it may still have to bring in (accelerate 1.15
-    ``utils/modeling.py``: ``main_devices = [gpus[0], "cpu"]`` and ``current_max_size - max_layer_size``),
-    nothing for activations, so this headroom must come off ``max_memory[0]`` by hand."""
-    from vramlab.vram import dry_run
-
-    trace = dry_run(config, batch_size, seq_len)
-    at_peak = trace.breakdown("peak")
-    return int(trace.peak_bytes - at_peak["weights"] - at_peak["kv_cache"])
+# (budget MiB, context, batch): fits at several ranks, block rounding decides, a tight one, nothing fits
+_PLAN_CASES = ((512, 4000, 16), (30, 4096, 1), (29.4, 4000, 1), (8, 1000, 2), (0.5, 4000, 1))
+_PLAN_POINTS = [{"rank": r, "ppl": ppl} for r, ppl in
+                ((32, 95.7), (64, 44.4), (96, 28.0), (128, 22.1), (192, 17.1), (256, 15.2), (384, 14.7))]
 
 
-def capstone_plan(headroom: int | None = None) -> dict:
-    """The real planner's map for GPU 0 = 16 GiB minus ``headroom`` bytes (default: the dry run's)."""
-    from vramlab.dispatch import GiB, plan_device_map
-
-    room = activation_headroom() if headroom is None else headroom
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return plan_device_map(_meta(CAPSTONE_CONFIG, None),
-                               {0: int(CAPSTONE_GPU_GIB * GiB) - int(room), "cpu": CAPSTONE_CPU})
+def _plan_answer(**_) -> str:
+    return ("tokens = batch x ceil(context / 64) x 64 (whole blocks); bytes = tokens x 30 layers x rank x 2 (bf16; "
+            "the converted latent has no RoPE key); keep the points whose MiB (bytes / 2**20) fit the budget and "
+            "return (rank, MiB) of the one with the lowest perplexity, or None")
 
 
-def capstone_answer() -> tuple[int, int, int]:
-    """(decoder layers on GPU 0 with the headroom, without it, total decoder layers)."""
-    total = _meta(CAPSTONE_CONFIG, None).config.num_hidden_layers
-    return gpu_layers(capstone_plan(), total=total), gpu_layers(capstone_plan(0), total=total), total
+@exercise("lab05", 5, _plan_answer)
+def check_latent_cache_plan(fn) -> CheckResult:
+    """``fn(points, budget_mib, context, batch)`` -> ``(rank, cache_mib)`` of the measured rank with the lowest
+    perplexity whose paged latent cache fits, or None when none does. ``points``: ``[{"rank", "ppl"}]``."""
+    from vramlab.serving.kvcache import MiB
 
+    from vramlab.mla.cache import plan_latent_cache
 
-def _capstone_text(**_) -> str:
-    from vramlab.dispatch import GiB
-
-    with_room, without, total = capstone_answer()
-    return (f"{with_room} of the {total} decoder layers on GPU 0: max_memory[0] = {CAPSTONE_GPU_GIB} GiB - "
-            f"{activation_headroom() / GiB:.2f} GiB of headroom (dry-run peak minus weights and KV cache); the "
-            f"planner then puts the embedding first and keeps room for lm_head, the largest layer "
-            f"(without the headroom it would plan {without})")
-
-
-@exercise("lab05", 4, _capstone_text)
-def check_capstone_layers(predicted_layers: Any) -> CheckResult:
-    """How many decoder layers the real planner puts on GPU 0 once the activation headroom is taken off
-    the 16 GiB: exact (an integer count from the module sizes)."""
-    name = "capstone: layers on GPU 0 after the headroom"
-    value = as_float(predicted_layers)
-    if predicted_layers is None or value is None:
-        return report(name, False, "a number of decoder layers", f"{predicted_layers!r}",
-                      "store a whole number in `predicted_layers`")
-    with_room, without, total = capstone_answer()
-    got = fmt_number(predicted_layers)
-    if not value.is_integer() or not 0 <= value <= total:
-        return report(name, False, f"a whole number of decoder layers, 0 to {total}", got,
-                      "count whole decoder layers: a layer is never split between devices")
-    if value == with_room:
-        return report(name, True, "", f"{got} decoder layers on GPU 0, as the real planner places them")
-    if value == without or value == total:
-        hint = ("that is the plan for the whole GPU: take the activation headroom (dry-run peak minus weights and "
-                "KV cache) off max_memory[0] first; accelerate keeps no room for activations")
-    elif value > with_room:
-        hint = ("after the headroom, the embedding goes to GPU 0 first, and accelerate keeps room on "
-                "GPU 0 for the largest layer it may still have to bring in (lm_head)")
-    elif value == 0:
-        hint = ("none left: the headroom is the peak minus the weights and the KV cache, not the whole peak")
-    else:
-        hint = ("the headroom counts only what the forward adds (activations, logits, workspace); "
-                "did you also take off the weights or the KV cache, or reserve lm_head twice?")
-    return report(name, False, "a number of decoder layers", f"{got}, {'too many' if value > with_room else 'too few'}",
-                  hint)
+    name = "latent cache plan for a memory budget"
+    what = "(rank, cache MiB) or None"
+    for budget, context, batch in _PLAN_CASES:
+        want = _plan([dict(p) for p in _PLAN_POINTS], budget, context, batch)
+        got, failed = call_learner(name, fn, [dict(p) for p in _PLAN_POINTS], budget, context, batch,
+                                   expected=what, none_is_untouched=want is not None,
+                                   forbidden={"mla.plan_latent_cache": plan_latent_cache})
+        if failed is not None:
+            return failed
+        case = f"{batch} x {context:,} tokens in {budget:g} MiB"
+        if want is None:
+            if got is None:
+                continue
+            return report(name, False, what, f"{got!r} for {case}",
+                          "no rank fits that budget (even the smallest needs more): return None")
+        if got is None or not isinstance(got, (tuple, list)) or len(got) != 2:
+            return report(name, False, what, f"{got!r} for {case}",
+                          "return a pair: the chosen rank and the MiB its cache takes")
+        rank, mib = got
+        mib_f = as_float(mib)
+        if rank != want[0]:
+            hint = "among the ranks whose cache fits, pick the lowest perplexity"
+            tokens_exact = batch * context
+            for r in (p["rank"] for p in _PLAN_POINTS):
+                if r == rank:
+                    bytes_exact = tokens_exact * 30 * r * 2 / MiB
+                    bytes_paged = plan_latent_cache([{"rank": r, "ppl": 1.0}], 1e12, context, batch)[1]
+                    if bytes_exact <= budget < bytes_paged:
+                        hint = ("that rank fits only without paging: a sequence holds whole 64-token blocks, "
+                                "so round each sequence up to a multiple of 64 tokens")
+                    elif bytes_paged > budget:
+                        hint = "that rank's cache does not fit the budget; check bytes per token (30 layers x rank x 2)"
+            return report(name, False, what, f"rank {rank!r} for {case}", hint)
+        if mib_f is None or not math.isfinite(mib_f) or abs(mib_f - want[1]) > 1e-6 * want[1] + 1e-9:
+            hint = "the rank is right; the MiB is not"
+            if mib_f is not None and math.isfinite(mib_f) and mib_f > 0:
+                r = mib_f / want[1]
+                for factor, why in ((2.0, "bf16 is 2 bytes per value, and the latent is one vector (no K and V pair)"),
+                                    (0.5, "bf16 takes 2 bytes per value"),
+                                    (MiB / 1e6, "MiB is 2**20 bytes, not 10**6"),
+                                    ((rank + 64) / rank, "the converted SmolLM2 latent has no separate RoPE key")):
+                    if abs(r - factor) < 1e-3 * factor:
+                        hint = why
+                if abs(mib_f - batch * context * 30 * rank * 2 / MiB) < 1e-6 * want[1]:
+                    hint = "count whole 64-token blocks per sequence (paged), not exact tokens"
+            return report(name, False, what, f"rank {rank}, {fmt_number(mib)} MiB for {case}", hint)
+    return report(name, True, "", "the right rank and MiB for every budget (and None when nothing fits)")

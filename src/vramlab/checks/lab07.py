@@ -1,297 +1,220 @@
-"""Checks for notebook 07 (watch VRAM live, the caching allocator, a real OOM).
+"""Checks for notebook 07 (bitsandbytes for real, and a doctor for its setup failures).
 
-References are vramlab's own functions (``vramlab.vram.parse_oom_message``,
-``vramlab.vram.allocator.simulate``, ``vramlab.vram.dryrun.dry_run``), so a check and the lesson cannot disagree.
+The references are vramlab's own functions and data (``vramlab.bnb.logs.explain_log``, the log corpus,
+the measured table of ``benchmarks/bnb.py``), so a check and the lesson cannot disagree.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import Any
 
-from vramlab.vram.allocator import MiB, simulate
-from vramlab.checks._core import CheckResult, as_float, direction, exercise, fmt_number, is_untouched, report
-from vramlab.vram import parse_oom_message
+from vramlab.bnb.logs import LABELS, corpus_entry, explain_log
+from vramlab.checks._core import CheckResult, as_float, exercise, fmt_number, is_untouched, report
 
-__all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms"]
+__all__ = ["check_log_label", "check_log_fix", "check_quant_ranking", "check_4bit_prediction"]
 
-GiB = 1 << 30
+LABEL_EXERCISE_LOG = "issue1518_nocublaslt_cuda124"
 
-# A real message a user of a university GPU cluster sent to their help desk ("... in my experiments in job
-# 34418381 ..."), as quoted in a public set of HPC support questions (PyTorch 2.x wording); the original
-# post's link could not be found.
-READING_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-               "11.91 GiB of which 406.38 MiB is free. Including non-PyTorch memory, this process has 11.51 GiB memory "
-               "in use. Of the allocated memory 11.18 GiB is allocated by PyTorch, and 219.44 MiB is reserved by "
-               "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
-               "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
-
-_OOM_KEYS = ("tried_gib", "free_gib", "reserved_gib")
-_TOL_GIB = 0.002   # tighter than the 0.0095 GiB a /1000 conversion of 406.38 MiB is off by
-
-
-def _oom_expected() -> dict:
-    r = parse_oom_message(READING_OOM)
-    return {"tried_gib": r.tried_bytes / GiB, "free_gib": r.free_bytes / GiB, "reserved_gib": r.reserved_bytes / GiB}
-
-
-def _oom_answer(**_) -> str:
-    want = _oom_expected()
-    return ("{{'tried_gib': {tried_gib:.3f}, 'free_gib': {free_gib:.4f}, 'reserved_gib': {reserved_gib:.4f}}}: "
-            "free = 406.38 / 1024, reserved = 11.18 + 219.44 / 1024 (allocated + reserved-but-unallocated)"
-            .format(**want))
-
-
-@exercise("lab07", 1, _oom_answer)
-def check_oom_numbers(got: Any) -> CheckResult:
-    """``got``: ``{"tried_gib", "free_gib", "reserved_gib"}`` read from :data:`READING_OOM`, in GiB
-    (reserved = everything PyTorch's cache holds). Within 0.002 GiB, so a MiB figure divided by 1000 (GB)
-    instead of 1024 is caught."""
-    name = "reading the OOM message"
-    want = _oom_expected()
-    if not isinstance(got, dict):
-        return report(name, False, f"a dict with keys {', '.join(_OOM_KEYS)} (GiB)", fmt_number(got),
-                      "fill in the dict in the exercise cell")
-    if all(is_untouched(got.get(k)) for k in _OOM_KEYS if k in got) and set(got) <= set(_OOM_KEYS):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None with the number you read (in GiB), then "
-                                     "run this cell again")
-    missing = [k for k in _OOM_KEYS if k not in got]
-    if missing:
-        return report(name, False, f"keys {', '.join(_OOM_KEYS)}", f"missing {', '.join(missing)}",
-                      "use exactly these key names")
-    for key in _OOM_KEYS:
-        value = as_float(got[key])
-        if value is None or math.isnan(value):
-            return report(name, False, f"{key} as a number of GiB", f"{key}={fmt_number(got[key])}",
-                          "write the number (a float), not a string or None")
-        if abs(value - want[key]) <= _TOL_GIB:
-            continue
-        hint = "read the number again, and convert MiB to GiB where the message uses MiB"
-        if key == "free_gib" and abs(value - 406.38) <= 0.01:       # copied without converting
-            hint = "406.38 is in MiB; the key wants GiB"
-        elif abs(value - want[key] * 1024) <= 1:                    # left in MiB
-            hint = f"{key} is in GiB: {value:g} MiB is {value:g} / 1024 GiB"
-        elif key == "free_gib" and abs(value - 406.38 / 1000) <= _TOL_GIB:
-            hint = "/1000 is GB, not GiB: 1 GiB is 1024 MiB, so divide the MiB by 1024"
-        elif key == "reserved_gib" and abs(value - (11.18 + 219.44 / 1000)) <= _TOL_GIB:
-            hint = "/1000 is GB, not GiB: the 219.44 MiB are 219.44 / 1024 GiB"
-        elif key == "reserved_gib" and abs(value - 11.18) <= 0.01:   # only the allocated part
-            hint = ("11.18 GiB is only what live tensors use; the cache also holds the 'reserved but unallocated' "
-                    "part, so PyTorch's reserved memory is the sum of the two")
-        elif key == "reserved_gib" and abs(value - 11.51) <= 0.01:
-            hint = "11.51 GiB includes non-PyTorch memory (CUDA context); PyTorch's reserved memory is smaller"
-        elif key == "reserved_gib" and abs(value - 219.44 / 1024) <= 0.01:
-            hint = "that is only the unused part of the cache; add what is allocated by PyTorch"
-        elif abs(value - want[key]) <= 0.01:
-            hint = "close: keep three decimals (round only at the end)"
-        return report(name, False, f"{key} as a number of GiB", f"{key} = {value:g}, {direction(value, want[key])}", hint)
-    return report(name, True, "", "tried {tried_gib:.2f}, free {free_gib:.3f}, reserved {reserved_gib:.3f} GiB"
-                  .format(**want))
-
-
-def _prediction_pair(pred: Any) -> tuple[float, float] | None:
-    if not isinstance(pred, dict) or set(pred) != {"default", "expandable"}:
-        return None
-    a, b = as_float(pred["default"]), as_float(pred["expandable"])
-    if a is None or b is None or math.isnan(a) or math.isnan(b) or a < 0 or b < 0:
-        return None
-    return a, b
-
-
-def _reserved_answer(actual: dict | None = None, **_) -> str:
-    real = actual if actual is not None else reserved_reference()
-    return (f"default {real['default'] / MiB:g} MiB, expandable {real['expandable'] / MiB:g} MiB"
-            + ("" if actual is not None else " (the allocator model; the GPU run may differ)"))
-
-
-@exercise("lab07", 2, _reserved_answer, prediction=True)
-def check_reserved_prediction(pred: Any, actual: dict | None = None, source: str = "result") -> CheckResult:
-    """``pred``: ``{"default": MiB, "expandable": MiB}``, your prediction of ``memory_reserved`` after the
-    fragmentation pattern. Without ``actual`` the check only confirms a prediction is stored (no reveal);
-    with ``actual`` (``{"default": bytes, "expandable": bytes}``, measured or computed) it says how far off
-    each number is, calling it ``source`` (``"measured"`` on a GPU, ``"computed"`` in CPU mode). Any honest
-    numeric prediction passes: this check teaches, it does not grade."""
-    name = "reserved-memory prediction"
-    pair = _prediction_pair(pred)
-    if pair is None:
-        return report(name, False, 'a dict {"default": MiB, "expandable": MiB} with two non-negative numbers',
-                      fmt_number(pred), "store your prediction (numbers in MiB) before running the experiment")
-    if actual is None:
-        return report(name, True, "", f"stored: default {pair[0]:g} MiB, expandable {pair[1]:g} MiB "
-                                      f"(run the experiment to compare)")
-    parts = []
-    for (label, guess) in zip(("default", "expandable"), pair):
-        real = actual[label] / MiB
-        off = guess - real
-        parts.append(f"{label}: predicted {guess:g}, {source} {real:g} MiB ({off:+g} MiB)")
-    return report(name, True, "", "; ".join(parts))
-
-
-_CAP_CHOICES = {
-    "a": "the GPU driver had no memory left",
-    "b": "PyTorch's allocator refuses to reserve past fraction x total for this process, whatever the device has free",
-    "c": "fragmentation: the free memory was in pieces too small for the request",
-    "d": "another process took the free memory between the allocation and the message",
-}
-# Why b: DeviceCachingAllocator::alloc_block returns "out of memory" when
-# ``set_fraction && total_allocated_memory + size > allowed_memory_maximum``, before cudaMalloc
-# (c10/cuda/CUDACachingAllocator.cpp, pytorch/pytorch @ 001074d2).
-_CAP_HINTS = {
-    "a": "the message itself says most of the device is free, so the driver could still hand out memory",
-    "c": "with a cap the allocator does not even ask CUDA: the limit is checked before cudaMalloc",
-    "d": "the free figure is read at the moment of the failure, and the other processes are listed separately",
+_SYMPTOM_HINTS = {
+    "compute_capability_low": "7.0 is above the oldest GPU bitsandbytes supports; the '< 7.5' line is a warning about speed, "
+                              "not why setup failed. Which file did it look for and not find?",
+    "native_library_unavailable": "'CUDA Setup failed' is the last line of every failed setup: a symptom. Look "
+                                  "earlier for the first thing that went wrong",
+    "no_gpu_cpu_library": "'Defaulting to libbitsandbytes_cpu.so' is a fallback, not the cause: why did it fall back?",
+    "cudart_not_found": "read on: 'Possible options found for libcudart.so' means the runtime was found",
+    "bnb_cuda_version_override": "the log mentions the override only in advice; nothing says it was set",
 }
 
 
-def _cap_answer(**_) -> str:
-    return f"'b': {_CAP_CHOICES['b']}"
+def _label_answer(**_) -> str:
+    result = explain_log(corpus_entry(LABEL_EXERCISE_LOG)["text"])
+    return f"{result.label!r}"
 
 
-@exercise("lab07", 3, _cap_answer)
-def check_cap_oom_reason(answer: Any) -> CheckResult:
-    """``answer``: one letter, ``"a"``-``"d"``: why does a process under
-    ``torch.cuda.set_per_process_memory_fraction`` get an OOM while the GPU has memory free?"""
-    name = "why a capped process runs out of memory"
-    if not isinstance(answer, str) or answer.strip().lower() not in _CAP_CHOICES:
-        return report(name, False, "one of the letters a, b, c, d", fmt_number(answer), "pick a letter, as a string")
+@exercise("lab07", 2, _label_answer)
+def check_log_label(label: Any) -> CheckResult:
+    """Exercise: the root-cause label of the corpus log ``issue1518_nocublaslt_cuda124``."""
+    name = "log label"
+    if label is None or label is Ellipsis:
+        return report(name, False, "one of the labels", f"{label!r}", "set `my_label` to one of the label strings")
+    if not isinstance(label, str) or label.strip() not in LABELS:
+        return report(name, False, "one of: " + ", ".join(LABELS), f"{label!r}",
+                      "copy one of the label strings exactly")
+    want = explain_log(corpus_entry(LABEL_EXERCISE_LOG)["text"]).label
+    got = label.strip()
+    return report(name, got == want, "the label of the root cause", got,
+                  _SYMPTOM_HINTS.get(got, "a symptom, not the root cause: which line explains all the others?"))
+
+
+# Exercise 3: a log rendered by the installed bitsandbytes' own functions (corpus entry bnb050_stale_override:
+# PyTorch for CUDA 13.0, BNB_CUDA_VERSION=128 left in the environment, no CUDA 12 runtime on the machine).
+FIX_EXERCISE_LOG = "bnb050_stale_override"
+FIX_CHOICES = {
+    "a": "a CUDA 12 runtime is missing: install the CUDA 12.x toolkit and add its lib64 to LD_LIBRARY_PATH, "
+         "as the message says",
+    "b": "a CUDA 12 runtime is missing: pip install nvidia-cuda-runtime-cu12",
+    "c": "a leftover BNB_CUDA_VERSION=128 forces the CUDA 12.8 binary onto a CUDA 13.0 PyTorch: "
+         "unset BNB_CUDA_VERSION",
+    "d": "this bitsandbytes ships no binary for CUDA 13.0: pip install -U bitsandbytes",
+    "e": "a leftover BNB_CUDA_VERSION=128: clear it with export BNB_CUDA_VERSION=",
+}
+FIX_ANSWER = "c"
+_FIX_HINTS = {
+    "a": "that is bitsandbytes' own advice, and it treats the symptom: it would load a CUDA 12 binary beside "
+         "PyTorch's CUDA 13 runtime. Read the first lines again: why was a CUDA 12 library wanted at all?",
+    "b": "two problems: pip puts the library in site-packages/nvidia/.../lib, which the dynamic loader does not "
+         "search, and CUDA 12 is the wrong major for this PyTorch. Why was a cuda128 binary chosen?",
+    "d": "bitsandbytes 0.50.2 ships libbitsandbytes_cuda130.so and would pick it for CUDA 13.0 by itself; "
+         "something stopped that choice. Which line says so?",
+    "e": "the right cause, a broken fix: up to 0.49 an empty value meant 'unset', but 0.50 refuses any value "
+         "that is not digits ('value must be digits only')",
+}
+
+
+def _fix_answer(**_) -> str:
+    return f"{FIX_ANSWER}: {FIX_CHOICES[FIX_ANSWER]}"
+
+
+@exercise("lab07", 3, _fix_answer)
+def check_log_fix(answer: Any) -> CheckResult:
+    """Exercise: one letter, ``"a"``-``"e"``: the root cause and the one fix of the log
+    ``bnb050_stale_override`` (PyTorch for CUDA 13.0 on the machine that printed it)."""
+    name = "root cause and fix"
+    letters = ", ".join(FIX_CHOICES)
+    if not isinstance(answer, str) or answer.strip().lower() not in FIX_CHOICES:
+        return report(name, False, f"one of the letters {letters}", fmt_number(answer), "pick a letter, as a string")
     letter = answer.strip().lower()
-    if letter == "b":
-        return report(name, True, "", f"b: {_CAP_CHOICES['b']}")
-    return report(name, False, "the letter that explains it", f"{letter}: {_CAP_CHOICES[letter]}",
-                  _CAP_HINTS[letter])
+    if letter == FIX_ANSWER:
+        return report(name, True, "", f"{letter}: {FIX_CHOICES[letter]}")
+    return report(name, False, "the letter whose fix removes the cause", f"{letter}: {FIX_CHOICES[letter]}",
+                  _FIX_HINTS[letter])
 
 
-def reserved_reference() -> dict:
-    """The allocator model's reserved bytes after the pattern: ``{"default": ..., "expandable": ...}``."""
-    return {"default": simulate(expandable=False).reserved, "expandable": simulate(expandable=True).reserved}
+# Exercise 4 (capstone): rank the four kinds by bytes on the device and by perplexity, judged against the
+# measured table (benchmarks/bnb.py). Values within 1% of each other are a tie: either order passes.
+RANK_KINDS = ("int8", "fp4", "nf4", "nf4+dq")
+_TIE = 0.01
 
 
-# --------------------------------------------------------------------------- Exercise 4: the prefill peak, term by term
-#: The capstone's setup: SmolLM2-135M in bf16, one prefill of 8 sequences of 2,048 tokens, sdpa.
-PEAK_SETUP = {"model": "smollm2-135m", "batch_size": 8, "seq_len": 2048, "dtype": "bfloat16",
-              "attn_implementation": "sdpa"}
-PEAK_KEYS = ("weights", "kv_cache", "logits", "activations")
-# A term passes within this fraction of the dry run's value. Activations are tiny at this peak (the
-# lm_head's input), so they get more room; a 2x error still fails on every term.
-_PEAK_TOL = {"weights": 0.05, "kv_cache": 0.05, "logits": 0.05, "activations": 0.35}
+def device_bytes(row: dict) -> int:
+    """Bytes a quantized model holds: ``get_memory_footprint()`` plus the quantization constants it misses."""
+    return int(row["footprint_bytes"]) + int(row["quant_state_bytes"])
 
 
-@functools.lru_cache(maxsize=1)
-def peak_reference():
-    """The dry run of :data:`PEAK_SETUP` (a :class:`vramlab.vram.dryrun.MemoryTrace`; computed once, ~1 s)."""
-    from vramlab.vram.dryrun import dry_run
+def _measured() -> dict[str, dict[str, float]]:
+    from vramlab.bnb.quantized import load_table, table_row
 
-    setup = dict(PEAK_SETUP)
-    return dry_run(setup.pop("model"), **setup)
-
-
-def _peak_terms(trace: Any) -> dict[str, int]:
-    from vramlab.vram.dryrun import MemoryTrace
-
-    if trace is None:
-        trace = peak_reference()
-    if not isinstance(trace, MemoryTrace) or not trace.events:
-        raise TypeError("trace must be the MemoryTrace that dry_run(...) returned; run the dry-run cell first.")
-    at = trace.breakdown("peak")
-    return {k: int(at[k]) for k in PEAK_KEYS}
+    table = load_table()
+    rows = {k: table_row(table, k) for k in RANK_KINDS}
+    return {"bytes": {k: float(device_bytes(r)) for k, r in rows.items()},
+            "perplexity": {k: float(r["ppl"]) for k, r in rows.items()}}
 
 
-def _peak_answer(trace: Any = None, **_) -> str:
-    t = _peak_terms(trace)
-    return (f"weights {t['weights']:,} bytes (every parameter once, 2 bytes each), "
-            f"kv_cache {t['kv_cache']:,} bytes (K and V x layers x KV heads x head_dim x 2 bytes x every token of "
-            f"the batch), logits {t['logits']:,} bytes (batch x context x vocabulary x 2 bytes: a plain forward "
-            f"keeps a bf16 logit for every position), activations {t['activations']:,} bytes (about one "
-            f"batch x context x hidden tensor: the lm_head's input; the layers' intermediates are already freed)")
+def _groups(values: dict[str, float]) -> list[list[str]]:
+    """The kinds in increasing order, neighbours within 1% grouped as ties."""
+    order = sorted(values, key=values.get)
+    groups = [[order[0]]]
+    for k in order[1:]:
+        prev = values[groups[-1][-1]]
+        if abs(values[k] - prev) <= _TIE * max(abs(prev), 1e-12):
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
 
 
-def _ratio_is(ratio: float, k: float, rel: float = 0.03) -> bool:
-    return math.isclose(ratio, k, rel_tol=rel)
+def _ranking_answer(**_) -> str:
+    m = _measured()
+    words = {"bytes": "bytes on the device, fewest first", "perplexity": "perplexity, best first"}
+    parts = []
+    for key in ("bytes", "perplexity"):
+        parts.append(words[key] + ": " + ", then ".join(" and ".join(g) + (" (tied)" if len(g) > 1 else "")
+                                                       for g in _groups(m[key])))
+    return "; ".join(parts)
 
 
-def _term_hint(key: str, value: float, want: float) -> str:
-    """What is likely wrong with one term, from the learner's number and the reference (never the number)."""
-    ratio = value / want if want else float("inf")
-    if want and any(_ratio_is(ratio, u) for u in (1 / 2**20, 1 / 2**30, 1e-6, 1e-9)):
-        return f"{key} looks like MiB/GiB or MB/GB: the dict wants bytes"
-    if key == "weights":
-        if _ratio_is(ratio, 2):
-            return "weights 2x too high: bfloat16 stores 2 bytes per parameter, not float32's 4"
-        if _ratio_is(ratio, 0.5):
-            return "weights 2x too low: bfloat16 takes 2 bytes per parameter"
-        if 1.1 < ratio < 1.35:
-            return ("weights too high: the embedding and the lm_head share one matrix (tied), which is stored "
-                    "and counted once")
-    elif key == "kv_cache":
-        if _ratio_is(ratio, 0.5):
-            return "KV cache 2x too low: the cache holds K and V, two tensors per layer"
-        if _ratio_is(ratio, 3) or _ratio_is(ratio, 6):
-            return ("KV cache too high: with grouped-query attention K and V are stored for the key/value "
-                    "heads only, not for every query head")
-        if _ratio_is(ratio, 2):
-            return "KV cache 2x too high: count K and V once each, at 2 bytes (bf16) per element"
-        if _ratio_is(ratio, 1 / 8):
-            return "KV cache 8x too low: every sequence of the batch has its own cache"
-    elif key == "logits":
-        # transformers' LlamaForCausalLM.forward returns lm_head(hidden_states) as is, in the model's dtype:
-        # no `.float()` in transformers 5 (transformers/models/llama/modeling_llama.py, `logits = self.lm_head(...)`).
-        if _ratio_is(ratio, 2):
-            return "logits 2x too high: are the logits float32 here? check the dtype the lm_head returns"
-        if _ratio_is(ratio, 0.5):
-            return "logits 2x too low: each logit is a bf16 value of 2 bytes"
-        if value == 0 or ratio < 0.01:
-            return ("logits far too low: a plain forward returns a logit for every position of every sequence, "
-                    "not only the last token (only generate() asks for the last one)")
-        if _ratio_is(ratio, 1 / 8):
-            return "logits 8x too low: every sequence of the batch gets its own logits"
-    elif key == "activations":
-        if ratio > 5:
-            return ("activations far too high: sdpa never materialises the L x L attention scores, and when the "
-                    "peak comes the layers' intermediates are already freed")
-        if ratio > 1:
-            return ("activations too high: at the peak only what the lm_head reads is still alive; each layer's "
-                    "intermediates were freed when the layer ended")
-        return "activations too low: what the lm_head reads is still alive at the peak; which tensor is it, and how big?"
-    return f"{key} {direction(value, want)}: work it out again from the config, in bytes"
+_RANK_HINTS = {
+    ("bytes", "int8"): "int8 keeps 8 bits per weight, twice what the 4-bit kinds keep; its one scale per row is small",
+    ("bytes", "nf4+dq"): "double quantization stores the per-block scales themselves in 8 bits instead of 32: "
+                         "count the constants, not only get_memory_footprint()",
+    ("bytes", "fp4"): "FP4 and NF4 store the same things (4 bits per weight, one scale per block of 64): only the "
+                      "16 levels differ, not the bytes",
+    ("bytes", "nf4"): "FP4 and NF4 store the same things (4 bits per weight, one scale per block of 64): only the "
+                      "16 levels differ, not the bytes",
+    ("perplexity", "int8"): "LLM.int8() keeps 256 levels per weight and its outlier activation columns in 16-bit: "
+                            "the 4-bit kinds have 16 levels",
+    ("perplexity", "fp4"): "FP4's 16 levels are a tiny float format; NF4 puts its levels at the quantiles of a normal "
+                           "distribution, which is how the weights are spread",
+    ("perplexity", "nf4"): "double quantization only changes how the scales are stored (8-bit scales, rounded "
+                           "slightly): compare it with plain NF4, not with FP4",
+    ("perplexity", "nf4+dq"): "double quantization only changes how the scales are stored (8-bit scales, rounded "
+                              "slightly): compare it with plain NF4, not with FP4",
+}
 
 
-@exercise("lab07", 4, _peak_answer)
-def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
-    """``predicted``: ``{"weights", "kv_cache", "logits", "activations"}`` in bytes, your prediction of
-    what is alive at the prefill peak; ``trace``: the :class:`~vramlab.vram.dryrun.MemoryTrace` of
-    ``dry_run(...)`` (default: :data:`PEAK_SETUP`'s). Each term is judged against ``trace.breakdown("peak")``
-    within 5% (activations 35%); a wrong term is told its direction and the likely mistake, never its value."""
-    name = "the prefill peak, term by term"
-    want = _peak_terms(trace)
-    kind = "the four terms of the prefill peak, in bytes"
-    if not isinstance(predicted, dict):
-        return report(name, False, f"a dict with keys {', '.join(PEAK_KEYS)}", fmt_number(predicted),
-                      "fill in the dict in the exercise cell", value=predicted)
-    if set(predicted) <= set(PEAK_KEYS) and all(is_untouched(predicted.get(k)) for k in predicted):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None with a number of bytes, then run this "
-                                     "cell again")
-    unknown = [str(k) for k in predicted if k not in PEAK_KEYS]
-    missing = [k for k in PEAK_KEYS if k not in predicted]
-    if unknown or missing:
-        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
-                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(PEAK_KEYS)}", what,
-                      "use exactly these key names (attention memory belongs under activations)")
-    values = {}
-    for key in PEAK_KEYS:
-        v = as_float(predicted[key])
-        if v is None or math.isnan(v) or math.isinf(v) or v < 0:
-            return report(name, False, f"{key} as a non-negative number of bytes",
-                          f"{key}={fmt_number(predicted[key])}",
-                          "write a number of bytes (an int or a float), not a string or None")
-        values[key] = v
-    wrong = [k for k in PEAK_KEYS if abs(values[k] - want[k]) > _PEAK_TOL[k] * want[k]]
-    if not wrong:
-        total = sum(want.values())
-        return report(name, True, kind, f"{total / MiB:,.0f} MiB")
-    got = ", ".join(f"{k} {'ok' if k not in wrong else direction(values[k], want[k])}" for k in PEAK_KEYS)
-    return report(name, False, kind, got, "; ".join(_term_hint(k, values[k], want[k]) for k in wrong))
+@exercise("lab07", 4, _ranking_answer)
+def check_quant_ranking(ranking: Any) -> CheckResult:
+    """Capstone: ``{"bytes": [...], "perplexity": [...]}``, each a list of the four kinds ``int8``,
+    ``fp4``, ``nf4``, ``nf4+dq``: ``bytes`` ordered from the fewest bytes on the device
+    (``get_memory_footprint()`` plus the quantization constants it misses), ``perplexity`` from the best
+    (lowest). Judged against the measured table; kinds within 1% of each other may come in either order."""
+    name = "bytes and perplexity ranking"
+    keys = ("bytes", "perplexity")
+    if is_untouched(ranking) or (isinstance(ranking, dict) and all(is_untouched(ranking.get(k)) for k in keys)):
+        return report(name, False, "a dict of two rankings", fmt_number(None), "fill in my_ranking")
+    if not isinstance(ranking, dict) or set(ranking) != set(keys):
+        return report(name, False, "a dict with the keys 'bytes' and 'perplexity'", repr(ranking)[:80],
+                      "give my_ranking exactly the keys 'bytes' and 'perplexity', each a list of the four kinds")
+    for key in keys:
+        got = ranking[key]
+        if not isinstance(got, (list, tuple)) or sorted(map(str, got)) != sorted(RANK_KINDS):
+            return report(name, False, f"'{key}': a list of the four kinds " + ", ".join(RANK_KINDS), repr(got)[:80],
+                          f"list each of {', '.join(RANK_KINDS)} exactly once under '{key}'")
+    measured = _measured()
+    for key in keys:
+        got = [str(k) for k in ranking[key]]
+        # each kind's allowed positions: its group of ties spans a range of places in the measured order
+        allowed, start = {}, 0
+        for group in _groups(measured[key]):
+            for k in group:
+                allowed[k] = (start, start + len(group) - 1)
+            start += len(group)
+        off = {k: max(allowed[k][0] - i, i - allowed[k][1], 0) for i, k in enumerate(got)}
+        if any(off.values()):
+            # the kind furthest from where it belongs carries the likely misconception
+            culprit = max(got, key=lambda k: off[k])
+            return report(name, False, f"the measured order of '{key}'", " < ".join(got),
+                          f"{culprit} is out of place. " + _RANK_HINTS[(key, culprit)])
+    return report(name, True, "", "both rankings match the measured table (" + _ranking_answer() + ")")
+
+
+def _footprint_answer(actual_bytes=None, **_) -> str:
+    if actual_bytes is None:
+        return "a prediction has no answer to reveal: the 4-bit model is loaded and measured next"
+    return f"the measured footprint is {fmt_number(int(actual_bytes))} bytes"
+
+
+@exercise("lab07", 1, _footprint_answer, prediction=True)
+def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
+                          fp32_bytes: float | None = None) -> CheckResult:
+    """Predict, then reveal: any honest number passes; it reports how far off it was.
+
+    ``predicted``: the learner's guess of ``get_memory_footprint()`` of the 4-bit model, in bytes.
+    Called without ``actual_bytes`` (before the reveal) it only confirms that a prediction is stored,
+    revealing nothing. With ``actual_bytes`` (the measured value) it says how far off the guess was;
+    ``fp32_bytes`` (optional) recognises the common guess "one eighth of the float32 model"."""
+    name = "4-bit footprint prediction"
+    value = as_float(predicted)
+    if predicted is None or value is None or value != value or value <= 0:
+        return report(name, False, "your prediction in bytes (a positive number)", fmt_number(predicted),
+                      "store a guess before running the reveal cell; any honest number counts")
+    if actual_bytes is None:
+        return report(name, True, "", f"{fmt_number(value)} bytes stored; the 4-bit model is loaded next")
+    ratio = value / actual_bytes
+    msg = f"{fmt_number(value)} bytes, {ratio:.2f}x the measured {fmt_number(int(actual_bytes))} bytes"
+    if fp32_bytes and abs(value - fp32_bytes / 8) / (fp32_bytes / 8) < 0.15:
+        msg += (" (one eighth of float32: the embedding and the tied lm_head stay in 32 bits, and they are "
+                "40% of this model)")
+    elif value < 1e6:
+        msg += " (did you give MiB or GiB? the unit is bytes)"
+    return report(name, True, "", msg)

@@ -1,4 +1,4 @@
-"""Lab 05 (accelerate dispatch): device maps planned on the meta device, and the real dispatch error with its fixes.
+"""Lab 06 (accelerate dispatch): device maps planned on the meta device, and the real dispatch error with its fixes.
 
 ``planner`` builds models without memory and plans with accelerate's own ``infer_auto_device_map``;
 ``figure`` draws a plan; ``loading`` loads the real SmolLM2 in 8/4 bits and triggers and fixes the error.

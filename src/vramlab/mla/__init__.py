@@ -1,4 +1,4 @@
-"""Lab 04 (MLA): a Multi-head Latent Attention layer, its latent cache, and SmolLM2 converted to a latent KV cache.
+"""Lab 05 (MLA): a Multi-head Latent Attention layer, its latent cache, and SmolLM2 converted to a latent KV cache.
 
 ``config`` reads the geometry from a DeepSeek config; ``cache`` is the latent cache (contiguous or paged);
 ``layer`` is the attention (naive and absorbed); ``conversion`` factors a GQA model's K/V through a latent.

@@ -186,7 +186,7 @@ class MLAConfig:
 # DeepSeek-V2-Lite's public config.json (https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json),
 # the fields that size it, verbatim: 27 layers, 16 heads, kv_lora_rank 512, qk_rope_head_dim 64, no query LoRA
 # (q_lora_rank null), YaRN factor 40 with mscale = mscale_all_dim = 0.707. Kept here rather than in
-# ``vramlab/configs/`` so the tables that list every bundled config (notebooks 03 and 05) do not change.
+# ``vramlab/configs/`` so the tables that list every bundled config (notebooks 03 and 06) do not change.
 DEEPSEEK_V2_LITE = {
     "_name": "DeepSeek-V2-Lite", "_hf_repo": "deepseek-ai/DeepSeek-V2-Lite",
     "_source": "https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json",

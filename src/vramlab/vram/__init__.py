@@ -1,4 +1,4 @@
-"""Lab 07 (watching VRAM): the live monitor and widget, the memory ledger, the caching allocator, the OOM message.
+"""Lab 08 (watching VRAM): the live monitor and widget, the memory ledger, the caching allocator, the OOM message.
 
 ``monitor`` samples memory in a thread; ``widget`` shows it live; ``ledger`` accounts for a model's bytes;
 ``allocator`` models and runs the CUDA caching allocator; ``oom_message`` reads PyTorch's OOM message;

@@ -1,0 +1,297 @@
+"""Checks for notebook 08 (watch VRAM live, the caching allocator, a real OOM).
+
+References are vramlab's own functions (``vramlab.vram.parse_oom_message``,
+``vramlab.vram.allocator.simulate``, ``vramlab.vram.dryrun.dry_run``), so a check and the lesson cannot disagree.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from vramlab.vram.allocator import MiB, simulate
+from vramlab.checks._core import CheckResult, as_float, direction, exercise, fmt_number, is_untouched, report
+from vramlab.vram import parse_oom_message
+
+__all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms"]
+
+GiB = 1 << 30
+
+# A real message a user of a university GPU cluster sent to their help desk ("... in my experiments in job
+# 34418381 ..."), as quoted in a public set of HPC support questions (PyTorch 2.x wording); the original
+# post's link could not be found.
+READING_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+               "11.91 GiB of which 406.38 MiB is free. Including non-PyTorch memory, this process has 11.51 GiB memory "
+               "in use. Of the allocated memory 11.18 GiB is allocated by PyTorch, and 219.44 MiB is reserved by "
+               "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+               "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+_OOM_KEYS = ("tried_gib", "free_gib", "reserved_gib")
+_TOL_GIB = 0.002   # tighter than the 0.0095 GiB a /1000 conversion of 406.38 MiB is off by
+
+
+def _oom_expected() -> dict:
+    r = parse_oom_message(READING_OOM)
+    return {"tried_gib": r.tried_bytes / GiB, "free_gib": r.free_bytes / GiB, "reserved_gib": r.reserved_bytes / GiB}
+
+
+def _oom_answer(**_) -> str:
+    want = _oom_expected()
+    return ("{{'tried_gib': {tried_gib:.3f}, 'free_gib': {free_gib:.4f}, 'reserved_gib': {reserved_gib:.4f}}}: "
+            "free = 406.38 / 1024, reserved = 11.18 + 219.44 / 1024 (allocated + reserved-but-unallocated)"
+            .format(**want))
+
+
+@exercise("lab08", 1, _oom_answer)
+def check_oom_numbers(got: Any) -> CheckResult:
+    """``got``: ``{"tried_gib", "free_gib", "reserved_gib"}`` read from :data:`READING_OOM`, in GiB
+    (reserved = everything PyTorch's cache holds). Within 0.002 GiB, so a MiB figure divided by 1000 (GB)
+    instead of 1024 is caught."""
+    name = "reading the OOM message"
+    want = _oom_expected()
+    if not isinstance(got, dict):
+        return report(name, False, f"a dict with keys {', '.join(_OOM_KEYS)} (GiB)", fmt_number(got),
+                      "fill in the dict in the exercise cell")
+    if all(is_untouched(got.get(k)) for k in _OOM_KEYS if k in got) and set(got) <= set(_OOM_KEYS):
+        return report(name, False, "", "a dict of None", value=None,
+                      untouched_hint="not done yet: replace each None with the number you read (in GiB), then "
+                                     "run this cell again")
+    missing = [k for k in _OOM_KEYS if k not in got]
+    if missing:
+        return report(name, False, f"keys {', '.join(_OOM_KEYS)}", f"missing {', '.join(missing)}",
+                      "use exactly these key names")
+    for key in _OOM_KEYS:
+        value = as_float(got[key])
+        if value is None or math.isnan(value):
+            return report(name, False, f"{key} as a number of GiB", f"{key}={fmt_number(got[key])}",
+                          "write the number (a float), not a string or None")
+        if abs(value - want[key]) <= _TOL_GIB:
+            continue
+        hint = "read the number again, and convert MiB to GiB where the message uses MiB"
+        if key == "free_gib" and abs(value - 406.38) <= 0.01:       # copied without converting
+            hint = "406.38 is in MiB; the key wants GiB"
+        elif abs(value - want[key] * 1024) <= 1:                    # left in MiB
+            hint = f"{key} is in GiB: {value:g} MiB is {value:g} / 1024 GiB"
+        elif key == "free_gib" and abs(value - 406.38 / 1000) <= _TOL_GIB:
+            hint = "/1000 is GB, not GiB: 1 GiB is 1024 MiB, so divide the MiB by 1024"
+        elif key == "reserved_gib" and abs(value - (11.18 + 219.44 / 1000)) <= _TOL_GIB:
+            hint = "/1000 is GB, not GiB: the 219.44 MiB are 219.44 / 1024 GiB"
+        elif key == "reserved_gib" and abs(value - 11.18) <= 0.01:   # only the allocated part
+            hint = ("11.18 GiB is only what live tensors use; the cache also holds the 'reserved but unallocated' "
+                    "part, so PyTorch's reserved memory is the sum of the two")
+        elif key == "reserved_gib" and abs(value - 11.51) <= 0.01:
+            hint = "11.51 GiB includes non-PyTorch memory (CUDA context); PyTorch's reserved memory is smaller"
+        elif key == "reserved_gib" and abs(value - 219.44 / 1024) <= 0.01:
+            hint = "that is only the unused part of the cache; add what is allocated by PyTorch"
+        elif abs(value - want[key]) <= 0.01:
+            hint = "close: keep three decimals (round only at the end)"
+        return report(name, False, f"{key} as a number of GiB", f"{key} = {value:g}, {direction(value, want[key])}", hint)
+    return report(name, True, "", "tried {tried_gib:.2f}, free {free_gib:.3f}, reserved {reserved_gib:.3f} GiB"
+                  .format(**want))
+
+
+def _prediction_pair(pred: Any) -> tuple[float, float] | None:
+    if not isinstance(pred, dict) or set(pred) != {"default", "expandable"}:
+        return None
+    a, b = as_float(pred["default"]), as_float(pred["expandable"])
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or a < 0 or b < 0:
+        return None
+    return a, b
+
+
+def _reserved_answer(actual: dict | None = None, **_) -> str:
+    real = actual if actual is not None else reserved_reference()
+    return (f"default {real['default'] / MiB:g} MiB, expandable {real['expandable'] / MiB:g} MiB"
+            + ("" if actual is not None else " (the allocator model; the GPU run may differ)"))
+
+
+@exercise("lab08", 2, _reserved_answer, prediction=True)
+def check_reserved_prediction(pred: Any, actual: dict | None = None, source: str = "result") -> CheckResult:
+    """``pred``: ``{"default": MiB, "expandable": MiB}``, your prediction of ``memory_reserved`` after the
+    fragmentation pattern. Without ``actual`` the check only confirms a prediction is stored (no reveal);
+    with ``actual`` (``{"default": bytes, "expandable": bytes}``, measured or computed) it says how far off
+    each number is, calling it ``source`` (``"measured"`` on a GPU, ``"computed"`` in CPU mode). Any honest
+    numeric prediction passes: this check teaches, it does not grade."""
+    name = "reserved-memory prediction"
+    pair = _prediction_pair(pred)
+    if pair is None:
+        return report(name, False, 'a dict {"default": MiB, "expandable": MiB} with two non-negative numbers',
+                      fmt_number(pred), "store your prediction (numbers in MiB) before running the experiment")
+    if actual is None:
+        return report(name, True, "", f"stored: default {pair[0]:g} MiB, expandable {pair[1]:g} MiB "
+                                      f"(run the experiment to compare)")
+    parts = []
+    for (label, guess) in zip(("default", "expandable"), pair):
+        real = actual[label] / MiB
+        off = guess - real
+        parts.append(f"{label}: predicted {guess:g}, {source} {real:g} MiB ({off:+g} MiB)")
+    return report(name, True, "", "; ".join(parts))
+
+
+_CAP_CHOICES = {
+    "a": "the GPU driver had no memory left",
+    "b": "PyTorch's allocator refuses to reserve past fraction x total for this process, whatever the device has free",
+    "c": "fragmentation: the free memory was in pieces too small for the request",
+    "d": "another process took the free memory between the allocation and the message",
+}
+# Why b: DeviceCachingAllocator::alloc_block returns "out of memory" when
+# ``set_fraction && total_allocated_memory + size > allowed_memory_maximum``, before cudaMalloc
+# (c10/cuda/CUDACachingAllocator.cpp, pytorch/pytorch @ 001074d2).
+_CAP_HINTS = {
+    "a": "the message itself says most of the device is free, so the driver could still hand out memory",
+    "c": "with a cap the allocator does not even ask CUDA: the limit is checked before cudaMalloc",
+    "d": "the free figure is read at the moment of the failure, and the other processes are listed separately",
+}
+
+
+def _cap_answer(**_) -> str:
+    return f"'b': {_CAP_CHOICES['b']}"
+
+
+@exercise("lab08", 3, _cap_answer)
+def check_cap_oom_reason(answer: Any) -> CheckResult:
+    """``answer``: one letter, ``"a"``-``"d"``: why does a process under
+    ``torch.cuda.set_per_process_memory_fraction`` get an OOM while the GPU has memory free?"""
+    name = "why a capped process runs out of memory"
+    if not isinstance(answer, str) or answer.strip().lower() not in _CAP_CHOICES:
+        return report(name, False, "one of the letters a, b, c, d", fmt_number(answer), "pick a letter, as a string")
+    letter = answer.strip().lower()
+    if letter == "b":
+        return report(name, True, "", f"b: {_CAP_CHOICES['b']}")
+    return report(name, False, "the letter that explains it", f"{letter}: {_CAP_CHOICES[letter]}",
+                  _CAP_HINTS[letter])
+
+
+def reserved_reference() -> dict:
+    """The allocator model's reserved bytes after the pattern: ``{"default": ..., "expandable": ...}``."""
+    return {"default": simulate(expandable=False).reserved, "expandable": simulate(expandable=True).reserved}
+
+
+# --------------------------------------------------------------------------- Exercise 4: the prefill peak, term by term
+#: The capstone's setup: SmolLM2-135M in bf16, one prefill of 8 sequences of 2,048 tokens, sdpa.
+PEAK_SETUP = {"model": "smollm2-135m", "batch_size": 8, "seq_len": 2048, "dtype": "bfloat16",
+              "attn_implementation": "sdpa"}
+PEAK_KEYS = ("weights", "kv_cache", "logits", "activations")
+# A term passes within this fraction of the dry run's value. Activations are tiny at this peak (the
+# lm_head's input), so they get more room; a 2x error still fails on every term.
+_PEAK_TOL = {"weights": 0.05, "kv_cache": 0.05, "logits": 0.05, "activations": 0.35}
+
+
+@functools.lru_cache(maxsize=1)
+def peak_reference():
+    """The dry run of :data:`PEAK_SETUP` (a :class:`vramlab.vram.dryrun.MemoryTrace`; computed once, ~1 s)."""
+    from vramlab.vram.dryrun import dry_run
+
+    setup = dict(PEAK_SETUP)
+    return dry_run(setup.pop("model"), **setup)
+
+
+def _peak_terms(trace: Any) -> dict[str, int]:
+    from vramlab.vram.dryrun import MemoryTrace
+
+    if trace is None:
+        trace = peak_reference()
+    if not isinstance(trace, MemoryTrace) or not trace.events:
+        raise TypeError("trace must be the MemoryTrace that dry_run(...) returned; run the dry-run cell first.")
+    at = trace.breakdown("peak")
+    return {k: int(at[k]) for k in PEAK_KEYS}
+
+
+def _peak_answer(trace: Any = None, **_) -> str:
+    t = _peak_terms(trace)
+    return (f"weights {t['weights']:,} bytes (every parameter once, 2 bytes each), "
+            f"kv_cache {t['kv_cache']:,} bytes (K and V x layers x KV heads x head_dim x 2 bytes x every token of "
+            f"the batch), logits {t['logits']:,} bytes (batch x context x vocabulary x 2 bytes: a plain forward "
+            f"keeps a bf16 logit for every position), activations {t['activations']:,} bytes (about one "
+            f"batch x context x hidden tensor: the lm_head's input; the layers' intermediates are already freed)")
+
+
+def _ratio_is(ratio: float, k: float, rel: float = 0.03) -> bool:
+    return math.isclose(ratio, k, rel_tol=rel)
+
+
+def _term_hint(key: str, value: float, want: float) -> str:
+    """What is likely wrong with one term, from the learner's number and the reference (never the number)."""
+    ratio = value / want if want else float("inf")
+    if want and any(_ratio_is(ratio, u) for u in (1 / 2**20, 1 / 2**30, 1e-6, 1e-9)):
+        return f"{key} looks like MiB/GiB or MB/GB: the dict wants bytes"
+    if key == "weights":
+        if _ratio_is(ratio, 2):
+            return "weights 2x too high: bfloat16 stores 2 bytes per parameter, not float32's 4"
+        if _ratio_is(ratio, 0.5):
+            return "weights 2x too low: bfloat16 takes 2 bytes per parameter"
+        if 1.1 < ratio < 1.35:
+            return ("weights too high: the embedding and the lm_head share one matrix (tied), which is stored "
+                    "and counted once")
+    elif key == "kv_cache":
+        if _ratio_is(ratio, 0.5):
+            return "KV cache 2x too low: the cache holds K and V, two tensors per layer"
+        if _ratio_is(ratio, 3) or _ratio_is(ratio, 6):
+            return ("KV cache too high: with grouped-query attention K and V are stored for the key/value "
+                    "heads only, not for every query head")
+        if _ratio_is(ratio, 2):
+            return "KV cache 2x too high: count K and V once each, at 2 bytes (bf16) per element"
+        if _ratio_is(ratio, 1 / 8):
+            return "KV cache 8x too low: every sequence of the batch has its own cache"
+    elif key == "logits":
+        # transformers' LlamaForCausalLM.forward returns lm_head(hidden_states) as is, in the model's dtype:
+        # no `.float()` in transformers 5 (transformers/models/llama/modeling_llama.py, `logits = self.lm_head(...)`).
+        if _ratio_is(ratio, 2):
+            return "logits 2x too high: are the logits float32 here? check the dtype the lm_head returns"
+        if _ratio_is(ratio, 0.5):
+            return "logits 2x too low: each logit is a bf16 value of 2 bytes"
+        if value == 0 or ratio < 0.01:
+            return ("logits far too low: a plain forward returns a logit for every position of every sequence, "
+                    "not only the last token (only generate() asks for the last one)")
+        if _ratio_is(ratio, 1 / 8):
+            return "logits 8x too low: every sequence of the batch gets its own logits"
+    elif key == "activations":
+        if ratio > 5:
+            return ("activations far too high: sdpa never materialises the L x L attention scores, and when the "
+                    "peak comes the layers' intermediates are already freed")
+        if ratio > 1:
+            return ("activations too high: at the peak only what the lm_head reads is still alive; each layer's "
+                    "intermediates were freed when the layer ended")
+        return "activations too low: what the lm_head reads is still alive at the peak; which tensor is it, and how big?"
+    return f"{key} {direction(value, want)}: work it out again from the config, in bytes"
+
+
+@exercise("lab08", 4, _peak_answer)
+def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
+    """``predicted``: ``{"weights", "kv_cache", "logits", "activations"}`` in bytes, your prediction of
+    what is alive at the prefill peak; ``trace``: the :class:`~vramlab.vram.dryrun.MemoryTrace` of
+    ``dry_run(...)`` (default: :data:`PEAK_SETUP`'s). Each term is judged against ``trace.breakdown("peak")``
+    within 5% (activations 35%); a wrong term is told its direction and the likely mistake, never its value."""
+    name = "the prefill peak, term by term"
+    want = _peak_terms(trace)
+    kind = "the four terms of the prefill peak, in bytes"
+    if not isinstance(predicted, dict):
+        return report(name, False, f"a dict with keys {', '.join(PEAK_KEYS)}", fmt_number(predicted),
+                      "fill in the dict in the exercise cell", value=predicted)
+    if set(predicted) <= set(PEAK_KEYS) and all(is_untouched(predicted.get(k)) for k in predicted):
+        return report(name, False, "", "a dict of None", value=None,
+                      untouched_hint="not done yet: replace each None with a number of bytes, then run this "
+                                     "cell again")
+    unknown = [str(k) for k in predicted if k not in PEAK_KEYS]
+    missing = [k for k in PEAK_KEYS if k not in predicted]
+    if unknown or missing:
+        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
+        return report(name, False, f"keys {', '.join(PEAK_KEYS)}", what,
+                      "use exactly these key names (attention memory belongs under activations)")
+    values = {}
+    for key in PEAK_KEYS:
+        v = as_float(predicted[key])
+        if v is None or math.isnan(v) or math.isinf(v) or v < 0:
+            return report(name, False, f"{key} as a non-negative number of bytes",
+                          f"{key}={fmt_number(predicted[key])}",
+                          "write a number of bytes (an int or a float), not a string or None")
+        values[key] = v
+    wrong = [k for k in PEAK_KEYS if abs(values[k] - want[k]) > _PEAK_TOL[k] * want[k]]
+    if not wrong:
+        total = sum(want.values())
+        return report(name, True, kind, f"{total / MiB:,.0f} MiB")
+    got = ", ".join(f"{k} {'ok' if k not in wrong else direction(values[k], want[k])}" for k in PEAK_KEYS)
+    return report(name, False, kind, got, "; ".join(_term_hint(k, values[k], want[k]) for k in wrong))

@@ -1,0 +1,200 @@
+"""Every lab-08 check rejects the lab's stubs and a typical wrong answer, and accepts the solution."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramlab import checks
+from vramlab.checks import lab08
+
+SOLUTIONS = {
+    "check_oom_numbers": {"tried_gib": 2.0, "free_gib": 406.38 / 1024, "reserved_gib": 11.18 + 219.44 / 1024},
+    "check_reserved_prediction": {"default": 200, "expandable": 150},
+    "check_cap_oom_reason": "b",
+    "check_peak_terms": None,   # filled below: the lab's solution, arithmetic from SmolLM2's config
+}
+_TOKENS = 8 * 2048
+SOLUTIONS["check_peak_terms"] = {"weights": 134_515_008 * 2, "kv_cache": 2 * 30 * 3 * 64 * 2 * _TOKENS,
+                                 "logits": _TOKENS * 49152 * 2, "activations": _TOKENS * 576 * 2}
+WRONG = {
+    "check_oom_numbers": {"tried_gib": 2.0, "free_gib": 406.38 / 1024, "reserved_gib": 11.18},  # allocated only
+    "check_reserved_prediction": {"default": "256 MiB", "expandable": 140},                      # not a number
+    "check_cap_oom_reason": "c",                                                                 # fragmentation
+    "check_peak_terms": {**SOLUTIONS["check_peak_terms"], "logits": 2 * _TOKENS * 49152 * 2},   # float32 logits
+}
+# the lab's own stub first (notebook 08, exercise "read the OOM message"), then other untouched shapes
+STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
+
+
+def test_every_check_is_exported_and_covered():
+    assert set(lab08.__all__) == set(SOLUTIONS) == set(WRONG)
+    for name in lab08.__all__:
+        assert getattr(checks, name) is getattr(lab08, name)
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_solution_passes(name, capsys):
+    result = getattr(lab08, name)(SOLUTIONS[name])
+    assert result.passed and capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+@pytest.mark.parametrize("stub", range(len(STUBS)))
+def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
+    result = getattr(lab08, name)(STUBS[stub])
+    out = capsys.readouterr().out
+    assert not result.passed and out.startswith("FAIL")
+    for secret in ("11.39", "11.3", "0.397", "256", "140", " b:"):
+        assert secret not in out
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_plausible_wrong_answers_fail(name, capsys):
+    result = getattr(lab08, name)(WRONG[name])
+    assert not result.passed and "expected" in capsys.readouterr().out
+
+
+def test_oom_hints_recognise_common_mistakes(capsys):
+    good = SOLUTIONS["check_oom_numbers"]
+    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.18})
+    assert "sum" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "free_gib": 406.38})
+    assert "MiB" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.51})
+    assert "non-PyTorch" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "tried_gib": float("nan")})
+
+
+def test_prediction_any_honest_number_passes_and_reports_distance(capsys):
+    from vramlab.vram.allocator import MiB
+
+    assert checks.check_reserved_prediction({"default": 0, "expandable": 1e6})
+    capsys.readouterr()
+    actual = lab08.reserved_reference()
+    assert actual == {"default": 256 * MiB, "expandable": 140 * MiB}
+    assert checks.check_reserved_prediction({"default": 200, "expandable": 150}, actual)
+    out = capsys.readouterr().out
+    assert "-56 MiB" in out and "+10 MiB" in out
+    assert not checks.check_reserved_prediction({"default": -1, "expandable": 3})
+
+
+def test_cap_reason_hints_differ(capsys):
+    hints = set()
+    for letter in "acd":
+        assert not checks.check_cap_oom_reason(letter)
+        hints.add(capsys.readouterr().out.split("Hint:")[1])
+    assert len(hints) == 3
+    assert checks.check_cap_oom_reason(" B ")
+
+
+def test_oom_divide_by_1000_is_caught(capsys):
+    good = SOLUTIONS["check_oom_numbers"]
+    assert not checks.check_oom_numbers({**good, "free_gib": 406.38 / 1000})
+    assert "/1000 is GB" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "reserved_gib": 11.18 + 219.44 / 1000})
+    assert "/1000 is GB" in capsys.readouterr().out
+    assert not checks.check_oom_numbers({**good, "free_gib": 406.38})      # copied without converting
+    assert "406.38 is in MiB" in capsys.readouterr().out
+
+
+def test_the_untouched_dict_of_nones_is_not_done_yet(capsys):
+    """The lab's stub (a dict of three Nones) is told "not done yet", not "write a float" (issue 19)."""
+    result = checks.check_oom_numbers({"tried_gib": None, "free_gib": None, "reserved_gib": None})
+    out = capsys.readouterr().out
+    assert not result and result.untouched and "not done yet" in out and "not a string" not in out, out
+    result = checks.check_oom_numbers({"tried_gib": 2.0, "free_gib": None, "reserved_gib": None})
+    out = capsys.readouterr().out
+    assert not result.untouched and "free_gib" in out and "0.397" not in out, out   # a partial attempt
+
+
+# --------------------------------------------------------------------------- Exercise 4: the prefill peak
+PEAK = SOLUTIONS["check_peak_terms"]
+
+
+def _peak_secrets() -> list[str]:
+    """The reference's numbers as the check would print them (bytes with commas, and MiB)."""
+    ref = lab08._peak_terms(None)
+    out = [f"{v:,}" for v in ref.values()] + [str(v) for v in ref.values()]
+    out += [f"{sum(ref.values()) / (1 << 20):,.0f}"]
+    return out
+
+
+def test_peak_reference_is_the_dry_run_of_the_setup():
+    trace = lab08.peak_reference()
+    assert (trace.model.lower(), trace.batch_size, trace.seq_len, trace.dtype, trace.attn_implementation) == (
+        "smollm2-135m", 8, 2048, "bfloat16", "sdpa")
+    at = trace.breakdown("peak")
+    # the lab's arithmetic is what the dry run records, within the allocator's 512-byte rounding
+    assert at["kv_cache"] == PEAK["kv_cache"] and at["logits"] == PEAK["logits"]
+    assert abs(at["weights"] - PEAK["weights"]) < 64 * 1024
+    assert trace.peak["category"] == "logits"   # the peak is the lm_head's output
+
+
+def test_peak_stub_is_not_done_and_shows_nothing(capsys):
+    for stub in ({k: None for k in PEAK}, None, ...):
+        result = checks.check_peak_terms(stub)
+        out = capsys.readouterr().out
+        assert not result and result.untouched and "not done yet" in out, out
+        assert not any(s in out for s in _peak_secrets()), out
+
+
+def test_peak_solution_passes_and_the_pass_line_has_the_standard_shape(capsys):
+    assert checks.check_peak_terms(PEAK, lab08.peak_reference())
+    out = capsys.readouterr().out
+    assert out == "PASS the prefill peak, term by term: 2,171 MiB, as expected.\n", out
+
+
+@pytest.mark.parametrize("attempt", [0, 1e12, {"weights": PEAK["weights"]}, {**PEAK, "attention": 1},
+                                     {k: 2 * v for k, v in PEAK.items()}, {k: v / 2 for k, v in PEAK.items()},
+                                     {**PEAK, "logits": "1.5 GiB"}, {**PEAK, "kv_cache": -1}])
+def test_peak_wrong_attempts_fail_without_the_answer(attempt, capsys):
+    result = checks.check_peak_terms(attempt)
+    out = capsys.readouterr().out
+    assert not result and not result.untouched and not result.revealed and out.startswith("FAIL "), out
+    assert "ANSWER" not in out
+    assert not any(s in out for s in _peak_secrets()), out
+
+
+@pytest.mark.parametrize("key, factor, words", [
+    ("weights", 2, "bfloat16 stores 2 bytes per parameter"),
+    ("kv_cache", 0.5, "K and V"),
+    ("kv_cache", 3, "key/value heads only"),
+    ("logits", 2, "float32 here? check the dtype"),
+    ("logits", 1 / 2048, "every position"),
+    ("activations", 32, "never materialises the L x L"),
+])
+def test_peak_each_term_is_judged_with_its_misconception(key, factor, words, capsys):
+    result = checks.check_peak_terms({**PEAK, key: PEAK[key] * factor})
+    out = capsys.readouterr().out
+    assert not result and words in out, out
+    others = [k for k in PEAK if k != key]
+    assert all(f"{k} ok" in out for k in others), out   # only the wrong term is blamed
+
+
+def test_peak_tied_embedding_counted_twice_is_named(capsys):
+    assert not checks.check_peak_terms({**PEAK, "weights": PEAK["weights"] + 2 * 49152 * 576})
+    assert "tied" in capsys.readouterr().out
+
+
+def test_peak_terms_in_mib_are_named(capsys):
+    assert not checks.check_peak_terms({k: v / 2**20 for k, v in PEAK.items()})
+    assert "the dict wants bytes" in capsys.readouterr().out
+
+
+def test_peak_reveal_shows_the_answer(capsys):
+    result = checks.check_peak_terms({k: 2 * v for k, v in PEAK.items()}, reveal=True)
+    verdict, answer = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert verdict.startswith("FAIL ") and answer.startswith("ANSWER ") and result.revealed
+    assert "377,487,360" in answer and "1,610,612,736" in answer
+    assert len(checks.reveal("lab08", 4)) == 1
+    assert "1,610,612,736" in capsys.readouterr().out
+
+
+def test_peak_judges_against_the_trace_it_is_given(capsys):
+    from vramlab.vram.dryrun import dry_run
+
+    eager = dry_run("smollm2-135m", 8, 2048, attn_implementation="eager")
+    assert not checks.check_peak_terms(PEAK, eager)     # eager peaks inside attention, before the lm_head
+    assert "logits" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="trace must be the MemoryTrace"):
+        checks.check_peak_terms(PEAK, "trace")
