@@ -45,3 +45,13 @@ def windows(smollm2):
     from vramlab.data import token_windows
 
     return token_windows(smollm2[1], n_windows=8, length=512)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_check_tries():
+    """Each test starts with no wrong tries recorded: checks withhold directions and offer hints by tries
+    (vramlab.checks._core.tries), which would otherwise carry over from test to test."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    yield

@@ -358,14 +358,186 @@ def test_pass_lines_are_unchanged(capsys):
         "PASS Qwen3-8B needed GiB at 40960: 5.625 GiB.\n")
 
 
-def test_direction_names_a_recognisable_factor_only():
+def test_direction_names_a_factor_only_with_its_misconception():
     from vramlab.checks._core import direction
 
-    assert direction(2 * 6480, 6480) == "2x too high"
-    assert direction(6480 / 8, 6480) == "8x too low"
-    assert direction(1.7 * 6480, 6480) == "too high"       # no odd factor that would give the answer away
+    kv = {2: "K and V counted twice", 0.5: "K or V left out", 1 / 8: "bits, not bytes", 1.024: "GB, not GiB"}
+    assert direction(2 * 6480, 6480) == "too high"                          # a bare factor names no mistake
+    assert direction(2 * 6480, 6480, kv) == "2x too high (K and V counted twice)"
+    assert direction(6480 / 8, 6480, kv) == "8x too low (bits, not bytes)"
+    assert direction(6480 * 1.024, 6480, kv) == "2.4% too high (GB, not GiB)"
+    assert direction(16 * 6480, 6480, kv) == "too high"                     # 16x is one division from the answer
+    assert direction(1.7 * 6480, 6480, kv) == "too high"
     assert direction(-3, 6480) == "the wrong sign"
     assert direction(0, 6480) == "too low"
+
+
+def test_after_two_wrong_tries_a_number_gets_no_direction_and_the_hints_open_by_tries(capsys):
+    from vramlab.checks._core import HINT_TIERS, check_close, tries
+
+    lines = []
+    for attempt in (100, 10, 50, 20, 30, 40):
+        assert not check_close("demo number", attempt, 37, unit="bytes", hint="count the heads")
+        lines.append(capsys.readouterr().out.strip())
+    assert "too high" in lines[0] and "open Hint" not in lines[0]
+    assert "too low" in lines[1] and f"That is try 2: open {HINT_TIERS[0]} above" in lines[1]
+    for n, line in enumerate(lines[2:], start=3):
+        assert "too high" not in line and "too low" not in line and "not it" in line, line
+    assert f"open {HINT_TIERS[1]}" in lines[2] and f"open {HINT_TIERS[2]}" in lines[3]
+    assert "reveal=True" in lines[4] and "count the heads" in lines[4]
+    assert tries("demo number") == 6
+    assert check_close("demo number", 37, 37, unit="bytes") and tries("demo number") == 0   # a pass starts over
+    capsys.readouterr()
+    assert not check_close("demo number", 1, 37) and "too low" in capsys.readouterr().out
+    assert not check_close("demo number", None, 37) and tries("demo number") == 1           # a stub is no try
+
+
+def test_check_choice_says_why_that_choice_fails_and_nothing_more(capsys):
+    from vramlab.checks._core import check_choice
+
+    options = {"a": "the message names no cap", "b": "the reason the message gives", "c": "free memory is not the limit"}
+    assert not check_choice("demo choice", "a", options, "b")
+    out = capsys.readouterr().out
+    assert "Hint: the message names no cap" in out and "'b'" not in out.split("expected")[0]
+    assert check_choice("demo choice", " B ", options, "b")
+    assert capsys.readouterr().out.strip() == "PASS demo choice: b: the reason the message gives."
+    assert not check_choice("demo choice", "z", options, "b") and "not one of the choices" in capsys.readouterr().out
+    assert not check_choice("demo choice", None, options, "b") and "not done" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="not among the options"):
+        check_choice("demo choice", "a", options, "d")
+
+
+def test_learners_or_package_says_which_function_the_lab_runs():
+    from vramlab.checks import CheckResult, learners_or_package
+    from vramlab.quarot.hadamard import fwht
+
+    said = []
+    mine = lambda x: x  # noqa: E731
+    ok = CheckResult("butterfly", True, "", "")
+    assert learners_or_package(ok, mine, fwht, "butterfly", said.append) is mine
+    assert learners_or_package(CheckResult("butterfly", False, "", ""), mine, fwht, "butterfly", said.append) is fwht
+    assert learners_or_package(True, None, fwht, "butterfly", said.append) is fwht
+    assert said[0] == "Your butterfly passed its check: the lab runs it from here on."
+    assert said[1] == ("Your butterfly has not passed its check yet, so the lab runs vramlab's "
+                       "vramlab.quarot.hadamard.fwht in its place.")
+
+
+# --------------------------------------------------------------------------- no narrowing by tries (issue 29)
+_FACTOR_RE = re.compile(r"\b\d{1,6}(?:\.\d{1,6})?x too (?:high|low)\b|\b\d{1,3}(?:\.\d{1,3})?% too (?:high|low)\b")
+
+
+def _bisect(name: str, extra: tuple, capsys, steps: int = 12):
+    """A learner who bisects: each try is the geometric middle of what the messages left open (from 1e-6 to
+    1e15), read for "too high" / "too low". Returns ("found", try), ("factor", message) or (lo, hi, directed)."""
+    import math
+
+    first = next(iter(inspect.signature(getattr(checks, name)).parameters))
+    lo, hi, directed = 1e-6, 1e15, 0
+    for step in range(steps):
+        value = float(f"{math.sqrt(lo * hi):.6g}")
+        attempt = (lambda v: (lambda *a, **k: v))(value) if first == "fn" else value
+        result = _call(name, attempt, extra)
+        out = capsys.readouterr().out
+        if result.passed:
+            return "found", step + 1
+        if _FACTOR_RE.search(out):
+            return "factor", out
+        high, low = bool(re.search(r"\btoo (?:high|large|big|many|much)\b", out)), bool(
+            re.search(r"\btoo (?:low|small|few|little)\b", out))
+        if high != low:
+            directed += 1
+            lo, hi = (lo, value) if high else (value, hi)
+    return lo, hi, directed
+
+
+def _number_checks() -> list[str]:
+    return [n for n in _exported_checks() if not EXERCISES[n].prediction and not EXERCISES[n].choices]
+
+
+@pytest.mark.parametrize("name", _number_checks())
+def test_a_bisecting_learner_never_narrows_an_answer_below_four_candidates(name, smollm2, capsys):
+    """Wrong tries, each at the middle of what the messages left open: the check gives a direction on two
+    tries at most, never a bare factor, so after 12 tries at least three decades (far more than 4 candidates
+    at any tolerance a check uses) are still open, and the answer was not found by bisection."""
+    from vramlab.checks._core import DIRECTION_TRIES
+
+    outcome = _bisect(name, _extra(name, smollm2[0]), capsys)
+    assert outcome[0] != "found", f"{name}: a bisecting learner found the answer in {outcome[1]} tries"
+    assert outcome[0] != "factor", f"{name}: a bare factor message gives the answer away: {outcome[1]}"
+    lo, hi, directed = outcome
+    assert directed <= DIRECTION_TRIES, f"{name}: {directed} tries told a direction (at most {DIRECTION_TRIES})"
+    assert hi / lo >= 1e3, f"{name}: the messages narrowed the answer to [{lo:g}, {hi:g}]"
+
+
+def _quoted(label: str) -> re.Pattern:
+    return re.compile(rf"(?<![\w])['\"(]{re.escape(label)}['\")](?![\w])")
+
+
+@pytest.mark.parametrize("name", [n for n in _exported_checks() if EXERCISES[n].choices])
+def test_a_wrong_choice_is_told_why_it_fails_and_names_no_other_choice(name, smollm2, capsys):
+    """Every label of a multiple-choice check: the right ones pass; a wrong one fails with a reason that
+    names no other label, so trying the choices one by one never narrows them more than the tries themselves."""
+    labels = EXERCISES[name].choices
+    extra = _extra(name, smollm2[0])
+    passed = []
+    for label in labels:
+        result = _call(name, label, extra)
+        out = capsys.readouterr().out
+        if result.passed:
+            passed.append(label)
+            continue
+        assert result.hint, f"{name}({label!r}) says nothing about why that choice fails: {out}"
+        named = [other for other in labels if other != label and _quoted(other).search(out)]
+        assert not named, f"{name}({label!r}) names the other choices {named}: {out}"
+    assert passed and len(passed) < len(labels), (name, passed)
+
+
+def _answer_values(answer: str) -> list[str]:
+    """The value an answer text gives (not the inputs its explanation mentions): the first number of a plain
+    answer, or the numbers of a ``{...}`` answer, when it has 3+ significant digits; each as written and
+    without its thousands commas."""
+    head = answer[:answer.index("}") + 1] if answer.startswith("{") and "}" in answer else answer.split(" ", 1)[0]
+    values = []
+    for number in _NUMBER_RE.findall(head):
+        number = number.rstrip(".,")
+        if len(number.replace(",", "").replace(".", "").lstrip("0")) >= 3:
+            values += sorted({number, number.replace(",", "")})
+    return values
+
+
+def _lab_screen_before(path: Path, number: str) -> tuple[int, str]:
+    """(index of the ``### Exercise <number>`` cell, what the learner version shows before it: markdown, the
+    lab's code, and the outputs of a learner who solved everything before)."""
+    import nbformat
+
+    from vramlab import labs
+
+    cells = nbformat.read(path, as_version=4).cells
+    pattern = re.compile(rf"^#+\s*Exercise\s+(?:\d{{1,2}}\.)?{re.escape(number)}\b", re.M)
+    start = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and pattern.search(c.source))
+    shown = []
+    for cell in cells[:start]:
+        if cell.cell_type == "markdown":
+            shown.append(cell.source)
+            continue
+        shown.append(labs.strip_solutions(labs.marked_source(cell)))
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            shown.append("".join(out.get("text", "")) + "".join(data.get("text/plain", "")) + "".join(data.get("text/html", "")))
+    return start, "\n".join(shown)
+
+
+@pytest.mark.parametrize("name", sorted(_notebook_exercises()))
+def test_no_answer_value_is_on_screen_before_its_exercise(name, smollm2):
+    """Issue 29: the value each exercise asks for appears in no cell before the exercise (markdown, code or
+    output of the executed lesson), so no learner reads it off the screen."""
+    lab, number = _notebook_exercises()[name]
+    path = next(NOTEBOOKS.glob(f"{lab[3:]}_*.ipynb"))
+    params = list(inspect.signature(getattr(checks, name)).parameters)[1:]
+    answer = answer_text(name, **dict(zip(params, _extra(name, smollm2[0]))))
+    start, shown = _lab_screen_before(path, number)
+    early = [v for v in _answer_values(answer) if re.search(rf"(?<![\d.,]){re.escape(v)}(?![\d])", shown)]
+    assert not early, f"{path.name}: {early} (the answer of {name}) is on screen before Exercise {number} (cell {start})"
 
 
 def test_secrets_regex_is_linear():

@@ -420,3 +420,37 @@ def test_no_notebook_runs_more_threads_than_its_environment_allows(path):
             continue
         for call in re.findall(r"torch\.set_num_threads\(([^\n]*)\)", cell.source):
             assert call.strip() == "1" or call.startswith("min("), (path.name, call)
+
+
+def _prediction_cells(path):
+    """(cell index, the lab's code) of every cell whose solution block stores a prediction (a STUB line
+    ``predicted... = None``)."""
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        marked = labs.marked_source(cell)
+        if re.search(r"#\s*STUB:\s*predicted\w{0,60}\s*=", marked):
+            yield index, labs.strip_solutions(marked)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_prediction_is_recorded_before_its_measurement_runs(path):
+    """Issue 29: the cell where a learner stores a prediction only stores it (and may record it with a check
+    whose arguments are plain names): the measurement runs in a later cell, so the prediction is on record
+    before any number it predicts is computed."""
+    import ast
+
+    for index, code in _prediction_cells(path):
+        for node in ast.parse(code).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.startswith("predicted")
+                                                    for t in node.targets):
+                continue
+            call = node.value if isinstance(node, ast.Expr) else None
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_") \
+                    and not any(isinstance(n, ast.Call) for a in [*call.args, *call.keywords] for n in ast.walk(a)):
+                continue
+            raise AssertionError(f"{path.name} cell {index}: the prediction cell also runs "
+                                 f"`{ast.unparse(node)[:80]}`; move the measurement to the next cell")

@@ -7,7 +7,7 @@ Checks for each lab live in their own module (``lab00`` ...) and are re-exported
 notebook writes ``from vramlab.checks import check_fp16_weight_bytes``.
 """
 
-from vramlab.checks._core import CheckResult, report, reveal  # noqa: F401
+from vramlab.checks._core import CheckResult, learners_or_package, report, reveal  # noqa: F401
 from vramlab.checks.lab00 import *  # noqa: F401,F403
 from vramlab.checks.lab03 import *  # noqa: F401,F403
 from vramlab.checks.lab02 import *  # noqa: F401,F403

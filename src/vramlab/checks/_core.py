@@ -176,6 +176,7 @@ class Exercise:
     check: str
     answer: Callable[..., str]
     prediction: bool = False
+    choices: tuple[str, ...] = ()   # a multiple-choice check's labels (tests try every wrong one)
 
 
 #: check name -> its Exercise, filled by :func:`exercise` when a labNN module is imported.
@@ -183,8 +184,12 @@ EXERCISES: dict[str, Exercise] = {}
 _REVEALING: contextvars.ContextVar = contextvars.ContextVar("vramlab_checks_revealing", default=None)
 
 
-def exercise(lab: str, number: int | None, answer: Callable[..., str], *, prediction: bool = False):
+def exercise(lab: str, number: int | None, answer: Callable[..., str], *, prediction: bool = False,
+             choices: tuple[str, ...] | list[str] = ()):
     """Decorator: register a check as ``lab``'s exercise ``number`` and give it a ``reveal=False`` keyword.
+
+    ``choices``: the labels of a multiple-choice check (``tests/test_checks.py`` tries each wrong one and holds
+    that its message names no other label).
 
     With ``reveal=True`` the check runs as usual (the learner's answer is still judged), and its result
     also carries the answer (``answer(**the check's other arguments)``), printed on an ``ANSWER`` line
@@ -193,7 +198,7 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
 
     def decorate(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         sig = inspect.signature(check)
-        entry = Exercise(lab, number, check.__name__, answer, prediction)
+        entry = Exercise(lab, number, check.__name__, answer, prediction, tuple(choices))
         EXERCISES[check.__name__] = entry
 
         @functools.wraps(check)
@@ -293,9 +298,16 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     untouched = not passed and (is_untouched(value) if value is not _MISSING else _untouched_text(got))
     if untouched:
         hint = untouched_hint  # the exercise's own hint can wait for a real attempt too
+    revealing = _REVEALING.get()
+    if passed or revealing is not None:
+        reset_tries(name)
+    elif not untouched and result_class is None:
+        _TRIES[name] = tries(name) + 1
+        offer = hint_offer(_TRIES[name])
+        if offer:
+            hint = f"{str(hint).strip().rstrip('.')}. {offer}" if str(hint).strip() else offer
     result = (result_class or CheckResult)(name, bool(passed), expected, got, hint if not passed else "",
                                            details, untouched)
-    revealing = _REVEALING.get()
     if revealing is not None:
         entry, context = revealing
         result.revealed = True
@@ -461,22 +473,74 @@ def as_float(x: Any) -> float | None:
         return None
 
 
-_FACTORS = (2, 3, 4, 8, 16, 32, 64, 1000, 1024)
+# --------------------------------------------------------------------------- tries, directions and hints
+#: check name -> the learner's wrong attempts so far in this kernel (an untouched stub does not count, a pass
+#: or a reveal starts the count again). Checks read it through :func:`tries`; the tests reset it per test.
+_TRIES: dict[str, int] = {}
+#: A wrong number is told its direction (too high / too low) on its first two tries only: after that a
+#: learner could bisect an exact answer in a few more tries, so the check offers the next hint instead.
+DIRECTION_TRIES = 2
+#: The three collapsed hint tiers every exercise has, in the order a check offers them.
+HINT_TIERS = ("Hint 1 (the idea)", "Hint 2 (where to look)", "Hint 3 (pseudocode)")
+NO_DIRECTION = "not it"
 
 
-def direction(value: float, want: float) -> str:
-    """How a wrong number is off, without the answer: ``"2x too high"`` for a recognisable factor
-    (2, 4, 8, 1000, 1024 ...), else ``"too high"`` / ``"too low"`` / ``"the wrong sign"``."""
+def tries(name: str) -> int:
+    """How many wrong attempts the check ``name`` has seen in this kernel (0 before the first)."""
+    return _TRIES.get(name, 0)
+
+
+def reset_tries(name: str | None = None) -> None:
+    """Forget the wrong attempts of check ``name`` (all checks when None); the test suite does this per test."""
+    if name is None:
+        _TRIES.clear()
+    else:
+        _TRIES.pop(name, None)
+
+
+def hint_offer(wrong_tries: int) -> str:
+    """What a check adds after the learner's ``wrong_tries``-th wrong attempt: nothing after the first, then
+    the next hint tier (Hint 1 after the 2nd try, Hint 2 after the 3rd, Hint 3 after the 4th), then how to
+    ask for the answer. It names the tier; the hint itself stays in its collapsed box above the exercise."""
+    if wrong_tries < 2:
+        return ""
+    tier = wrong_tries - 2
+    if tier < len(HINT_TIERS):
+        return f"That is try {wrong_tries}: open {HINT_TIERS[tier]} above the exercise."
+    return (f"That is try {wrong_tries} and all three hints are open: compare your steps with Hint 3, or call "
+            "this check with reveal=True to see the answer.")
+
+
+def _factor_text(ratio: float) -> str:
+    """``"2x too high"``, ``"8x too low"``, ``"2.4% too high"`` for a ratio of got / wanted."""
+    k = ratio if ratio >= 1 else 1 / ratio
+    side = "too high" if ratio > 1 else "too low"
+    if abs(k - round(k)) <= 1e-3 * k:
+        return f"{int(round(k))}x {side}"
+    return f"{(k - 1):.1%} {side}"
+
+
+def direction(value: float, want: float, factors: dict[float, str] | None = None, name: str | None = None) -> str:
+    """How a wrong number is off, without the answer.
+
+    ``factors`` maps a ratio got/wanted that names a misconception to that misconception, e.g.
+    ``{2: "K and V counted twice", 0.5: "K or V left out", 1 / 8: "bits, not bytes", 1024 / 1000: "GiB vs GB"}``:
+    a value off by exactly such a factor (0.1%) is told ``"2x too high (K and V counted twice)"``. Only those
+    factors are named: a bare "16x too high" names no mistake and is one division from the answer. Anything
+    else is ``"too high"`` / ``"too low"`` / ``"the wrong sign"``. With ``name`` (the check's name), from the
+    learner's third wrong try on the direction is withheld (:data:`DIRECTION_TRIES`): the result is
+    ``"not it"`` and :func:`report` offers the next hint instead, so an exact answer cannot be bisected.
+    """
+    if name is not None and tries(name) >= DIRECTION_TRIES:
+        return NO_DIRECTION
     if not (math.isfinite(value) and math.isfinite(want)) or want == 0:
         return "too high" if value > want else "too low"
     ratio = value / want
     if ratio <= 0:
         return "too low" if value == 0 else "the wrong sign"
-    for k in _FACTORS:
-        if math.isclose(ratio, k, rel_tol=1e-3):
-            return f"{k}x too high"
-        if math.isclose(ratio, 1 / k, rel_tol=1e-3):
-            return f"{k}x too low"
+    for factor, why in (factors or {}).items():
+        if factor > 0 and math.isclose(ratio, factor, rel_tol=1e-3):
+            return f"{_factor_text(factor)} ({why})"
     return "too high" if ratio > 1 else "too low"
 
 
@@ -493,10 +557,12 @@ def read_number(name: str, what: str, got: Any, example: str = "500") -> float |
 
 
 def check_close(name: str, got: Any, expected: float, rel: float = 1e-6, abs_tol: float = 0.0,
-                unit: str = "", hint: str = "", what: str = "") -> CheckResult:
+                unit: str = "", hint: str = "", what: str = "",
+                factors: dict[float, str] | None = None) -> CheckResult:
     """Pass when ``got`` is a number within ``rel`` (relative) or ``abs_tol`` of ``expected``.
 
-    A wrong number is told its direction (:func:`direction`), never ``expected``; ``what`` describes
+    A wrong number is told its direction (:func:`direction`, naming only the ``factors`` given: ratio ->
+    misconception), never ``expected``, and from the third wrong try on not even that; ``what`` describes
     the answer wanted (default ``"a number of <unit>"``).
     """
     value = as_float(got)
@@ -508,4 +574,49 @@ def check_close(name: str, got: Any, expected: float, rel: float = 1e-6, abs_tol
     ok = math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol)
     if ok:
         return report(name, True, want, f"{fmt_number(value)}{unit_s}", value=got)
-    return report(name, False, want, f"{fmt_number(value)}{unit_s}, {direction(value, expected)}", hint, value=got)
+    return report(name, False, want, f"{fmt_number(value)}{unit_s}, {direction(value, expected, factors, name)}", hint,
+                  value=got)
+
+
+# --------------------------------------------------------------------------- multiple choice
+def check_choice(name: str, got: Any, options: dict[str, str], correct: str | set[str] | tuple[str, ...],
+                 what: str = "") -> CheckResult:
+    """A multiple-choice check: ``options`` maps each choice's label (``"a"``, ``"shortage"``) to a sentence.
+
+    For a wrong choice the sentence says why THAT choice fails, from the evidence the learner has: it must not
+    name another choice nor hint at the right one (``tests/test_checks.py`` tries every wrong label and holds
+    that its message names no other label). For a right choice it is the reason, shown on the PASS line.
+    Labels compare case-insensitively, stripped of spaces and quotes. ``what`` describes the answer wanted
+    (default: "one of 'a', 'b', 'c'").
+    """
+    right = {correct} if isinstance(correct, str) else set(correct)
+    unknown = right - set(options)
+    if unknown:
+        raise ValueError(f"check_choice {name!r}: the correct label(s) {sorted(unknown)} are not among the options")
+    want = what or "one of " + ", ".join(repr(label) for label in options)
+    if is_untouched(got):
+        return report(name, False, want, fmt_number(got), value=got)
+    label = str(got).strip().strip("'\"").strip()
+    match = next((k for k in options if k.lower() == label.lower()), None)
+    if match is None:
+        return report(name, False, want, f"{str(got)[:60]!r} (not one of the choices)",
+                      hint="store one of the labels above, as a string")
+    if match in right:
+        return report(name, True, want, f"{match}: {options[match]}")
+    return report(name, False, want, repr(match), hint=options[match])
+
+
+# --------------------------------------------------------------------------- learners' code at model scale
+def learners_or_package(passed: Any, learner: Callable | None, package: Callable, what: str,
+                        print_line: Callable[[str], None] = print) -> Callable:
+    """The function the rest of the lab runs: the learner's own ``learner`` when its check passed (``passed``
+    is that check's :class:`CheckResult`, or a bool), else vramlab's ``package`` function. Prints one line
+    saying which, e.g. ``"Your butterfly passed its check: the rotated model below runs it inside the online
+    Hadamard."`` or ``"Your butterfly has not passed its check yet, so the lab runs vramlab's
+    vramlab.quarot.hadamard.fwht in its place."``."""
+    if bool(passed) and callable(learner):
+        print_line(f"Your {what} passed its check: the lab runs it from here on.")
+        return learner
+    qualified = f"{getattr(package, '__module__', 'vramlab')}.{getattr(package, '__qualname__', repr(package))}"
+    print_line(f"Your {what} has not passed its check yet, so the lab runs vramlab's {qualified} in its place.")
+    return package

@@ -252,7 +252,7 @@ def check_kv4_bytes_per_token(got) -> CheckResult:
                 "count what one token leaves behind for one KV head in one layer (values and the group's "
                 "extras), then multiply out")
     return report(name, False, "the bytes of K and V at 4 bits with their scales and zero points",
-                  f"{fmt_number(value)} bytes, {direction(value, expected)}", hint=hint)
+                  f"{fmt_number(value)} bytes, {direction(value, expected, name=name)}", hint=hint)
 
 
 def _w16a4_answer(measured=None, **_) -> str:
@@ -341,7 +341,7 @@ def check_kv4_trade_off(got) -> CheckResult:
                     "use your Exercise 3 arithmetic for both caches (float16, and 4-bit with its scales and zero "
                     "points) and divide")
         return report(name, False, "the float16-to-KV4 ratio of KV bytes per token",
-                      f"kv_bytes_ratio {fmt_number(ratio, 4)}, {direction(ratio, want_ratio)}", hint)
+                      f"kv_bytes_ratio {fmt_number(ratio, 4)}, {direction(ratio, want_ratio, name=name)}", hint)
     if not abs(pct - want_pct) <= 0.1:
         variants = ref["_variants"]
         mistakes = [
@@ -356,6 +356,6 @@ def check_kv4_trade_off(got) -> CheckResult:
                     "look both rows up with quant.table_ppl(table, setting, rotation, weights) and take the "
                     "relative increase")
         return report(name, False, "the perplexity increase of adding KV4, in percent, from the table",
-                      f"ppl_cost_pct {fmt_number(pct, 4)}, {direction(pct, want_pct)}", hint)
+                      f"ppl_cost_pct {fmt_number(pct, 4)}, {direction(pct, want_pct, name=name)}", hint)
     return report(name, True, "", f"KV4 stores {ratio:.2f}x less per token for +{pct:.1f}% perplexity on the "
                                   "rotated GPTQ model")

@@ -54,7 +54,7 @@ def _check_function_cases(name: str, fn, cases, reference, hints: dict[float, st
             return report(name, False, "a number of bytes per token", f"{fmt_number(got)} (not a number)")
         if not abs(value - want) <= 0.5:  # NaN fails too
             return report(name, False, f"a number of bytes per token for {args}",
-                          f"{fmt_number(got)}, {direction(value, want)}", _ratio_hint(value, want, hints, default_hint))
+                          f"{fmt_number(got)}, {direction(value, want, name=name)}", _ratio_hint(value, want, hints, default_hint))
     return report(name, True, "", f"all {len(cases)} cases match (e.g. {cases[0]} -> "
                                   f"{fmt_number(reference(*cases[0]))} bytes per token)")
 
@@ -117,7 +117,7 @@ def check_needed_gib(got: Any) -> CheckResult:
              2.0: "twice too much: bf16 is 2 bytes per element",
              GiB: "that is bytes; divide by 2**30 for GiB",
              4.5: "too big: Qwen3-8B has 8 KV heads (GQA), not 36 query heads' worth"}
-    return report(name, False, "a number of GiB", f"{fmt_number(value)} GiB, {direction(value, want)}",
+    return report(name, False, "a number of GiB", f"{fmt_number(value)} GiB, {direction(value, want, name=name)}",
                   _ratio_hint(value, want, hints, "work out the bytes of one token first, then scale up and convert"))
 
 
@@ -153,7 +153,7 @@ def check_max_len_that_fits(fn) -> CheckResult:
             elif value is not None and not float(value).is_integer():
                 hint = "a length is a whole number of tokens (use //)"
             if value is not None and value == value:
-                got_s = f"{fmt_number(got)}, {direction(value, want)}"
+                got_s = f"{fmt_number(got)}, {direction(value, want, name=name)}"
             else:
                 got_s = fmt_number(got)
             return report(name, False, f"a number of tokens (budget {avail:,} bytes, block_size {bs})", got_s, hint)
@@ -385,7 +385,7 @@ def check_deployment_size(fn) -> CheckResult:
                 hint = _ratio_hint(tokens, t, {2.0: "twice too many: each layer stores a key AND a value per KV head",
                                                0.5: "half: bytes per token counts K and V once each, not twice"},
                                    "bytes per token from the config first (Exercise 1), then whole blocks of the budget")
-            return report(name, False, f"a number of tokens ({label})", f"{fmt_number(tokens)}, {direction(tokens, t)}",
+            return report(name, False, f"a number of tokens ({label})", f"{fmt_number(tokens)}, {direction(tokens, t, name=name)}",
                           hint)
         if not abs(conc - want["max_concurrency"]) <= 0.005:
             c = want["max_concurrency"]
@@ -398,7 +398,7 @@ def check_deployment_size(fn) -> CheckResult:
                 hint = "round the request's blocks up (ceil), not to a fraction"
             else:
                 hint = "how many blocks does one full-length request hold? divide the pool's blocks by that"
-            return report(name, False, f"a concurrency ratio ({label})", f"{fmt_number(conc, 4)}, {direction(conc, c)}",
+            return report(name, False, f"a concurrency ratio ({label})", f"{fmt_number(conc, 4)}, {direction(conc, c, name=name)}",
                           hint)
     first = _size_reference(*_SIZE_CASES[0])
     logged = estimate_max_model_len(_MAX_LEN_CFG, int(4.89 * GiB), 1 << 22)

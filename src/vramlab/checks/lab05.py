@@ -37,7 +37,7 @@ def _ratio(name: str, got: Any, want: float, what: str, mistakes: dict[float, st
         return report(name, False, what, f"{fmt_number(got)} (not a finite number)", hint)
     if abs(value - want) <= 5e-3 * want:
         return report(name, True, "", fmt_number(round(value, 3)))
-    shown = f"{fmt_number(value)}, {direction(value, want)}"
+    shown = f"{fmt_number(value)}, {direction(value, want, name=name)}"
     for wrong, why in mistakes.items():
         if abs(value - wrong) <= 5e-3 * abs(wrong):
             return report(name, False, what, shown, why)

@@ -87,7 +87,7 @@ def check_oom_numbers(got: Any) -> CheckResult:
             hint = "that is only the unused part of the cache; add what is allocated by PyTorch"
         elif abs(value - want[key]) <= 0.01:
             hint = "close: keep three decimals (round only at the end)"
-        return report(name, False, f"{key} as a number of GiB", f"{key} = {value:g}, {direction(value, want[key])}", hint)
+        return report(name, False, f"{key} as a number of GiB", f"{key} = {value:g}, {direction(value, want[key], name=name)}", hint)
     return report(name, True, "", "tried {tried_gib:.2f}, free {free_gib:.3f}, reserved {reserved_gib:.3f} GiB"
                   .format(**want))
 
@@ -212,7 +212,7 @@ def _ratio_is(ratio: float, k: float, rel: float = 0.03) -> bool:
     return math.isclose(ratio, k, rel_tol=rel)
 
 
-def _term_hint(key: str, value: float, want: float) -> str:
+def _term_hint(key: str, value: float, want: float, name: str | None = None) -> str:
     """What is likely wrong with one term, from the learner's number and the reference (never the number)."""
     ratio = value / want if want else float("inf")
     if want and any(_ratio_is(ratio, u) for u in (1 / 2**20, 1 / 2**30, 1e-6, 1e-9)):
@@ -255,7 +255,7 @@ def _term_hint(key: str, value: float, want: float) -> str:
             return ("activations too high: at the peak only what the lm_head reads is still alive; each layer's "
                     "intermediates were freed when the layer ended")
         return "activations too low: what the lm_head reads is still alive at the peak; which tensor is it, and how big?"
-    return f"{key} {direction(value, want)}: work it out again from the config, in bytes"
+    return f"{key} {direction(value, want, name=name)}: work it out again from the config, in bytes"
 
 
 @exercise("lab08", 4, _peak_answer)
@@ -293,5 +293,5 @@ def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
     if not wrong:
         total = sum(want.values())
         return report(name, True, kind, f"{total / MiB:,.0f} MiB")
-    got = ", ".join(f"{k} {'ok' if k not in wrong else direction(values[k], want[k])}" for k in PEAK_KEYS)
-    return report(name, False, kind, got, "; ".join(_term_hint(k, values[k], want[k]) for k in wrong))
+    got = ", ".join(f"{k} {'ok' if k not in wrong else direction(values[k], want[k], name=name)}" for k in PEAK_KEYS)
+    return report(name, False, kind, got, "; ".join(_term_hint(k, values[k], want[k], name) for k in wrong))
