@@ -465,21 +465,33 @@ def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "pyt
         print(f"executed {path} in {time.perf_counter() - start:.1f} s")
 
 
-MAIN_PATH_WORD_LIMIT = 1800   # issue #19: each lab's main path is at most about 1,800 words
-_DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
+MAIN_PATH_WORD_LIMIT = 1800   # issues 19 and 29: at most about 1,800 words a lab, boxes included, before "Going deeper"
 _HTML_TAG = re.compile(r"<[^>]{0,500}>")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’_.,%/+-]{0,200}")
 
 
+_GOING_DEEPER = re.compile(r"^##\s+Going deeper\b", re.M)
+
+
 def main_path_words(notebook: str | Path) -> int:
-    """Words a learner reads on a notebook's main path: its markdown cells, outside ``<details>`` blocks.
+    """Words a learner reads in a notebook: its markdown cells, collapsed ``<details>`` boxes (hints, answers,
+    asides) included, up to an optional final ``## Going deeper`` section, which does not count.
 
     HTML tags, table pipes and punctuation-only tokens do not count; a token that starts with a letter or a
     digit does (``6,480``, ``GiB``, ``max_model_len``). Code cells and outputs do not count.
     """
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
-    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    text = _HTML_TAG.sub(" ", _DETAILS.sub(" ", text))
+    sources = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        source = "".join(cell["source"])
+        deeper = _GOING_DEEPER.search(source)
+        if deeper:
+            sources.append(source[:deeper.start()])
+            break
+        sources.append(source)
+    text = _HTML_TAG.sub(" ", "\n".join(sources))
     return len(_WORD.findall(text))
 
 
@@ -494,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     u = sub.add_parser("unmark", help="put the solution markers back into notebooks for editing (build hides them)")
     u.add_argument("notebooks", nargs="+")
-    w = sub.add_parser("words", help="main-path markdown words per notebook (outside <details>)")
+    w = sub.add_parser("words", help="markdown words per notebook, collapsed boxes included, up to a final \"## Going deeper\"")
     w.add_argument("notebooks", nargs="*")
     args = parser.parse_args(argv)
     if args.command == "words":
