@@ -458,3 +458,31 @@ def test_a_prediction_is_recorded_before_its_measurement_runs(path):
                 continue
             raise AssertionError(f"{path.name} cell {index}: the prediction cell also runs "
                                  f"`{ast.unparse(node)[:80]}`; move the measurement to the next cell")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_slow_cell_says_how_long_it_takes(path):
+    """Issue 29: a cell that took over 20 s when the lesson was executed (``labs.execute`` records it) says how
+    long it takes, in its first lines or in the markdown just above it, so nobody thinks the kernel hung."""
+    cells = nbformat.read(path, as_version=4).cells
+    for index, cell in enumerate(cells):
+        seconds = cell.metadata.get(labs.TIMING_KEY, {}).get("seconds")
+        if not seconds:
+            continue
+        above = cells[index - 1].source if index and cells[index - 1].cell_type == "markdown" else ""
+        head = "\n".join(labs.marked_source(cell).splitlines()[:3])
+        assert labs.states_a_duration(head) or labs.states_a_duration(above[-400:]), \
+            f"{path.name} cell {index} took {seconds} s: say how long it takes (a '# about {seconds} s' line)"
+
+
+def test_slow_cells_are_recorded_from_nbclient_timestamps():
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.metadata["execution"] = {"iopub.execute_input": "2026-12-02T10:00:00.000Z",
+                                  "shell.execute_reply": "2026-12-02T10:00:33.900Z"}
+    labs.record_slow_cell(cell)
+    assert cell.metadata[labs.TIMING_KEY] == {"seconds": 35}
+    cell.metadata["execution"]["shell.execute_reply"] = "2026-12-02T10:00:04.000Z"
+    labs.record_slow_cell(cell)
+    assert labs.TIMING_KEY not in cell.metadata
+    assert labs.states_a_duration("# about 30 s on 2 cores") and labs.states_a_duration("takes 1-2 minutes")
+    assert not labs.states_a_duration("30 layers, 9 heads")

@@ -439,6 +439,32 @@ def strip_widget_views(nb) -> None:
             cell.outputs = [o for o in cell.get("outputs", []) if WIDGET_VIEW not in o.get("data", {})]
 
 
+SLOW_CELL_S = 20          # a cell that took longer than this says how long it takes (issue 29)
+TIMING_KEY = "vramlab_timing"
+_DURATION = re.compile(r"\b\d{1,4}(?:[.,]\d{1,2})?\s?(?:-\s?\d{1,4}\s?)?(?:s|sec|seconds?|min|minutes?)\b")
+
+
+def record_slow_cell(cell) -> None:
+    """Store ``{"seconds": N}`` (rounded to 5 s) in a code cell's metadata when its execution took more than
+    :data:`SLOW_CELL_S`, from nbclient's execution timestamps; drop it from faster cells."""
+    from datetime import datetime
+
+    cell.metadata.pop(TIMING_KEY, None)
+    stamps = cell.metadata.get("execution", {})
+    begin, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+    if cell.cell_type != "code" or not begin or not end:
+        return
+    seconds = (datetime.fromisoformat(end.replace("Z", "+00:00")) -
+               datetime.fromisoformat(begin.replace("Z", "+00:00"))).total_seconds()
+    if seconds > SLOW_CELL_S:
+        cell.metadata[TIMING_KEY] = {"seconds": int(5 * round(seconds / 5))}
+
+
+def states_a_duration(text: str) -> bool:
+    """Whether ``text`` names how long something takes ("about 30 s", "~2 minutes", "20-40 s")."""
+    return bool(_DURATION.search(text))
+
+
 def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "python3") -> None:
     """Run each notebook top to bottom in a fresh kernel (its folder as cwd) and save outputs."""
     import time
@@ -460,6 +486,7 @@ def execute(paths: list[str | Path], timeout: int = 600, kernel_name: str = "pyt
                        resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
         strip_widget_views(nb)
         for cell in nb.cells:
+            record_slow_cell(cell)
             cell.metadata.pop("execution", None)
         path.write_text(_dumps(nb))
         print(f"executed {path} in {time.perf_counter() - start:.1f} s")
