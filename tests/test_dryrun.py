@@ -91,24 +91,53 @@ def test_eager_holds_the_scores_sdpa_does_not():
     assert sdpa.peak["module"].endswith("lm_head")
 
 
-def test_kernel_choice_follows_the_gpu():
+def test_kernel_choice_follows_the_gpu_and_the_release():
     assert choose_sdpa_kernel("A100", "bfloat16", 64, False, True) == "flash"
-    assert choose_sdpa_kernel("H100", "float16", 128, False, False) == "flash"
+    # cuDNN first on sm_90 / sm_100 from torch 2.11 with cuDNN newer than 9.15
+    assert choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.13") == "cudnn"
+    assert choose_sdpa_kernel("B200", "bfloat16", 128, False, True, torch_version="2.11") == "cudnn"
+    assert choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.10") == "flash"
+    assert choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.13",
+                              cudnn_version="9.10") == "flash"
+    assert choose_sdpa_kernel("L4", "bfloat16", 128, False, False, torch_version="2.13") == "flash"
     assert choose_sdpa_kernel("T4", "float16", 64, False, False) == "efficient"   # flash needs sm_80
     assert choose_sdpa_kernel("A100", "float32", 64, False, False) == "efficient"  # flash needs 16-bit
     assert choose_sdpa_kernel("T4", "bfloat16", 64, False, False) == "math"
     assert choose_sdpa_kernel("A100", "bfloat16", 64, True, False) == "efficient"  # a mask rules out flash
+    # memory-efficient with grouped-query heads: math up to torch 2.13, efficient from 2.14 (pytorch#191085)
+    assert choose_sdpa_kernel("T4", "float16", 64, False, True, torch_version="2.13") == "math"
+    assert choose_sdpa_kernel("T4", "float16", 64, False, True, torch_version="2.14") == "efficient"
     # on a T4 in bf16 the math path materialises the scores: its peak is higher than the A100's
     t4 = dry_run("smollm2-135m", 1, 4096, gpu="T4")
     a100 = dry_run("smollm2-135m", 1, 4096, gpu="A100")
     heads = load_config("smollm2-135m")["num_attention_heads"]
     assert t4.sdpa_kernel == "math" and a100.sdpa_kernel == "flash"
-    scores = round_size(heads * 4096 * 4096 * 2)
+    elems = heads * 4096 * 4096
     assert t4.peak_bytes > a100.peak_bytes
-    assert t4.breakdown("peak")["activations"] >= 2 * scores     # the scores and their softmax, both L x L
-    assert a100.breakdown("peak")["activations"] < scores
+    # torch >= 2.6: float32 scores + float32 softmax + the bool isneginf, all live at once
+    assert t4.breakdown("peak")["activations"] >= 9 * elems
+    assert a100.breakdown("peak")["activations"] < 2 * elems
     assert "self_attn" in t4.peak["module"] and a100.peak["module"].endswith("lm_head")
     assert cublas_workspace_bytes("H100") == 32 * MiB and cublas_workspace_bytes("T4") == 8 * MiB + 128 * 1024
+    # Blackwell gets the 32 MiB workspace from torch 2.12
+    assert cublas_workspace_bytes("B200", "2.12") == 32 * MiB
+    assert cublas_workspace_bytes("B200", "2.11") == 8 * MiB + 128 * 1024
+
+
+def test_smollm2_bf16_on_a_t4_peaks_in_the_math_kernel():
+    """The acceptance point of issue 28: 8 x 2,048 in bf16 on a T4 peaks in attention, not at lm_head."""
+    cfg = load_config("smollm2-135m")
+    elems = 8 * cfg["num_attention_heads"] * 2048 * 2048
+    new = dry_run("smollm2-135m", 8, 2048, gpu="T4", torch_version="2.13")
+    old = dry_run("smollm2-135m", 8, 2048, gpu="T4", torch_version="2.5")
+    pre = dry_run("smollm2-135m", 8, 2048, gpu="T4", torch_version="2.4")
+    flash = dry_run("smollm2-135m", 8, 2048, gpu="A100")
+    assert new.peak["module"].endswith("layers.29.self_attn") and old.peak["module"].endswith("layers.29.self_attn")
+    assert old.peak_bytes - new.peak_bytes == round_size(4 * elems)     # 2.5's where into a second float32
+    assert new.peak_bytes > flash.peak_bytes and new.breakdown("peak")["activations"] >= 9 * elems
+    assert pre.peak["module"].endswith("lm_head")                        # 2.4: bf16 scores, no upcast
+    reduced = dry_run("smollm2-135m", 8, 2048, gpu="T4", allow_fp16_bf16_reduction_math_sdp=True)
+    assert reduced.peak_bytes < new.peak_bytes
 
 
 def test_real_cpu_forward_allocates_the_same_sizes():

@@ -27,12 +27,15 @@ unmodelled term (:attr:`MemoryTrace.cuda_context_bytes`, ``None`` unless measure
 
 Kernel fidelity. On the meta device ``aten.scaled_dot_product_attention`` is one op that only
 makes its output, whatever kernel a GPU would run. During the dry run :func:`_gpu_sdpa` replaces
-``F.scaled_dot_product_attention`` with what the GPU's kernel (:func:`choose_sdpa_kernel`, from the
-``gpu``, dtype, head size, mask and GQA) allocates: flash, its output plus the float32
-``logsumexp`` (``batch x heads x L``); memory-efficient, its output; math (e.g. a T4 in bf16), the
-op-by-op allocations of ``_scaled_dot_product_attention_math`` including the ``batch x heads x L x L``
-scores and their softmax (:func:`_math_sdpa`). ``attn_implementation="eager"`` keeps the L x L scores
-(and their float32 softmax) by itself, as it does on a GPU. On real tensors (:func:`track`,
+``F.scaled_dot_product_attention`` with what the GPU's kernel allocates, by PyTorch release
+(:mod:`vramlab.vram.kernels`: :func:`~vramlab.vram.kernels.choose_sdpa_kernel` from the ``gpu``, dtype,
+head size, mask, GQA, torch and cuDNN releases): cuDNN and memory-efficient, their output; flash, its
+output plus the float32 ``logsumexp`` (``batch x heads x L``); math (e.g. a T4 in bf16), the op-by-op
+allocations of ``_scaled_dot_product_attention_math`` of that release
+(:func:`~vramlab.vram.kernels.math_sdpa`: from torch 2.5 the float32 upcast of q/k/v, the float32 mask,
+``_safe_softmax``'s temporaries and the thrown-away copy of the weights), which ``tests/test_math_sdpa.py``
+holds against torch's own math path on CPU, allocation by allocation. ``attn_implementation="eager"`` keeps
+the L x L scores (and their float32 softmax) by itself, as it does on a GPU. On real tensors (:func:`track`,
 :func:`measure`) nothing is replaced.
 
 Reserved memory. :attr:`MemoryTrace.reserved` feeds the allocations above 1 MiB through
@@ -51,63 +54,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
+from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
+                                  gpu_capability, math_sdpa, torch_release)
 
 MiB = 1 << 20
 CATEGORIES = ("weights", "kv_cache", "activations", "logits", "workspace")
 
-# name -> (compute capability major, minor). NVIDIA's CUDA GPUs list (developer.nvidia.com/cuda-gpus).
-GPUS: dict[str, tuple[int, int]] = {
-    "V100": (7, 0), "T4": (7, 5), "A100": (8, 0), "A10G": (8, 6), "A10": (8, 6), "RTX3090": (8, 6),
-    "L4": (8, 9), "RTX4090": (8, 9), "H100": (9, 0), "H200": (9, 0),
-}
-DEFAULT_GPU = "A100"
-
 _DTYPES = ("bfloat16", "float16", "float32")
 
-
-def cublas_workspace_bytes(gpu: str | None = None) -> int:
-    """The cuBLAS workspace one handle/stream takes from the caching allocator (bytes).
-
-    aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize`` (PyTorch 2.x): without
-    ``CUBLAS_WORKSPACE_CONFIG`` the default is ``:4096:2:16:8`` (2 x 4096 KiB + 8 x 16 KiB) and 32 MiB
-    (``4096 * 8 * 1024``) on sm_90 (Hopper). It is allocated through the caching allocator
-    (``getNewWorkspace``), so it counts in ``memory_allocated()``, and cuBLASLt shares it by default
-    (``TORCH_CUBLASLT_UNIFIED_WORKSPACE``).
-    """
-    major, minor = _gpu_capability(gpu)
-    if (major, minor) == (9, 0):
-        return 4096 * 8 * 1024
-    return 4096 * 1024 * 2 + 16 * 1024 * 8
-
-
-def _gpu_capability(gpu: str | None) -> tuple[int, int]:
-    name = DEFAULT_GPU if gpu is None else str(gpu)
-    key = name.upper().replace("NVIDIA", "").replace(" ", "").replace("-", "").replace("_", "")
-    for known, cap in GPUS.items():
-        if key == known.upper():
-            return cap
-    if key.startswith("SM") and key[2:].isdigit() and len(key) in (4, 5):
-        return int(key[2:-1]), int(key[-1])
-    raise ValueError(f"`gpu` {gpu!r} is unknown; use one of {', '.join(GPUS)} or 'sm_XY' (e.g. 'sm_80').")
-
-
-def choose_sdpa_kernel(gpu: str | None, dtype: str, head_dim: int, has_mask: bool,
-                       gqa: bool) -> str:
-    """The SDPA kernel a CUDA GPU would run: ``"flash"``, ``"efficient"`` or ``"math"``.
-
-    The order and the main constraints of ``select_sdp_backend`` in
-    aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: flash first (sm_80 or newer, fp16/bf16,
-    head_dim <= 256, no ``attn_mask``, grouped-query heads allowed), then memory-efficient (sm_50
-    or newer, fp16/bf16/fp32, any mask, key/value heads must equal query heads), else math.
-    Simplified: no dropout, no nested tensors, no alignment checks.
-    """
-    major, minor = _gpu_capability(gpu)
-    sm = 10 * major + minor
-    if sm >= 80 and dtype in ("bfloat16", "float16") and head_dim <= 256 and not has_mask:
-        return "flash"
-    if sm >= 50 and not (dtype == "bfloat16" and sm < 80) and not gqa:
-        return "efficient"
-    return "math"
+# kept here for the callers that import them from the dry run
+_gpu_capability = gpu_capability
 
 
 # ------------------------------------------------------------------------------------------------
@@ -137,6 +93,7 @@ class MemoryTrace:
     events: list[dict] = field(default_factory=list)
     phase_ends: dict = field(default_factory=dict)       # phase -> live bytes when it ended
     cuda_context_bytes: int | None = None                 # outside torch's counters; None = not measured
+    torch_version: str | None = None                      # the PyTorch release whose kernels were followed
     source: str = "dry run: computed on the meta device, no GPU"
     seconds: float = 0.0
 
@@ -363,61 +320,40 @@ def _make_mode(rec: _Recorder, workspace: int | None):
 # SDPA as the GPU would run it
 # ------------------------------------------------------------------------------------------------
 
-def _math_sdpa(query, key, value, attn_mask, is_causal: bool, scale, gqa: bool):
-    """The math SDPA's allocations, op by op: ``_scaled_dot_product_attention_math`` in
-    aten/src/ATen/native/transformers/attention.cpp (q and k each scaled by sqrt(scale), GQA heads
-    repeated, a causal mask built as [L, S], the scores ``q @ k^T`` [B, H, L, S], softmax into a second
-    [B, H, L, S], then ``@ v``). On the meta device the fused ``aten.scaled_dot_product_attention``
-    only makes its output, so without this the dry run would miss the L x L scores."""
-    import torch
-
-    h = query.shape[-3]
-    if gqa:
-        key = key.repeat_interleave(h // key.shape[-3], dim=-3)
-        value = value.repeat_interleave(h // value.shape[-3], dim=-3)
-    sf = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
-    lq, lk = query.shape[-2], key.shape[-2]
-    if is_causal:
-        keep = torch.ones((lq, lk), dtype=torch.bool, device=query.device).tril()
-        attn_mask = torch.zeros((lq, lk), dtype=query.dtype, device=query.device).masked_fill(~keep, -math.inf)
-        del keep
-    elif attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-            ~attn_mask, -math.inf)
-    attn = (query * sf) @ (key * sf).transpose(-2, -1)
-    if attn_mask is not None:
-        attn.add_(attn_mask)
-    attn = torch.softmax(attn, dim=-1)
-    return attn @ value
-
-
 @contextlib.contextmanager
-def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list):
-    """Replace ``F.scaled_dot_product_attention`` with the allocation pattern of the GPU's kernel."""
-    import torch
+def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list, torch_version=None, cudnn_version=None,
+              reduced_precision: bool = False):
+    """Replace ``F.scaled_dot_product_attention`` with the allocation pattern of the GPU's kernel
+    (:mod:`vramlab.vram.kernels`: the kernel choice, the math path op by op, the fused kernels' outputs)."""
     import torch.nn.functional as F
 
     original = F.scaled_dot_product_attention
+    release = torch_release(torch_version)
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False, **kw):
         gqa = bool(enable_gqa) and key.shape[-3] != query.shape[-3]
-        kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa)
-        chosen.append(kernel)
         if query.device.type != "meta":
+            kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
+                                        torch_version=release, cudnn_version=cudnn_version)
+            chosen.append(kernel)
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa, **kw)
+        if gqa and release < (2, 5):
+            # no enable_gqa before torch 2.5: transformers' repeat_kv copies K/V to every query head first
+            n = query.shape[-3] // key.shape[-3]
+            key = key[:, :, None].expand(key.shape[0], key.shape[1], n, *key.shape[2:]).reshape(
+                key.shape[0], query.shape[-3], *key.shape[2:])
+            value = value[:, :, None].expand(value.shape[0], value.shape[1], n, *value.shape[2:]).reshape(
+                value.shape[0], query.shape[-3], *value.shape[2:])
+            gqa = enable_gqa = False
+        kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
+                                    torch_version=release, cudnn_version=cudnn_version)
+        chosen.append(kernel)
         if kernel == "math":
-            return _math_sdpa(query, key, value, attn_mask, is_causal, scale, gqa)
-        b, h, lq = query.shape[0], query.shape[-3], query.shape[-2]
-        # flash: aten::_scaled_dot_product_flash_attention returns (out, logsumexp float32 [B, H, Lq], ...);
-        # efficient: _scaled_dot_product_efficient_attention computes logsumexp only when
-        # compute_log_sumexp (gradients wanted), so inference allocates the output alone.
-        # The fused kernels write [B, Lq, H, Dv] and return it transposed (a view).
-        out = torch.empty((b, lq, h, value.shape[-1]), dtype=query.dtype, device=query.device).transpose(1, 2)
-        if kernel == "flash":
-            torch.empty((b, h, lq), dtype=torch.float32, device=query.device)
-        return out
+            return math_sdpa(query, key, value, attn_mask, is_causal, scale, gqa, torch_version=release,
+                             reduced_precision=reduced_precision)
+        return fused_sdpa(kernel, query, key, value, attn_mask, torch_version=release)
 
     F.scaled_dot_product_attention = sdpa
     try:
@@ -550,7 +486,8 @@ def _label_step(rec: _Recorder, out, cache) -> None:
 
 
 def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str, attn_implementation: str,
-           gpu: str | None, static_cache: bool, reader=None, workspace: bool = True) -> MemoryTrace:
+           gpu: str | None, static_cache: bool, reader=None, workspace: bool = True, torch_version=None,
+           cudnn_version=None, reduced_precision: bool = False) -> MemoryTrace:
     import gc
 
     from torch.utils.module_tracker import ModuleTracker
@@ -561,9 +498,11 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
     chosen: list[str] = []
     tracker = ModuleTracker()
     rec = _Recorder(tracker, reader)
-    ws = cublas_workspace_bytes(gpu) if (workspace and reader is None) else None
+    release = torch_release(torch_version)
+    ws = cublas_workspace_bytes(gpu, release) if (workspace and reader is None) else None
     mode = _make_mode(rec, ws)
-    sdpa_ctx = _gpu_sdpa(gpu, dtype, chosen) if (meta and attn_implementation == "sdpa") else contextlib.nullcontext()
+    sdpa_ctx = (_gpu_sdpa(gpu, dtype, chosen, release, cudnn_version, reduced_precision)
+                if (meta and attn_implementation == "sdpa") else contextlib.nullcontext())
     gc_was = gc.isenabled()
     gc.disable()                            # frees must happen when the last reference dies, not later
     try:
@@ -585,6 +524,7 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
                        attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
                        sdpa_kernel=", ".join(kernels) if kernels else None, events=rec.events,
                        phase_ends=_phase_ends(rec.events), seconds=time.perf_counter() - t0,
+                       torch_version=f"{release[0]}.{release[1]}",
                        source="dry run: computed on the meta device, no GPU" if meta
                        else f"tracked on {next(built.parameters()).device.type} tensors")
 
@@ -597,7 +537,9 @@ def _phase_ends(events: list[dict]) -> dict:
 
 
 def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
-            attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False) -> MemoryTrace:
+            attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False,
+            torch_version: str | None = None, cudnn_version: str | None = None,
+            allow_fp16_bf16_reduction_math_sdp: bool = False) -> MemoryTrace:
     """Every allocation a GPU forward would make, computed on the meta device (seconds, no GPU).
 
     ``model``: a bundled config name (:func:`vramlab.configs.available_configs`), a config dict or
@@ -605,11 +547,16 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     tracking of real tensors). ``batch_size`` x ``seq_len`` prompt tokens, then ``new_tokens``
     greedy decode steps with a ``DynamicCache`` (``static_cache=True``: a ``StaticCache`` sized
     ``seq_len + new_tokens``). ``gpu``: a name from :data:`GPUS` or ``"sm_XY"`` (default
-    ``"A100"``); it picks the SDPA kernel and the cuBLAS workspace size. Bad input raises
-    ``ValueError`` with one sentence naming the field; nothing is written anywhere.
+    ``"A100"``); it picks the SDPA kernel and the cuBLAS workspace size. ``torch_version``: the PyTorch
+    release whose kernels to follow (default: the installed one; :mod:`vramlab.vram.kernels` lists each rule
+    and the releases that have it); ``cudnn_version``: the cuDNN that build loads (None: newer than 9.15);
+    ``allow_fp16_bf16_reduction_math_sdp``: PyTorch's switch of that name (the math path then skips its
+    float32 upcast). Bad input raises ``ValueError`` with one sentence naming the field; nothing is written
+    anywhere.
     """
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
-                  workspace=True)
+                  workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
+                  reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp))
 
 
 def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_implementation: str = "eager",
