@@ -91,7 +91,68 @@ def _normalise(source: Any) -> ModelConfig:
         raise ValueError(f"`config` has an unsupported type {type(source).__name__}; "
                          "pass a model name, a JSON path, a dict or a PretrainedConfig.")
     cfg.setdefault("_name", cfg.get("_name_or_path") or cfg.get("model_type") or "custom")
+    _add_canonical_keys(cfg, source)
     return ModelConfig(cfg)
+
+
+# Each architecture's own names for the sizes vramlab reads by their LLaMA names. transformers' configs map
+# some of them (``attribute_map``: GPT2Config maps hidden_size -> n_embd); a dict has no such map, and some
+# sizes are mapped nowhere (OPT's ``ffn_dim``, GPT-2's ``n_inner``). Sources: the config classes of
+# transformers 5.24 (models/<arch>/configuration_<arch>.py).
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("n_embd", "d_model", "n_embed", "dim", "model_dim", "emb_size"),
+    "num_hidden_layers": ("n_layer", "n_layers", "num_layers", "num_decoder_layers"),
+    "num_attention_heads": ("n_head", "n_heads", "num_heads", "decoder_attention_heads"),
+    "intermediate_size": ("n_inner", "ffn_dim", "ffn_hidden_size", "d_ff", "inner_hidden_size", "ff_dim",
+                          "decoder_ffn_dim"),
+    "max_position_embeddings": ("n_positions", "max_seq_len", "seq_length", "n_ctx", "max_sequence_length"),
+    "num_key_value_heads": ("num_kv_heads", "n_head_kv"),
+}
+# Where the architecture's MLP is 4 x hidden when its own key is missing or None (GPT-2's n_inner=None,
+# BLOOM, GPT-J, CodeGen, GPTBigCode, Falcon's ffn_hidden_size=None).
+_FOUR_X_MLP = {"gpt2", "gptj", "bloom", "codegen", "gpt_bigcode", "falcon", "gpt_neo", "xglm", "biogpt",
+               "imagegpt", "ctrl", "openai-gpt", "mpt", "persimmon", "git"}
+
+
+def _add_canonical_keys(cfg: dict, source: Any) -> None:
+    """Add the LLaMA-named sizes (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+    ``intermediate_size``, ``max_position_embeddings``, ``num_key_value_heads``) from the architecture's own
+    names, where the config lacks them. Existing keys are never changed; nothing is removed."""
+    attribute_map = dict(getattr(type(source), "attribute_map", {}) or {}) if not isinstance(source, Mapping) else {}
+    model_type = cfg.get("model_type")
+    if not attribute_map and isinstance(model_type, str) and any(
+            cfg.get(k) is None for k in ("hidden_size", "num_hidden_layers", "num_attention_heads")):
+        try:   # a dict: its architecture's map, if transformers knows the model_type
+            from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+            if model_type in CONFIG_MAPPING:
+                attribute_map = dict(getattr(CONFIG_MAPPING[model_type], "attribute_map", {}) or {})
+        except ImportError:
+            pass
+    for canonical, own in attribute_map.items():
+        if cfg.get(canonical) is None and cfg.get(own) is not None and not isinstance(cfg.get(own), (dict, list)):
+            cfg[canonical] = cfg[own]
+    if model_type == "falcon" and cfg.get("num_key_value_heads") is None and cfg.get("num_attention_heads"):
+        # FalconConfig: num_kv_heads counts only with new_decoder_architecture; else multi_query means one
+        cfg["num_key_value_heads"] = (cfg.get("num_kv_heads") or cfg["num_attention_heads"]
+                                      if cfg.get("new_decoder_architecture")
+                                      else 1 if cfg.get("multi_query", True) else cfg["num_attention_heads"])
+    for canonical, names in _ALIASES.items():
+        if cfg.get(canonical) is None:
+            for name in names:
+                value = cfg.get(name)
+                if value is not None and not isinstance(value, (bool, dict, list)):
+                    cfg[canonical] = value
+                    break
+    hidden = cfg.get("hidden_size")
+    if cfg.get("intermediate_size") is None and isinstance(hidden, int) and not isinstance(hidden, bool):
+        if model_type in _FOUR_X_MLP:
+            ratio = cfg.get("expansion_ratio") if model_type == "mpt" else 4
+            cfg["intermediate_size"] = int(ratio or 4) * hidden
+    heads = cfg.get("num_attention_heads")
+    if cfg.get("num_key_value_heads") is None and isinstance(heads, int) and not isinstance(heads, bool):
+        if model_type == "gpt_bigcode" and cfg.get("multi_query", True):
+            cfg["num_key_value_heads"] = 1              # GPTBigCodeConfig: multi_query=True by default
 
 
 def _read_json(path: Path) -> dict:

@@ -417,9 +417,21 @@ def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: 
 
         pconfig._attn_implementation = attn_implementation
         try:
-            with torch.device("meta"):
-                built = AutoModelForCausalLM.from_config(pconfig, dtype=getattr(torch, dtype),
-                                                         attn_implementation=attn_implementation)
+            try:
+                with torch.device("meta"):
+                    built = AutoModelForCausalLM.from_config(pconfig, dtype=getattr(torch, dtype),
+                                                             attn_implementation=attn_implementation)
+            except ValueError as exc:
+                # transformers has no SDPA path for this architecture (Gemma-2, BLOOM, GPT-Neo, MPT in 5.24:
+                # "... does not support an attention implementation through
+                # torch.nn.functional.scaled_dot_product_attention yet"): from_pretrained's default then
+                # picks eager, and so does the dry run (the trace says attn_implementation="eager").
+                if attn_implementation != "sdpa" or "scaled_dot_product_attention" not in str(exc):
+                    raise
+                pconfig._attn_implementation = "eager"
+                with torch.device("meta"):
+                    built = AutoModelForCausalLM.from_config(pconfig, dtype=getattr(torch, dtype),
+                                                             attn_implementation="eager")
         except Exception as exc:
             raise ValueError(f"`model` {name!r}: transformers cannot build a causal LM for model_type "
                              f"{getattr(pconfig, 'model_type', None)!r} ({str(exc).splitlines()[0][:160]}).") from None
@@ -494,6 +506,8 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
 
     t0 = time.perf_counter()
     built, name, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu)
+    if attn_implementation == "sdpa" and getattr(built.config, "_attn_implementation", "sdpa") == "eager":
+        attn_implementation = "eager"        # no SDPA path in transformers for this architecture
     meta = next(built.parameters()).device.type == "meta"
     chosen: list[str] = []
     tracker = ModuleTracker()
