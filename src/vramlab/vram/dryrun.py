@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
+from vramlab.vram.generation import generate_loop, transformers_release
 from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
                                   gpu_capability, math_sdpa, torch_release)
 
@@ -94,6 +95,8 @@ class MemoryTrace:
     phase_ends: dict = field(default_factory=dict)       # phase -> live bytes when it ended
     cuda_context_bytes: int | None = None                 # outside torch's counters; None = not measured
     torch_version: str | None = None                      # the PyTorch release whose kernels were followed
+    mode: str = "forward"                                 # "forward" or "generate" (model.generate())
+    transformers_version: str | None = None               # the transformers release whose generate() ran
     source: str = "dry run: computed on the meta device, no GPU"
     seconds: float = 0.0
 
@@ -446,9 +449,11 @@ def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: 
     return built, name, pconfig, dtype
 
 
-def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, static_cache: bool):
+def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, static_cache: bool,
+         mode: str = "forward", tf_release: tuple[int, int] | None = None):
     """Prefill, then greedy decode steps, under the recorder. Records categories as it goes; returns
-    the last output and the cache, which stay alive (as in a caller that goes on generating)."""
+    the last output and the cache, which stay alive (as in a caller that goes on generating).
+    ``mode="generate"``: :func:`vramlab.vram.generation.generate_loop` of ``tf_release`` instead."""
     import torch
     from transformers import DynamicCache, StaticCache
 
@@ -469,6 +474,12 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
         cache = StaticCache(config=config, max_cache_len=seq_len + new_tokens)
     else:
         cache = DynamicCache(config=config)
+    if mode == "generate":
+        def step(phase: str) -> None:
+            rec.phase = phase
+
+        return generate_loop(model, batch_size, seq_len, new_tokens, cache, kw, tf_release, step,
+                             lambda out, c: _label_step(rec, out, c))
     with torch.inference_mode():
         rec.phase = "prefill"
         ids = torch.zeros((batch_size, seq_len), dtype=torch.long, device=device)
@@ -499,7 +510,8 @@ def _label_step(rec: _Recorder, out, cache) -> None:
 
 def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str, attn_implementation: str,
            gpu: str | None, static_cache: bool, reader=None, workspace: bool = True, torch_version=None,
-           cudnn_version=None, reduced_precision: bool = False) -> MemoryTrace:
+           cudnn_version=None, reduced_precision: bool = False, mode: str = "forward",
+           transformers_version=None) -> MemoryTrace:
     import gc
 
     from torch.utils.module_tracker import ModuleTracker
@@ -513,15 +525,18 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
     tracker = ModuleTracker()
     rec = _Recorder(tracker, reader)
     release = torch_release(torch_version)
+    if mode not in ("forward", "generate"):
+        raise ValueError(f"`mode` {mode!r} is not 'forward' or 'generate'.")
+    tf_release = transformers_release(transformers_version)
     ws = cublas_workspace_bytes(gpu, release) if (workspace and reader is None) else None
-    mode = _make_mode(rec, ws)
+    recorder_mode = _make_mode(rec, ws)
     sdpa_ctx = (_gpu_sdpa(gpu, dtype, chosen, release, cudnn_version, reduced_precision)
                 if (meta and attn_implementation == "sdpa") else contextlib.nullcontext())
     gc_was = gc.isenabled()
     gc.disable()                            # frees must happen when the last reference dies, not later
     try:
-        with tracker, mode, sdpa_ctx:
-            kept = _run(built, batch_size, seq_len, new_tokens, rec, static_cache)
+        with tracker, recorder_mode, sdpa_ctx:
+            kept = _run(built, batch_size, seq_len, new_tokens, rec, static_cache, mode, tf_release)
         rec.stopped = True
         del kept
     except ValueError:
@@ -538,7 +553,8 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
                        attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
                        sdpa_kernel=", ".join(kernels) if kernels else None, events=rec.events,
                        phase_ends=_phase_ends(rec.events), seconds=time.perf_counter() - t0,
-                       torch_version=f"{release[0]}.{release[1]}",
+                       torch_version=f"{release[0]}.{release[1]}", mode=mode,
+                       transformers_version=f"{tf_release[0]}.{tf_release[1]}",
                        source="dry run: computed on the meta device, no GPU" if meta
                        else f"tracked on {next(built.parameters()).device.type} tensors")
 
@@ -553,7 +569,8 @@ def _phase_ends(events: list[dict]) -> dict:
 def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
             attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False,
             torch_version: str | None = None, cudnn_version: str | None = None,
-            allow_fp16_bf16_reduction_math_sdp: bool = False) -> MemoryTrace:
+            allow_fp16_bf16_reduction_math_sdp: bool = False, mode: str = "forward",
+            transformers_version: str | None = None) -> MemoryTrace:
     """Every allocation a GPU forward would make, computed on the meta device (seconds, no GPU).
 
     ``model``: a bundled config name (:func:`vramlab.configs.available_configs`), a config dict or
@@ -565,12 +582,16 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     release whose kernels to follow (default: the installed one; :mod:`vramlab.vram.kernels` lists each rule
     and the releases that have it); ``cudnn_version``: the cuDNN that build loads (None: newer than 9.15);
     ``allow_fp16_bf16_reduction_math_sdp``: PyTorch's switch of that name (the math path then skips its
-    float32 upcast). Bad input raises ``ValueError`` with one sentence naming the field; nothing is written
-    anywhere.
+    float32 upcast). ``mode="generate"``: what ``model.generate(max_new_tokens=new_tokens)`` (greedy)
+    allocates in ``transformers_version`` (default: the installed one): ``logits_to_keep=1`` at prefill, the
+    float32 next-token logits, and for older releases the float32 logits of every token and the second copy
+    of the cache (:mod:`vramlab.vram.generation`); ``new_tokens`` forwards in all (the prefill gives the first
+    token). Bad input raises ``ValueError`` with one sentence naming the field; nothing is written anywhere.
     """
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
-                  reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp))
+                  reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
+                  transformers_version=transformers_version)
 
 
 def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_implementation: str = "eager",
