@@ -51,8 +51,22 @@ def _expected_after_prefill(name: str, batch: int, seq: int) -> dict:
 def test_live_after_prefill_is_weights_kv_logits_exactly(name, batch, seq):
     tr = dry_run(name, batch, seq)
     want = _expected_after_prefill(name, batch, seq)
-    assert tr.breakdown("prefill") == want
-    assert tr.phase_ends["prefill"] == sum(want.values())
+    # what memory_allocated counts: the 512-rounded sizes, plus the remainder (<= 1 MiB) of each large-pool
+    # block the allocator does not split (vramlab.vram.blocks)
+    got = tr.breakdown("prefill")
+    unsplit = {c: 0 for c in want}
+    live = {}
+    for e in tr.events:
+        if e["bytes"] > 0:
+            live[e["storage"]] = e
+        elif e["bytes"] < 0:
+            live.pop(e["storage"], None)
+    for e in live.values():
+        if "rounded" in e:
+            assert 0 < e["bytes"] - e["rounded"] <= MiB and e["rounded"] > MiB
+            unsplit[e["category"]] += e["bytes"] - e["rounded"]
+    assert {c: got[c] - unsplit[c] for c in got} == want
+    assert tr.phase_ends["prefill"] == sum(want.values()) + sum(unsplit.values())
     # the peak is higher (activations live while the logits are written) and it is named
     assert tr.peak_bytes > sum(want.values())
     assert tr.peak["module"].endswith("lm_head") and tr.peak["phase"] == "prefill"
@@ -150,12 +164,31 @@ def test_real_cpu_forward_allocates_the_same_sizes():
     assert torch.isfinite(rope.inv_freq).all() and rope.inv_freq[0] == 1.0   # re-initialised, not garbage
     real = track(model, 2, 48, new_tokens=2)
     dry = dry_run(cfg, 2, 48, new_tokens=2, attn_implementation="eager")
-    sizes_real = [e["bytes"] for e in real.events]
-    sizes_dry = [e["bytes"] for e in dry.events if e["category"] != "workspace"]
+    sizes_real = [e.get("rounded", e["bytes"]) for e in real.events]
+    sizes_dry = [e.get("rounded", e["bytes"]) for e in dry.events if e["category"] != "workspace"]
     assert len(sizes_real) > 300
     assert sizes_real == sizes_dry
     assert [e["category"] for e in real.events] == [e["category"] for e in dry.events if e["category"] != "workspace"]
-    assert compare(dry, real)["diff_bytes"] == cublas_workspace_bytes(None)
+    # the dry run adds the cuBLAS workspace; it also shifts which cached blocks later requests get, so the
+    # whole-block counts of the two runs may differ by a remainder (each <= 1 MiB)
+    assert abs(compare(dry, real)["diff_bytes"] - cublas_workspace_bytes(None)) <= 2 * MiB
+
+
+def test_an_unsplit_large_block_counts_whole():
+    """c10/cuda/CUDACachingAllocator.cpp: a large-pool block is split only when more than 1 MiB would remain, and
+    memory_allocated() counts the block. 11 MiB on a fresh segment (12 MiB) holds 12 MiB; 9 MiB from a 20 MiB
+    segment is split (11 MiB remain); a cached 12 MiB block serving 11.5 MiB counts 12 MiB."""
+    from vramlab.vram.blocks import block_bytes
+
+    ev = lambda sid, n: {"storage": sid, "bytes": n}  # noqa: E731
+    assert block_bytes([ev(0, 11 * MiB)]) == [12 * MiB]
+    assert block_bytes([ev(0, 9 * MiB)]) == [9 * MiB]
+    assert block_bytes([ev(0, 12 * MiB), ev(0, -12 * MiB), ev(1, 11 * MiB + MiB // 2)]) == [12 * MiB, -12 * MiB, 12 * MiB]
+    assert block_bytes([ev(0, 512), ev(1, MiB)]) == [512, MiB]             # the small pool always splits
+    # frees merge with their neighbours: 3 x 6 MiB in one 20 MiB segment, all freed, then 18 MiB fits there
+    seq = [ev(i, 6 * MiB) for i in range(3)] + [ev(i, -6 * MiB) for i in range(3)]
+    assert block_bytes(seq + [ev(9, 18 * MiB)])[-1] == 18 * MiB           # 2 MiB remain: split
+    assert block_bytes(seq + [ev(9, 19 * MiB + MiB // 2)])[-1] == 20 * MiB  # 0.5 MiB would remain: whole
 
 
 def test_json_round_trip_and_reserved():

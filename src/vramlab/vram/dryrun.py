@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
+from vramlab.vram.blocks import block_bytes
 from vramlab.vram.generation import generate_loop, transformers_release
 from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
                                   gpu_capability, math_sdpa, torch_release)
@@ -474,6 +475,18 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
         cache = StaticCache(config=config, max_cache_len=seq_len + new_tokens)
     else:
         cache = DynamicCache(config=config)
+    if mode == "generate" and device.type != "meta":
+        # real tensors (track / measure): the real generate() of the installed transformers, greedy, no early stop
+        with torch.inference_mode():
+            rec.phase = "generate"
+            ids = torch.ones((batch_size, seq_len), dtype=torch.long, device=device)
+            model.generation_config.eos_token_id = None
+            out = model.generate(ids, max_new_tokens=max(new_tokens, 1), do_sample=False, pad_token_id=0,
+                                 return_dict_in_generate=True, **{kw: cache})
+            del ids
+            _label_step(rec, None, cache)
+            rec.phase = "end"
+        return out, cache
     if mode == "generate":
         def step(phase: str) -> None:
             rec.phase = phase
@@ -498,7 +511,8 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
 
 
 def _label_step(rec: _Recorder, out, cache) -> None:
-    rec.relabel(out.logits, "logits")
+    if out is not None:
+        rec.relabel(out.logits, "logits")
     import torch
 
     # keys, values and the layer's bookkeeping tensors (StaticLayer keeps a position counter per layer)
@@ -548,6 +562,7 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
         rec.stopped = True
         if gc_was:
             gc.enable()
+    _count_whole_blocks(rec.events)
     kernels = sorted(set(chosen))
     return MemoryTrace(model=name, batch_size=batch_size, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype,
                        attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
@@ -557,6 +572,19 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
                        transformers_version=f"{tf_release[0]}.{tf_release[1]}",
                        source="dry run: computed on the meta device, no GPU" if meta
                        else f"tracked on {next(built.parameters()).device.type} tensors")
+
+
+def _count_whole_blocks(events: list[dict]) -> None:
+    """Give each event the bytes ``memory_allocated()`` counts for it (:func:`vramlab.vram.blocks.block_bytes`:
+    an unsplit large-pool block counts whole) and recompute ``live``; an event whose block is larger than its
+    512-rounded request keeps that request as ``rounded``."""
+    live = 0
+    for e, n in zip(events, block_bytes(events)):
+        if n != e["bytes"]:
+            e["rounded"] = e["bytes"]
+            e["bytes"] = n
+        live += n
+        e["live"] = live
 
 
 def _phase_ends(events: list[dict]) -> dict:
@@ -595,7 +623,7 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
 
 
 def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_implementation: str = "eager",
-          gpu: str | None = None) -> MemoryTrace:
+          gpu: str | None = None, mode: str = "forward") -> MemoryTrace:
     """The same recording on a model with real weights (CPU or GPU): for comparing with :func:`dry_run`.
 
     No cuBLAS workspace is modelled (a real GPU run allocates its own, and it is in what
@@ -606,7 +634,7 @@ def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_imp
         raise ValueError("`model` must be a torch.nn.Module with real weights for track().")
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, False,
-                  workspace=False)
+                  workspace=False, mode=mode)
 
 
 def random_model(config: Any, *, dtype: str = "bfloat16", attn_implementation: str = "eager",
@@ -646,14 +674,17 @@ def random_model(config: Any, *, dtype: str = "bfloat16", attn_implementation: s
 
 
 def measure(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
-            attn_implementation: str = "sdpa") -> MemoryTrace:
+            attn_implementation: str = "sdpa", mode: str = "forward") -> MemoryTrace:
     """Run the same forward on the GPU: a :class:`MemoryTrace` whose events also carry ``measured``
     (``torch.cuda.memory_allocated()`` after each event) and whose ``cuda_context_bytes`` is what
-    NVML sees beyond PyTorch's reserved memory (when NVML is available). Needs CUDA.
+    NVML sees beyond PyTorch's reserved memory (when NVML is available: opened by the device's UUID, as
+    :mod:`vramlab.vram.monitor` does). Needs CUDA.
 
     ``model``: a config (random weights are made on the GPU: memory does not depend on values) or a
     CUDA model. The peak to compare with :func:`dry_run` is ``torch.cuda.max_memory_allocated()``,
-    stored in ``phase_ends["max_memory_allocated"]``.
+    stored in ``phase_ends["max_memory_allocated"]``. ``mode="generate"``: the real ``model.generate(
+    max_new_tokens=new_tokens)`` of the installed transformers (greedy, no early stop), to hold against
+    ``dry_run(..., mode="generate")``.
     """
     import torch
 
@@ -674,23 +705,18 @@ def measure(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     base = torch.cuda.memory_allocated()
     major, minor = torch.cuda.get_device_capability()
     trace = _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, f"sm_{major}{minor}",
-                   False, reader=lambda: torch.cuda.memory_allocated(), workspace=False)
+                   False, reader=lambda: torch.cuda.memory_allocated(), workspace=False, mode=mode)
     torch.cuda.synchronize()
     trace.phase_ends["max_memory_allocated"] = torch.cuda.max_memory_allocated()
     trace.phase_ends["allocated_before"] = base
     trace.source = f"measured on {torch.cuda.get_device_name()}"
-    try:
-        import pynvml
+    # NVML matched to this CUDA device by UUID, as the monitor does (vramlab.vram.monitor.device_memory):
+    # NVML numbers GPUs in PCI bus order, CUDA fastest first, so an index can name another GPU
+    from vramlab.vram.monitor import device_memory
 
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-            import os
-
-            if p.pid == os.getpid() and p.usedGpuMemory:
-                trace.cuda_context_bytes = int(p.usedGpuMemory) - torch.cuda.memory_reserved()
-    except Exception:
-        pass
+    proc, _, _, source = device_memory(torch.cuda.current_device())
+    if proc is not None and source == "NVML":
+        trace.cuda_context_bytes = int(proc) - torch.cuda.memory_reserved()
     return trace
 
 
