@@ -55,7 +55,7 @@ from typing import Any
 
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
 from vramlab.vram.blocks import block_bytes
-from vramlab.vram.generation import generate_loop, transformers_release
+from vramlab.vram.generation import generate_loop, legacy_buffers, transformers_release
 from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
                                   gpu_capability, math_sdpa, torch_release)
 
@@ -377,7 +377,7 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 
 def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str,
-             attn_implementation: str, gpu: str | None):
+             attn_implementation: str, gpu: str | None, allow_longer: bool = False):
     """Check every argument and build (model, name, pretrained config) before anything runs."""
     import torch
 
@@ -413,7 +413,7 @@ def _prepare(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: 
                              f"(model_type {cfg.get('model_type')!r}: {str(exc).splitlines()[0][:160]}).") from None
         built = None
     max_pos = getattr(pconfig, "max_position_embeddings", None)
-    if max_pos and seq_len + new_tokens > max_pos:
+    if max_pos and seq_len + new_tokens > max_pos and not allow_longer:
         raise ValueError(f"`seq_len` + `new_tokens` = {seq_len + new_tokens} is longer than the model's "
                          f"max_position_embeddings ({max_pos}); use a shorter context.")
     if built is None:
@@ -466,6 +466,14 @@ def _run(model, batch_size: int, seq_len: int, new_tokens: int, rec: _Recorder, 
     for pname, p in named:
         rec.op = f"load {pname}"
         rec.track(p, "weights", f"load {pname}")
+    held = []          # buffers of an older release's modelling code (vramlab.vram.generation.legacy_buffers)
+    if tf_release is not None:
+        model_dtype = next(model.parameters()).dtype
+        for i, (shape, kind) in enumerate(legacy_buffers(config, tf_release)):
+            t = torch.empty(shape, dtype=torch.bool if kind == "bool" else model_dtype, device=device)
+            rec.track(t, "weights", f"load buffer of transformers {tf_release[0]}.{tf_release[1]} ({i})")
+            held.append(t)
+    model._vramlab_held_buffers = held
     rec.category = "activations"
     import inspect
 
@@ -525,13 +533,14 @@ def _label_step(rec: _Recorder, out, cache) -> None:
 def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str, attn_implementation: str,
            gpu: str | None, static_cache: bool, reader=None, workspace: bool = True, torch_version=None,
            cudnn_version=None, reduced_precision: bool = False, mode: str = "forward",
-           transformers_version=None) -> MemoryTrace:
+           transformers_version=None, allow_longer: bool = False) -> MemoryTrace:
     import gc
 
     from torch.utils.module_tracker import ModuleTracker
 
     t0 = time.perf_counter()
-    built, name, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu)
+    built, name, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu,
+                                           allow_longer)
     if attn_implementation == "sdpa" and getattr(built.config, "_attn_implementation", "sdpa") == "eager":
         attn_implementation = "eager"        # no SDPA path in transformers for this architecture
     meta = next(built.parameters()).device.type == "meta"
@@ -598,7 +607,7 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
             attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False,
             torch_version: str | None = None, cudnn_version: str | None = None,
             allow_fp16_bf16_reduction_math_sdp: bool = False, mode: str = "forward",
-            transformers_version: str | None = None) -> MemoryTrace:
+            transformers_version: str | None = None, allow_longer: bool = False) -> MemoryTrace:
     """Every allocation a GPU forward would make, computed on the meta device (seconds, no GPU).
 
     ``model``: a bundled config name (:func:`vramlab.configs.available_configs`), a config dict or
@@ -614,12 +623,14 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     allocates in ``transformers_version`` (default: the installed one): ``logits_to_keep=1`` at prefill, the
     float32 next-token logits, and for older releases the float32 logits of every token and the second copy
     of the cache (:mod:`vramlab.vram.generation`); ``new_tokens`` forwards in all (the prefill gives the first
-    token). Bad input raises ``ValueError`` with one sentence naming the field; nothing is written anywhere.
+    token). ``allow_longer``: run past ``max_position_embeddings`` (a rotary model runs on, as a benchmark
+    of 2,048 + 100 tokens on pythia did); by default that is refused. Bad input raises ``ValueError`` with
+    one sentence naming the field; nothing is written anywhere.
     """
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
                   reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
-                  transformers_version=transformers_version)
+                  transformers_version=transformers_version, allow_longer=bool(allow_longer))
 
 
 def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_implementation: str = "eager",

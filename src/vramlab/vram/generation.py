@@ -40,6 +40,7 @@ GENERATE_RULES = {
     "next_logits_full_clone": ((4, 45), "4.45-4.46: outputs.logits.clone()[:, -1, :].float() (issue #34796)"),
     "next_logits_slice_clone": ((4, 42), "4.42-4.44: outputs.logits[:, -1, :].clone()"),
     "one_cache_copy": ((4, 42), "PR #30536: DynamicCache updated in place, del outputs each step"),
+    "no_causal_bias_buffers": ((4, 48), "GPT-2 / GPT-NeoX attention refactors: no per-layer tril buffer"),
 }
 # model_types whose transformers 4.x modelling code upcast every logit (``logits = logits.float()``) before 4.45
 UPCAST_ARCHS = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "gemma2", "phi3", "starcoder2",
@@ -64,6 +65,30 @@ def transformers_release(version: Any = None) -> tuple[int, int]:
     return release
 
 
+def legacy_buffers(config, release: tuple[int, int]) -> list[tuple[tuple[int, ...], str]]:
+    """Buffers the release's modelling code held and 5.x does not: ``(shape, dtype name)`` each.
+
+    Before transformers 4.48 GPT-2's and GPT-NeoX's attention registered a causal ``bias`` buffer per layer,
+    ``torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool))`` (modeling_gpt2.py,
+    modeling_gpt_neox.py of 4.40), and GPT-NeoX a rotary ``cos_cached`` / ``sin_cached`` [max_positions,
+    rotary_ndims] per layer (in the model dtype after ``model.to(float16)``). The refactors to the shared
+    attention interface removed them; the release is taken as 4.48 for both (GPT-NeoX's refactor; GPT-2's is
+    not pinned here)."""
+    if release >= GENERATE_RULES["no_causal_bias_buffers"][0]:
+        return []
+    kind = getattr(config, "model_type", None)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    max_pos = int(getattr(config, "max_position_embeddings", 0) or 0)
+    out: list[tuple[tuple[int, ...], str]] = []
+    if kind in ("gpt2", "gpt_neox") and layers and max_pos:
+        out += [((1, 1, max_pos, max_pos), "bool")] * layers
+    if kind == "gpt_neox" and layers and max_pos:
+        head = config.hidden_size // config.num_attention_heads
+        rot = int(head * getattr(config, "rotary_pct", 1.0))
+        out += [((1, 1, max_pos, rot), "model")] * (2 * layers)
+    return out
+
+
 def upcasts_logits(model_type: str | None, release: tuple[int, int]) -> bool:
     """Whether that release's modelling code made every logit float32 (``logits.float()``)."""
     return release < GENERATE_RULES["no_upcast_in_model"][0] and (model_type or "") in UPCAST_ARCHS
@@ -77,12 +102,31 @@ def keeps_one_logit(model, release: tuple[int, int]) -> bool:
     return release >= GENERATE_RULES["logits_to_keep"][0] and "logits_to_keep" in params
 
 
+def _grow(cache, tokens: int) -> None:
+    """Add ``tokens`` positions to every layer of a transformers cache in one ``update`` (its own ``torch.cat``,
+    sliding windows cropped by the layer class): what the skipped decode steps would have left."""
+    import torch
+
+    for idx, layer in enumerate(getattr(cache, "layers", [])):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 4:
+            continue
+        b, h, _, d = keys.shape
+        new_k = keys.new_empty((b, h, tokens, d))
+        new_v = values.new_empty((b, values.shape[1], tokens, values.shape[-1]))
+        layer.update(new_k, new_v)
+        del new_k, new_v
+
+
 def generate_loop(model, batch_size: int, seq_len: int, new_tokens: int, cache, cache_kw: str,
-                  release: tuple[int, int], step: Callable[[str], None], label: Callable[[Any, Any], None]):
+                  release: tuple[int, int], step: Callable[[str], None], label: Callable[[Any, Any], None],
+                  skip_middle: bool = True):
     """Greedy ``generate()`` of ``release`` over ``model`` (module docstring): prefill, then ``new_tokens - 1``
     decode forwards (``generate(max_new_tokens=n)`` runs n forwards: the prefill gives the first token).
     ``step(phase)`` names the phase; ``label(outputs, cache)`` relabels logits and cache after a forward.
-    Returns what a caller still holds: the generated ids and the cache."""
+    ``skip_middle`` (more than 6 forwards): decode steps 3 to n-2 are not run; the cache takes their tokens in
+    one update, so steps 1, 2 and the last (the largest cache) run as they would. Every step's memory grows
+    with the cache, so the peak is among the steps that run. Returns the generated ids and the cache."""
     import torch
 
     device = next(model.parameters()).device
@@ -118,7 +162,18 @@ def generate_loop(model, batch_size: int, seq_len: int, new_tokens: int, cache, 
         out = forward(input_ids, True)
         label(out, cache)
         kept_out = None
-        for i in range(max(new_tokens, 1)):
+        n = max(new_tokens, 1)
+        skip = (3, n - 2) if (skip_middle and n > 6) else None
+        for i in range(n):
+            if skip and skip[0] <= i <= skip[1]:
+                if i == skip[0]:
+                    step(f"decode {skip[0]}-{skip[1]} (not run: cache grown by {skip[1] - skip[0] + 1} tokens at once)")
+                    _grow(cache, skip[1] - skip[0] + 1)      # the skipped steps' tokens, added in one update
+                    label(None, cache)
+                    input_ids = torch.cat([input_ids, input_ids.new_zeros((batch_size, skip[1] - skip[0] + 1))], -1)
+                    attention_mask = torch.cat([attention_mask, attention_mask.new_ones(
+                        (batch_size, skip[1] - skip[0] + 1))], dim=-1)
+                continue
             if i:
                 step(f"decode {i}")
                 old = [t for layer in getattr(cache, "layers", []) for t in vars(layer).values()
@@ -142,5 +197,5 @@ def generate_loop(model, batch_size: int, seq_len: int, new_tokens: int, cache, 
     return input_ids, cache
 
 
-__all__ = ["GENERATE_RULES", "UPCAST_ARCHS", "transformers_release", "upcasts_logits", "keeps_one_logit",
+__all__ = ["GENERATE_RULES", "UPCAST_ARCHS", "transformers_release", "legacy_buffers", "upcasts_logits", "keeps_one_logit",
            "generate_loop"]
