@@ -50,6 +50,31 @@ PROFILE_RUN_SOURCES = {
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
+# Bytes per logit of the dummy sampler's top-k/top-p at the profile run (vllm/v1/sample/ops/topk_topp_sampler.py):
+# _dummy_sampler_run passes top_k = vocab - 1 and top_p = 0.9 on purpose, so the sampler sorts every row
+# (float32 logits, the sort's values and int64 indices, masks, the scattered result, float32 probs). The
+# review of issue 28 measured about 15 bytes per logit on >= 0.17 (and with FlashInfer's sampler) and about 39
+# on older releases; the logits' own copy in the model dtype comes on top.
+SAMPLER_BYTES_PER_LOGIT = {"new": 15, "old": 39}
+SAMPLER_NEW_FROM = (0, 17)
+CUDAGRAPH_COUNTED_FROM = (0, 21)     # the logged activation peak includes the CUDA-graph estimate from v0.21
+
+
+def vllm_release(version: Any = None) -> tuple[int, int]:
+    """``(major, minor)`` of a vLLM version (``"0.6.5"``, ``"v0.11.0"``); None: the pinned line
+    (:data:`vramlab.serving.vllm_memory.PINNED`, v0.21+)."""
+    import re
+
+    if version is None:
+        from vramlab.serving.vllm_memory import PINNED
+
+        version = PINNED.line                      # "v0.21.0+"
+    found = re.match(r"\s*v?(\d{1,2})\.(\d{1,3})", str(version))
+    if not found:
+        raise ValueError(f"`vllm_version` {version!r} is not a release such as '0.6.5' or '0.11'.")
+    return int(found.group(1)), int(found.group(2))
+
+
 @dataclass(frozen=True)
 class ProfileRunPeak:
     """The profile run's activation peak for one config (bytes)."""
@@ -59,11 +84,14 @@ class ProfileRunPeak:
     max_num_seqs: int
     dtype: str
     forward_bytes: int        # the dry run: one decoder layer's peak activations, before lm_head
-    sampler_bytes: int        # num_reqs x vocab logits plus their float32 copy
+    sampler_bytes: int        # num_reqs x vocab: logits and the top-k/top-p sampler's buffers
     formula_bytes: int        # vramlab.serving.vllm_memory.estimate_activation_bytes (what plan() uses)
     peak_module: str          # where the forward peak happens
     peak_op: str
     seconds: float
+    vllm_version: str = ""
+    cudagraph_bytes: int = 0  # counted in the logged peak from v0.21 (0 when not counted or not given)
+    attn_implementation: str = "sdpa"
 
     @property
     def num_reqs(self) -> int:
@@ -71,10 +99,12 @@ class ProfileRunPeak:
 
     @property
     def total_bytes(self) -> int:
-        return self.forward_bytes + self.sampler_bytes
+        """What the release logs as the activation peak: the larger of the forward and the sampler (the forward's
+        transients are freed before the sampler runs), plus the CUDA-graph estimate where the release counts it."""
+        return max(self.forward_bytes, self.sampler_bytes) + self.cudagraph_bytes
 
     def row(self) -> str:
-        """One line for a table: model, dry-run forward + sampler = total, the formula (MiB)."""
+        """One line for a table: model, dry-run forward, sampler, peak, the formula (MiB)."""
         return (f"{self.model:<14} {self.forward_bytes / MiB:9.0f} {self.sampler_bytes / MiB:9.0f} "
                 f"{self.total_bytes / MiB:9.0f} {self.formula_bytes / MiB:9.0f}   {self.peak_module}")
 
@@ -86,12 +116,21 @@ def _check_count(name: str, value: Any) -> int:
 
 
 def profile_run_peak(config: Any, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
-                     dtype: str = "bfloat16", gpu: str = "H100") -> ProfileRunPeak:
-    """vLLM's profile-run activation peak for ``config`` by dry run (see the module docstring).
+                     dtype: str = "bfloat16", gpu: str = "H100", vllm_version: str | None = None,
+                     cudagraph_bytes: int | None = None, flashinfer_sampler: bool = False,
+                     tensor_parallel_size: int = 1) -> ProfileRunPeak:
+    """vLLM's profile-run activation peak for ``config`` by dry run, as the release ``vllm_version`` runs it.
 
-    ``config``: a bundled config name, a dict or a ``ModelConfig``. Dense decoders only: a config with
-    experts (``num_experts``, ``num_local_experts``, ``n_routed_experts``) is refused, because
-    transformers' expert loop is not vLLM's fused MoE kernel.
+    ``_dummy_run(max_num_tokens)`` splits the tokens into ``num_reqs = min(tokens, max_num_seqs)`` short
+    requests (``gpu_model_runner.py``: ``num_tokens // num_reqs`` each, the remainder on the last), so the dry
+    run is one real decoder layer at ``num_reqs`` x that length (never one long sequence: no L x L for the
+    profile batch); an architecture without an SDPA path in transformers runs eager. The sampler term is
+    ``num_reqs x vocab x`` (dtype bytes + :data:`SAMPLER_BYTES_PER_LOGIT`), new from 0.17 or with
+    ``flashinfer_sampler``. The logged peak is the larger of the two plus, from v0.21, the CUDA-graph estimate
+    (``cudagraph_bytes``: the logged one; None counts none). ``tensor_parallel_size``: one rank's shard of the
+    layer (the sampler sees the whole vocabulary: the logits are gathered). Dense decoders only: a config with experts
+    (``num_experts``, ``num_local_experts``, ``n_routed_experts``) is refused, because transformers' expert loop
+    is not vLLM's fused MoE kernel.
     """
     from vramlab.serving.vllm_memory import estimate_activation_bytes
     from vramlab.vram.dryrun import dry_run
@@ -101,6 +140,7 @@ def profile_run_peak(config: Any, max_num_batched_tokens: int = 8192, max_num_se
     _check_count("max_num_seqs", max_num_seqs)
     if dtype not in _DTYPE_BYTES:
         raise ValueError(f"`dtype` {dtype!r} is not one of {', '.join(_DTYPE_BYTES)}.")
+    release = vllm_release(vllm_version)
     name = str(cfg.get("_name", "custom"))
     if any(cfg.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
         raise ValueError(f"`config` {name!r} is a mixture of experts: the dry run follows transformers' expert loop, "
@@ -108,10 +148,21 @@ def profile_run_peak(config: Any, max_num_batched_tokens: int = 8192, max_num_se
     vocab = _positive_int(cfg, "vocab_size")
     one_layer = dict(cfg)
     one_layer["num_hidden_layers"] = 1
+    tp = _check_count("tensor_parallel_size", tensor_parallel_size)
+    if tp > 1:       # one rank's shard: heads and MLP split, K/V heads replicated below one per rank
+        for key in ("num_attention_heads", "intermediate_size"):
+            if one_layer.get(key):
+                one_layer[key] = max(1, int(one_layer[key]) // tp)
+        if one_layer.get("num_key_value_heads"):
+            one_layer["num_key_value_heads"] = max(1, int(one_layer["num_key_value_heads"]) // tp)
+        if not one_layer.get("head_dim"):
+            one_layer["head_dim"] = cfg.shape.head_dim
     for key in ("layer_types", "mlp_only_layers"):   # per-layer lists must match the one layer left
         if isinstance(one_layer.get(key), list):
             one_layer[key] = one_layer[key][:1]
-    trace = dry_run(one_layer, 1, max_num_batched_tokens, dtype=dtype, attn_implementation="sdpa", gpu=gpu)
+    num_reqs = min(max_num_batched_tokens, max_num_seqs)
+    per_req = -(-max_num_batched_tokens // num_reqs)
+    trace = dry_run(one_layer, num_reqs, per_req, dtype=dtype, attn_implementation="sdpa", gpu=gpu, allow_longer=True)
     first_head = next((e["i"] for e in trace.events if ".lm_head" in e["module"]), len(trace.events))
     live = 0
     best, where = 0, {"module": "", "op": ""}
@@ -120,12 +171,14 @@ def profile_run_peak(config: Any, max_num_batched_tokens: int = 8192, max_num_se
             live += e["bytes"]
             if live > best:
                 best, where = live, e
-    num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    sampler = num_reqs * vocab * (_DTYPE_BYTES[dtype] + 4)
+    per_logit = SAMPLER_BYTES_PER_LOGIT["new" if (release >= SAMPLER_NEW_FROM or flashinfer_sampler) else "old"]
+    sampler = num_reqs * vocab * (_DTYPE_BYTES[dtype] + per_logit)
+    graphs = int(cudagraph_bytes or 0) if release >= CUDAGRAPH_COUNTED_FROM else 0
     formula = estimate_activation_bytes(cfg, max_num_batched_tokens, max_num_seqs)
     module = where["module"].split(".", 1)[-1] if "." in where["module"] else where["module"]
     return ProfileRunPeak(name, max_num_batched_tokens, max_num_seqs, dtype, best, sampler, formula,
-                          module, where["op"], trace.seconds)
+                          module, where["op"], trace.seconds, f"{release[0]}.{release[1]}", graphs,
+                          trace.attn_implementation)
 
 
 def profile_run_table(models=("smollm2-135m", "qwen3-0.6b", "mistral-7b", "llama-3.1-8b", "qwen3-8b"),
@@ -138,4 +191,5 @@ def profile_run_table(models=("smollm2-135m", "qwen3-0.6b", "mistral-7b", "llama
     return "\n".join(lines)
 
 
-__all__ = ["ProfileRunPeak", "profile_run_peak", "profile_run_table", "PROFILE_RUN_SOURCES"]
+__all__ = ["ProfileRunPeak", "profile_run_peak", "profile_run_table", "vllm_release", "PROFILE_RUN_SOURCES",
+           "SAMPLER_BYTES_PER_LOGIT"]
