@@ -83,7 +83,7 @@ for m in (\"transformers\", \"accelerate\", \"bitsandbytes\", \"plotly\", \"pynv
         print(m, \"MISSING:\", type(e).__name__, str(e).splitlines()[0][:200])
 "'
 if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  for s in "pytest -m gpu" "doctor on the GPU" "sampler cost in GPU mode (benchmarks/vram.py)" \
+  for s in "pytest -m gpu" "dry run vs GPU (forward and generate, flash/cuDNN and math)" "doctor on the GPU" "sampler cost in GPU mode (benchmarks/vram.py)" \
            "recordings: monitor" "recordings: allocator (default vs expandable, capped OOM, snapshot)" "recordings: ledger" \
            "recordings: doctor + one injected fault (hidden_runtime)" "recordings: dispatch error and fixes on CUDA"; do skip_gpu "$s"; done
   echo "total: $(elapsed) s (CPU mode: nothing measured)" | tee -a "$out/summary.txt"
@@ -96,8 +96,11 @@ if ! "$py" -c "import sys; from vramlab import models; sys.exit(0 if models.find
     echo "skip: $t needs the real SmolLM2 model (not carried)" | tee -a "$out/summary.txt"; deselect+=(--deselect "$t")
   done
 fi
-step pytest-gpu 180 "$py" -m pytest -m gpu -rs -p no:cacheprovider -p no:nbval -o addopts="" --no-header -q \
+step pytest-gpu 150 "$py" -m pytest -m gpu -rs -p no:cacheprovider -p no:nbval -o addopts="" --no-header -q \
   --junitxml="$out/pytest-gpu.xml" "${deselect[@]}" "${GPU_TEST_FILES[@]}"
+# 2b. the dry run against the GPU: SmolLM2 bf16 at (1, 512) and (8, 2048), prefill + 16 decode steps, forward and
+#     generate mode, the GPU's kernel and math forced (sdpa_kernel(SDPBackend.MATH)), random weights (issue 27)
+step dryrun-vs-gpu 240 "$py" tests/gpu/dryrun_vs_gpu.py --out "$out"
 # 3. the doctor on the GPU (text and JSON); the injected fault runs in record-doctor (step 5), which prints it
 step doctor 45 "$py" -m vramlab.cli doctor
 "$py" -m vramlab.cli doctor --json > "$out/doctor.json" 2>/dev/null

@@ -326,7 +326,7 @@ def _make_mode(rec: _Recorder, workspace: int | None):
 
 @contextlib.contextmanager
 def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list, torch_version=None, cudnn_version=None,
-              reduced_precision: bool = False):
+              reduced_precision: bool = False, force_kernel: str | None = None):
     """Replace ``F.scaled_dot_product_attention`` with the allocation pattern of the GPU's kernel
     (:mod:`vramlab.vram.kernels`: the kernel choice, the math path op by op, the fused kernels' outputs)."""
     import torch.nn.functional as F
@@ -351,8 +351,8 @@ def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list, torch_version=None, cud
             value = value[:, :, None].expand(value.shape[0], value.shape[1], n, *value.shape[2:]).reshape(
                 value.shape[0], query.shape[-3], *value.shape[2:])
             gqa = enable_gqa = False
-        kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
-                                    torch_version=release, cudnn_version=cudnn_version)
+        kernel = force_kernel or choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
+                                                    torch_version=release, cudnn_version=cudnn_version)
         chosen.append(kernel)
         if kernel == "math":
             return math_sdpa(query, key, value, attn_mask, is_causal, scale, gqa, torch_version=release,
@@ -533,7 +533,7 @@ def _label_step(rec: _Recorder, out, cache) -> None:
 def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: str, attn_implementation: str,
            gpu: str | None, static_cache: bool, reader=None, workspace: bool = True, torch_version=None,
            cudnn_version=None, reduced_precision: bool = False, mode: str = "forward",
-           transformers_version=None, allow_longer: bool = False) -> MemoryTrace:
+           transformers_version=None, allow_longer: bool = False, sdpa_kernel: str | None = None) -> MemoryTrace:
     import gc
 
     from torch.utils.module_tracker import ModuleTracker
@@ -553,7 +553,9 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
     tf_release = transformers_release(transformers_version)
     ws = cublas_workspace_bytes(gpu, release) if (workspace and reader is None) else None
     recorder_mode = _make_mode(rec, ws)
-    sdpa_ctx = (_gpu_sdpa(gpu, dtype, chosen, release, cudnn_version, reduced_precision)
+    if sdpa_kernel not in (None, "math", "flash", "efficient", "cudnn"):
+        raise ValueError(f"`sdpa_kernel` {sdpa_kernel!r} is not None, 'math', 'flash', 'efficient' or 'cudnn'.")
+    sdpa_ctx = (_gpu_sdpa(gpu, dtype, chosen, release, cudnn_version, reduced_precision, sdpa_kernel)
                 if (meta and attn_implementation == "sdpa") else contextlib.nullcontext())
     gc_was = gc.isenabled()
     gc.disable()                            # frees must happen when the last reference dies, not later
@@ -607,7 +609,8 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
             attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False,
             torch_version: str | None = None, cudnn_version: str | None = None,
             allow_fp16_bf16_reduction_math_sdp: bool = False, mode: str = "forward",
-            transformers_version: str | None = None, allow_longer: bool = False) -> MemoryTrace:
+            transformers_version: str | None = None, allow_longer: bool = False,
+            sdpa_kernel: str | None = None) -> MemoryTrace:
     """Every allocation a GPU forward would make, computed on the meta device (seconds, no GPU).
 
     ``model``: a bundled config name (:func:`vramlab.configs.available_configs`), a config dict or
@@ -625,12 +628,13 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     of the cache (:mod:`vramlab.vram.generation`); ``new_tokens`` forwards in all (the prefill gives the first
     token). ``allow_longer``: run past ``max_position_embeddings`` (a rotary model runs on, as a benchmark
     of 2,048 + 100 tokens on pythia did); by default that is refused. Bad input raises ``ValueError`` with
-    one sentence naming the field; nothing is written anywhere.
+    one sentence naming the field; nothing is written anywhere. ``sdpa_kernel``: force that kernel (as
+    ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` does on a GPU) instead of choosing it.
     """
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
                   reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
-                  transformers_version=transformers_version, allow_longer=bool(allow_longer))
+                  transformers_version=transformers_version, allow_longer=bool(allow_longer), sdpa_kernel=sdpa_kernel)
 
 
 def track(model, batch_size: int, seq_len: int, *, new_tokens: int = 0, attn_implementation: str = "eager",
