@@ -14,18 +14,25 @@ wraps one call of ``GPUModelRunner.profile_run`` (``vllm/v1/worker/gpu_model_run
    request** (``num_reqs`` rows, not ``max_num_batched_tokens``), then the sampler, which works on a
    float32 copy of the logits (``vllm/v1/sample/sampler.py``).
 
-:func:`profile_run_peak` reproduces both on the meta device: :func:`vramlab.vram.dryrun.dry_run` of the real
-transformers model built from the config with **one** decoder layer (every layer is the same, and the
-profile run keeps nothing from one layer to the next) at batch 1 x ``max_num_batched_tokens``, bf16,
-``sdpa``; the forward peak is the largest ``activations`` total before ``lm_head`` runs (transformers'
-``lm_head`` over every token, and the K/V it stores in its own cache, are not what vLLM does). The sampler
-term is ``num_reqs x vocab x (dtype bytes + 4)``: the logits and their float32 copy.
+:func:`profile_run_peak` reproduces both on the meta device, as the stated release runs them:
+:func:`vramlab.vram.dryrun.dry_run` of the real transformers model built from the config with **one** decoder
+layer (every layer is the same, and the profile run keeps nothing from one layer to the next) at ``num_reqs``
+short requests (``num_tokens // num_reqs`` tokens each, as ``_dummy_run`` splits them; never one long sequence,
+so no L x L score matrix is built for the profile batch), the config's dtype, ``sdpa`` (eager where transformers
+has no SDPA path, e.g. Gemma-2); the forward peak is the largest ``activations`` total before ``lm_head``. The
+sampler term is ``num_reqs x vocab x`` (dtype bytes + the top-k/top-p buffers: the dummy sampler passes
+``top_k = vocab - 1`` and ``top_p = 0.9`` on purpose, about 15 bytes per logit from 0.17 or with FlashInfer's
+sampler, about 39 before; 0.32.0's ``_dummy_sampler_run`` even runs the sampler twice). The logged peak is the
+**larger** of the two (the forward's transients are freed before the sampler runs), plus the CUDA-graph
+estimate on the v0.21+ line, where the profiled graph memory is part of the logged number.
+
+Held against real logged start-ups in ``src/vramlab/results/logged_startups.json``
+(``tests/test_logged_startups.py``, ``benchmarks/dryrun.py --startups``).
 
 What it does not model: vLLM's own kernels (fused QKV and gate/up projections, in-place fused
 RMSNorm+residual, ``SiluAndMul``) allocate a little differently from transformers' modules; MoE layers
-(vLLM's ``fused_moe`` is not transformers' expert loop); the sampler's top-k/top-p buffers (vLLM notes
-that the profile run may skip them); torch.compile and CUDA-graph memory (estimated separately, see
-:func:`vramlab.serving.vllm_memory.plan`); non-torch memory (CUDA context, NCCL).
+(vLLM's ``fused_moe`` is not transformers' expert loop); the CUDA-graph memory itself (pass the logged
+estimate); non-torch memory (CUDA context, NCCL).
 
 Bytes throughout; a few hundred milliseconds per call on a CPU (the first call imports transformers).
 """
@@ -45,6 +52,8 @@ PROFILE_RUN_SOURCES = {
                                           "_dummy_run: num_reqs = min(num_tokens, max_num_reqs)",
     "vllm/utils (MemoryProfilingResult.__repr__)": "'torch peak memory increase: {}GiB' in the "
                                                    "'Memory profiling takes ...' log line",
+    "vllm/v1/worker/gpu_model_runner.py (0.32.0, installed)": "_dummy_sampler_run: top_k = vocab - 1, top_p = 0.9, "
+                                                              "and a second sampler call with a generator",
 }
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

@@ -38,6 +38,13 @@ holds against torch's own math path on CPU, allocation by allocation. ``attn_imp
 the L x L scores (and their float32 softmax) by itself, as it does on a GPU. On real tensors (:func:`track`,
 :func:`measure`) nothing is replaced.
 
+Whole blocks. After recording, :func:`vramlab.vram.blocks.block_bytes` replays the allocations through the
+caching allocator's best fit and its 1 MiB split rule: a large-pool block left unsplit counts whole, as in
+``memory_allocated()`` (the 512-rounded request stays in the event as ``rounded``).
+
+Generate mode. ``dry_run(..., mode="generate", transformers_version=...)`` runs greedy ``model.generate()`` as
+that transformers release allocates (:mod:`vramlab.vram.generation`).
+
 Reserved memory. :attr:`MemoryTrace.reserved` feeds the allocations above 1 MiB through
 :func:`vramlab.vram.allocator.simulate` (its model covers the large pool only, so allocations of
 1 MiB or less are left out of the reserved curve and listed in ``reserved_note``).
