@@ -124,6 +124,22 @@ def kept_fraction(spectra: list[torch.Tensor], ranks: Sequence[int]) -> list[flo
     return [float(s[:int(r)].sum() / s.sum()) if float(s.sum()) > 0 else 1.0 for s, r in zip(spectra, ranks)]
 
 
+def variance_plan(spectra: list[torch.Tensor], total_rank: int, min_rank: int = 16) -> list[int]:
+    """Ranks that keep the most K/V activation variance in total for a sum of ``total_rank``: every layer gets
+    ``min_rank``, then the remaining ranks go to the largest eigenvalues of all layers together (the PCA
+    directions with the most variance, wherever they are). A plan by the spectrum alone, never measured."""
+    n = len(spectra)
+    if isinstance(total_rank, bool) or not isinstance(total_rank, int) or not n * min_rank <= total_rank <= \
+            sum(len(s) for s in spectra):
+        raise _fail("total_rank", f"must be an integer from {n * min_rank} ({n} layers x min_rank) to the "
+                    f"K/V width summed over the layers (got {total_rank!r})")
+    ranks = [min_rank] * n
+    rest = sorted(((float(v), i) for i, s in enumerate(spectra) for v in s[min_rank:]), reverse=True)
+    for _, i in rest[:total_rank - n * min_rank]:
+        ranks[i] += 1
+    return ranks
+
+
 def expand_groups(group_ranks: Sequence[int], group_size: int) -> list[int]:
     """``[r0, r1, ...]`` for consecutive groups of ``group_size`` layers -> one rank per layer."""
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
@@ -132,5 +148,5 @@ def expand_groups(group_ranks: Sequence[int], group_size: int) -> list[int]:
 
 
 __all__ = ["check_ranks", "plan_bytes_per_token", "plan_cache_mib", "latent_ranks", "measure_ranks",
-           "kv_spectra", "kept_fraction", "expand_groups"]
+           "kv_spectra", "kept_fraction", "variance_plan", "expand_groups"]
 
