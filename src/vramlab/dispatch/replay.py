@@ -81,7 +81,8 @@ class MapReplay:
     peak_index: int = 0
     peak_module: str = ""
     at_peak: dict = field(default_factory=dict)         # category -> bytes on GPU 0 at the peak
-    streamed_bytes: int = 0                              # weights copied to GPU 0 at every forward
+    streamed_bytes: int = 0                              # weights copied to GPU 0 at every forward (as allocated:
+                                                         # each tensor in whole 512-byte blocks, as the trace)
     offloaded: list[str] = field(default_factory=list)   # the modules with weights off GPU 0
 
     def summary(self) -> dict:
