@@ -350,7 +350,7 @@ def check_absorbed_in_smollm2(fn, model=None, window=None) -> CheckResult:
     from vramlab.checks._core import describe_error, learner_line
     from vramlab.mla import latent_logits, latent_ranks
 
-    name = "the converted SmolLM2 through your absorption"
+    name = "the converted SmolLM2 with its values absorbed"
     what = "the converted model's logits, to float32 rounding"
     # a quick call on tiny tensors first: an untouched stub is told so before any model runs
     probe, failed = call_learner(name, fn, torch.zeros(1, 1, 1), torch.zeros(1, 1), torch.zeros(1, 1, 1),
@@ -378,8 +378,11 @@ def check_absorbed_in_smollm2(fn, model=None, window=None) -> CheckResult:
         return report(name, False, what, f"max |logit difference| {err:.3g}",
                       "the logits differ: your function must return (q w) cᵀ for any sizes (here T = S = 128 tokens, "
                       "and the values' width stands where d_n was)")
+    from vramlab.mla import absorbed_scores
+
+    whose = "vramlab's mla.absorbed_scores" if fn is absorbed_scores else "your function"
     return report(name, True, "", f"max |logit difference| {err:.1e} over {window.shape[1]} tokens and "
-                                  f"{want.shape[-1]:,} logits: the model ran on your function, 30 layers x 3 KV heads")
+                                  f"{want.shape[-1]:,} logits: the model ran on {whose}, 30 layers x 3 KV heads")
 
 
 # --------------------------------------------------------------------------------------------
