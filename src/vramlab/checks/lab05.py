@@ -508,7 +508,7 @@ def check_rank_plan(plan_ranks: Any, model=None, window=None, covariances=None) 
     from vramlab.mla import plan_cache_mib
 
     name = "capstone: latent ranks under a 480 MiB cache"
-    what = "30 ranks whose cache fits the budget, at a perplexity near the best this budget allows"
+    what = "30 ranks that fit, near the best perplexity the budget allows"
     ranks, failed = _ranks_or_fail(name, what, plan_ranks)
     if failed is not None:
         return failed

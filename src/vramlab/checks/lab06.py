@@ -226,7 +226,7 @@ def check_budget_gib(fn) -> CheckResult:
     import math
 
     name = "smallest GPU budget for a 4-bit model"
-    what = "a function returning the GiB that keep the whole 4-bit model on GPU 0, at most 2% above the smallest"
+    what = "a function of the config returning GiB"
     for model_name, config in zip(BUDGET_CONFIGS, _budget_configs()):
         label = BUDGET_LABELS[model_name]
         value, failed = call_learner(name, fn, dict(config), expected=what)
@@ -425,7 +425,7 @@ def check_serving_map(device_map: Any) -> CheckResult:
     from vramlab.dispatch import GiB
 
     name = "capstone: a device map for the workload"
-    what = f"a dict {{module: 0 or 'cpu'}} whose dry-run peak on GPU 0 fits {SERVE_GPU_GIB} GiB, copying few weights"
+    what = f"a map whose GPU 0 peak fits {SERVE_GPU_GIB} GiB, copying few weights"
     dmap, failed = _serving_map_or_fail(name, what, device_map)
     if failed is not None:
         return failed
