@@ -55,30 +55,6 @@ def naive_flat(q, c, w):
     return q @ keys.reshape(h, d, -1)
 
 
-def plan(points, budget_mib, context, batch):
-    tokens = batch * math.ceil(context / 64) * 64
-    fits = [(p["ppl"], p["rank"], tokens * 30 * p["rank"] * 2 / 2**20) for p in points]
-    fits = [f for f in fits if f[2] <= budget_mib]
-    return None if not fits else min(fits)[1:]
-
-
-def plan_unpaged(points, budget_mib, context, batch):
-    fits = [(p["ppl"], p["rank"], batch * context * 30 * p["rank"] * 2 / 2**20) for p in points]
-    fits = [f for f in fits if f[2] <= budget_mib]
-    return None if not fits else min(fits)[1:]
-
-
-def plan_in_mb(points, budget_mib, context, batch):
-    tokens = batch * math.ceil(context / 64) * 64
-    fits = [(p["ppl"], p["rank"], tokens * 30 * p["rank"] * 2 / 1e6) for p in points]
-    fits = [f for f in fits if f[2] <= budget_mib]
-    return None if not fits else min(fits)[1:]
-
-
-def plan_largest_rank_any(points, budget_mib, context, batch):
-    return (384, 1.0)                                     # ignores the budget
-
-
 SOLUTIONS = {
     "check_mla_gqa_heads": 2.25,
     "check_latent_per_layer_ratio": 1.0,
@@ -87,7 +63,9 @@ SOLUTIONS = {
     "check_absorbed_scores": absorbed,
     "check_prediction_recorded": 20.0,
     "check_conversion_prediction": 20.0,
-    "check_latent_cache_plan": plan,
+    "check_absorbed_in_smollm2": absorbed,
+    "check_plan_budget": [130] * 30,
+    "check_rank_plan": "reference",          # lab05.reference_ranks(), measured in test_rank_plan_*
 }
 WRONG = {
     "check_mla_gqa_heads": 4.5,                                    # K and V: forgot the factor 2
@@ -97,9 +75,33 @@ WRONG = {
     "check_absorbed_scores": lambda q, c, w: absorbed(q, c, w).sum(0),  # heads summed
     "check_prediction_recorded": 0.5,                             # below 1 is not a perplexity
     "check_conversion_prediction": float("nan"),
-    "check_latent_cache_plan": plan_unpaged,                       # forgot whole blocks
+    "check_absorbed_in_smollm2": lambda q, c, w: absorbed(q, c, w) * 1.01,   # not the same logits
+    "check_plan_budget": [131] * 30,                               # fits only without whole blocks
+    "check_rank_plan": [130] * 30,                                 # fits, but one rank for all
 }
 STUBS = [None, lambda *a: None, _raises]
+
+
+@pytest.fixture(scope="module")
+def capstone(smollm2):
+    """SmolLM2, the capstone's window and the calibration covariances, as the notebook builds them."""
+    from vramlab.data import token_windows
+    from vramlab.mla import collect_input_covariance
+
+    model, tok = smollm2
+    window = token_windows(tok, n_windows=1, length=512)
+    covs = collect_input_covariance(model, token_windows(tok, n_windows=4, length=512, offset=8 * 512))
+    return model, window, covs
+
+
+def _call(name, value, capstone):
+    """Call a lab-05 check the way the notebook does (the model-scale checks get the notebook's model)."""
+    model, window, covs = capstone
+    if name == "check_rank_plan":
+        return lab05.check_rank_plan(lab05.reference_ranks() if value == "reference" else value, model, window, covs)
+    if name == "check_absorbed_in_smollm2":
+        return lab05.check_absorbed_in_smollm2(value, model, window)
+    return getattr(lab05, name)(value)
 
 
 def test_every_check_is_exported_and_covered():
@@ -109,24 +111,24 @@ def test_every_check_is_exported_and_covered():
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_solution_passes(name, capsys):
-    result = getattr(lab05, name)(SOLUTIONS[name])
+def test_solution_passes(name, capstone, capsys):
+    result = _call(name, SOLUTIONS[name], capstone)
     assert result.passed and capsys.readouterr().out.startswith("PASS")
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 @pytest.mark.parametrize("stub", range(len(STUBS)))
 def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
-    result = getattr(lab05, name)(STUBS[stub])
+    result = getattr(lab05, name)(STUBS[stub])     # a stub is refused before any model runs
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
-    for secret in ("2.25", "8.88", "472.5"):
+    for secret in ("2.25", "8.88", "178", "23.1"):
         assert secret not in out
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
-def test_plausible_wrong_answers_fail(name, capsys):
-    result = getattr(lab05, name)(WRONG[name])
+def test_plausible_wrong_answers_fail(name, capstone, capsys):
+    result = _call(name, WRONG[name], capstone)
     assert not result.passed and "expected" in capsys.readouterr().out
 
 
@@ -173,34 +175,74 @@ def test_absorbed_check_accepts_other_absorbed_spellings(capsys):
         assert lab05.check_absorbed_scores(fn), capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong,phrase", [
-    (plan_unpaged, "whole 64-token blocks"),
-    (plan_in_mb, "MiB is 2**20 bytes"),
-    (plan_largest_rank_any, "does not fit"),
-    (lambda points, budget, context, batch: None if budget < 1 else (128, 472.5), "rank"),
-    (lambda points, budget, context, batch: (128, 472.5), ""),
-])
-def test_latent_cache_plan_names_the_mistake(wrong, phrase, capsys):
-    result = lab05.check_latent_cache_plan(wrong)
-    out = capsys.readouterr().out
-    assert not result.passed and out.startswith("FAIL") and phrase in out, out
-    assert "472.5" not in out.split("; got ")[0]          # the expected part never holds the value
-
-
-def test_latent_cache_plan_wants_none_when_nothing_fits(capsys):
-    def never_none(points, budget, context, batch):
-        return plan(points, budget, context, batch) or (32, 7.38)
-    assert not lab05.check_latent_cache_plan(never_none)
-    assert "return None" in capsys.readouterr().out
-
-
 def test_v3_softmax_scale_in_the_checks_config():
     from vramlab.mla import MLAConfig
     assert round(MLAConfig.from_config("deepseek-v3").softmax_scale(), 4) == 0.1352
 
 
-def test_latent_cache_plan_refuses_the_package_function(capsys):
-    from vramlab.mla import plan_latent_cache
-    assert not lab05.check_latent_cache_plan(plan_latent_cache)
-    assert not lab05.check_latent_cache_plan(lambda *a: plan_latent_cache(*a))
-    assert "write it yourself" in capsys.readouterr().out
+def test_rank_plan_judges_the_budget_exactly_in_whole_blocks(capsys):
+    """16 users x 4,000 tokens in 64-token blocks = 64,512 tokens; 480 MiB / (64,512 x 2 bytes) allows 3,900
+    values per token: 130 per layer fits, 131 fits only without paging, and the check says which."""
+    from vramlab.mla import plan_cache_mib
+
+    assert plan_cache_mib([130] * 30, 4000, 16) <= 480 < plan_cache_mib([131] * 30, 4000, 16)
+    assert sum(lab05.reference_ranks()) == 3900 and lab05.plan_budget_ok(lab05.reference_ranks())
+    assert not lab05.check_rank_plan([131] * 30)
+    assert "whole 64-token blocks" in capsys.readouterr().out
+    assert lab05.check_plan_budget([130] * 30) and "479.9 MiB of 480" in capsys.readouterr().out
+    assert not lab05.check_plan_budget([131] * 30)
+    assert "whole 64-token blocks" in capsys.readouterr().out
+    assert not lab05.check_rank_plan([200] * 30)
+    out = capsys.readouterr().out
+    assert "over the budget" in out and "blocks" not in out.split("Hint:")[1]
+    assert not lab05.check_rank_plan([130] * 6)
+    assert "expand_groups" in capsys.readouterr().out
+    assert not lab05.check_rank_plan([130.5] * 30)
+    assert "whole number" in capsys.readouterr().out
+    assert not lab05.check_rank_plan([385] + [100] * 29)
+    assert "1..384" in capsys.readouterr().out
+    assert not lab05.check_rank_plan("130")
+    capsys.readouterr()
+
+
+def test_rank_plan_measures_live_and_never_tells_the_ranks(capstone, capsys):
+    """One rank for all fits but fails; the reference plan passes; the complete lesson's plan (cheapest group
+    gives 48 to the dearest) passes; the spectrum's plan fails; no FAIL line prints the reference's ranks."""
+    from vramlab import mla
+
+    model, window, covs = capstone
+    check = lambda ranks: lab05.check_rank_plan(ranks, model, window, covs)  # noqa: E731
+    assert not check([130] * 30)
+    out = capsys.readouterr().out
+    assert "one rank for every layer" in out and "178" not in out and "82, 124" not in out, out
+    assert check(lab05.reference_ranks())
+    capsys.readouterr()
+    lesson = mla.expand_groups([130, 130, 130, 130, 178, 82], 5)
+    assert check(lesson), capsys.readouterr().out
+    capsys.readouterr()
+    spectra = mla.kv_spectra(model, covs)
+    assert not check(mla.variance_plan(spectra, 3900))
+    out = capsys.readouterr().out
+    assert "measures clearly lower" in out and "178" not in out, out
+    ref = lab05.measured_ppl(model, window, covs, lab05.reference_ranks())
+    uniform = lab05.measured_ppl(model, window, covs, [130] * 30)
+    assert ref < 0.93 * uniform                              # the budget is worth spending unevenly
+
+
+def test_absorbed_in_smollm2_runs_the_learners_function_in_every_layer(capstone, capsys):
+    model, window, _ = capstone
+    calls = []
+
+    def counting(q, c, w):
+        calls.append(tuple(q.shape))
+        return absorbed(q, c, w)
+
+    assert lab05.check_absorbed_in_smollm2(counting, model, window)
+    assert len(calls) == 1 + 30 * 3 and calls[1] == (3, 128, 128)   # the probe, then 30 layers x 3 KV heads
+    assert "max |logit difference|" in capsys.readouterr().out
+    assert not lab05.check_absorbed_in_smollm2(lambda q, c, w: q @ w @ c.T if q.shape[1] == 1 else 1 / 0,
+                                               model, window)
+    out = capsys.readouterr().out
+    assert "ZeroDivisionError" in out and "any sizes" in out, out
+    assert type(model.model.layers[0].self_attn).__name__ == "LlamaAttention"       # restored
+    assert type(model.model.layers[0].self_attn.k_proj).__name__ == "Linear"

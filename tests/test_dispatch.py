@@ -503,3 +503,93 @@ def test_figure_labels_every_module_and_one_row_per_device():
     assert list(fig.layout.xaxis.tickvals) == list(plan) and "lm_head" in fig.layout.xaxis.ticktext
     right = fig.data[-1]
     assert right.orientation == "h" and len(right.y) == 9 and all("/" in t for t in right.text)
+
+
+# --------------------------------------------------------------------------------------------
+# dispatch.replay: a dry run on a one-GPU + cpu map
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smol_trace():
+    from vramlab.vram import dry_run
+
+    return dry_run("smollm2-135m", 2, 64)
+
+
+def _smol_map(gpu_layers, head=0, embed=0):
+    m = {"model.embed_tokens": embed, "model.rotary_emb": "cpu", "model.norm": "cpu", "lm_head": head}
+    m.update({f"model.layers.{i}": 0 if i < gpu_layers else "cpu" for i in range(30)})
+    return m
+
+
+def test_replay_of_an_all_gpu_map_is_the_dry_run(smol_trace):
+    r = D.replay(smol_trace, "smollm2-135m", {"": 0})
+    assert r.peak_bytes == smol_trace.peak_bytes and r.streamed_bytes == 0 and r.offloaded == []
+    assert r.live == [e["live"] for e in smol_trace.events]
+
+
+def test_replay_streams_the_offloaded_weights_and_keeps_buffers_on_the_gpu(smol_trace):
+    sizes = D.module_sizes("smollm2-135m")
+    r = D.replay(smol_trace, "smollm2-135m", _smol_map(10))
+    layers_off = sum(sizes[f"model.layers.{i}"] for i in range(10, 30))
+    exact = layers_off + sizes["model.norm"]                                # inv_freq (a buffer) is not streamed
+    assert exact <= r.streamed_bytes <= exact + 512 * (20 * 9 + 1)       # each tensor rounded to 512-byte blocks
+    assert "model.rotary_emb" not in r.offloaded and "model.layers.29.mlp.down_proj" in r.offloaded
+    assert r.peak_bytes < smol_trace.peak_bytes
+    # at every event GPU 0 holds the dry run's bytes less the offloaded weights, plus at most one submodule's
+    biggest = max(sizes[f"model.layers.29.{m}"] for m in ("mlp.down_proj", "mlp.up_proj", "mlp.gate_proj"))
+    for e, live in zip(smol_trace.events, r.live):
+        if e["phase"] != "load":
+            assert e["live"] - r.streamed_bytes <= live <= e["live"] - r.streamed_bytes + biggest + 512
+
+
+def test_replay_counts_a_cpu_lm_head_at_the_peak(smol_trace):
+    on, off = (D.replay(smol_trace, "smollm2-135m", {"": 0, "lm_head": head}) for head in (0, "cpu"))
+    # SmolLM2 ties lm_head to the embedding: the tied weight stays with embed_tokens on GPU 0
+    assert on.peak_bytes == off.peak_bytes
+
+
+def test_replay_refuses_what_it_does_not_model(smol_trace):
+    with pytest.raises(ValueError, match="one GPU"):
+        D.replay(smol_trace, "smollm2-135m", {"": 1})
+    with pytest.raises(ValueError, match="no device"):
+        D.replay(smol_trace, "smollm2-135m", {"model.layers": 0})
+    with pytest.raises(ValueError, match="dict"):
+        D.replay(smol_trace, "smollm2-135m", [0])
+    with pytest.raises(ValueError, match="MemoryTrace"):
+        D.replay(object(), "smollm2-135m", {"": 0})
+
+
+def test_accelerate_materialises_one_offloaded_submodule_at_a_time():
+    """The rule replay models, seen in the real accelerate 1.15 hooks: with every module offloaded (disk, main
+    device cpu), an op finds the weights of at most the submodule it runs in, and the buffers stay put."""
+    import tempfile
+
+    import torch
+    from accelerate import dispatch_model
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.module_tracker import ModuleTracker
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=100)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    names = ["model.embed_tokens", "model.rotary_emb", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
+    with tempfile.TemporaryDirectory() as folder:
+        dispatch_model(model, device_map={n: "disk" for n in names}, main_device="cpu", offload_dir=folder)
+        assert all(b.device.type == "cpu" for b in model.buffers())
+        tracker, seen = ModuleTracker(), []
+
+        class Spy(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                live = {n.rsplit(".", 1)[0] for n, p in model.named_parameters() if p.device.type != "meta"}
+                where = max((p for p in tracker.parents if p != "Global"), key=lambda p: p.count("."), default="")
+                seen.append((where.split(".", 1)[-1], live))
+                return func(*args, **(kwargs or {}))
+
+        with torch.no_grad(), tracker, Spy():
+            model(torch.tensor([[1, 2, 3]]))
+    assert any(live for _, live in seen)
+    for where, live in seen:
+        assert len(live) <= 1 and all(where == owner or where.startswith(owner + ".") for owner in live), (where, live)

@@ -362,3 +362,81 @@ def test_plan_latent_cache_rounds_to_blocks_and_names_bad_input():
         mla.plan_latent_cache(points, 512, 0, 1)
     with pytest.raises(ValueError, match="^`budget_mib`"):
         mla.plan_latent_cache(points, float("nan"), 10, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# per-layer ranks (mla.ranks) and the latent path with absorbed values (mla.latent_attention)
+# --------------------------------------------------------------------------------------------
+
+def test_rank_plans_count_bytes_and_whole_blocks_and_name_bad_input():
+    ranks = [100] * 10 + [200] * 20
+    assert mla.plan_bytes_per_token(ranks) == 2 * sum(ranks)
+    assert mla.plan_bytes_per_token(ranks, "fp8") == sum(ranks)
+    assert mla.plan_cache_mib(ranks, 4000, 16) == 16 * 63 * 64 * 2 * sum(ranks) / 2**20    # ceil(4000/64) = 63
+    assert mla.plan_cache_mib(ranks, 4032, 16) == mla.plan_cache_mib(ranks, 4000, 16)
+    assert mla.expand_groups([1, 2], 3) == [1, 1, 1, 2, 2, 2]
+    assert mla.check_ranks(torch.tensor([3] * 4), 4, 8) == [3] * 4
+    assert mla.check_ranks([3.0] * 4, 4, 8) == [3] * 4
+    for bad, word in (([3] * 3, "4 values"), ([3, 3, 3, 9], "1..8"), ([3, 3, 3, 2.5], "whole number"),
+                      ("3333", "list"), ([3, 3, 3, True], "whole number")):
+        with pytest.raises(ValueError, match=word):
+            mla.check_ranks(bad, 4, 8)
+    with pytest.raises(ValueError, match="context"):
+        mla.plan_cache_mib(ranks, 0, 1)
+
+
+def test_variance_plan_keeps_the_largest_eigenvalues_wherever_they_are():
+    spectra = [torch.tensor([9.0, 8.0, 1.0, 0.5]), torch.tensor([7.0, 6.0, 5.0, 4.0])]
+    assert mla.variance_plan(spectra, 4, min_rank=1) == [2, 2]             # 9, 7 floors; then 8, 6
+    assert mla.variance_plan(spectra, 6, min_rank=1) == [2, 4]             # then 5, 4 before 1
+    assert mla.kept_fraction(spectra, [2, 4]) == pytest.approx([17 / 18.5, 1.0])
+    with pytest.raises(ValueError, match="total_rank"):
+        mla.variance_plan(spectra, 1, min_rank=1)
+
+
+def test_latent_ranks_convert_in_place_and_restore_even_on_error(smollm2, windows):
+    model, _ = smollm2
+    before = [layer.self_attn.k_proj for layer in model.model.layers]
+    with pytest.raises(RuntimeError, match="boom"):
+        with mla.latent_ranks(model, [64] * 30):
+            assert model.model.layers[3].self_attn.k_proj.latent.rank == 64
+            raise RuntimeError("boom")
+    assert [layer.self_attn.k_proj for layer in model.model.layers] == before
+    with pytest.raises(ValueError, match="30 values"):
+        with mla.latent_ranks(model, [64] * 29):
+            pass
+    assert [layer.self_attn.k_proj for layer in model.model.layers] == before
+
+
+def test_measure_ranks_at_full_rank_is_the_original_model(smollm2, windows):
+    from vramlab.eval import perplexity
+
+    model, _ = smollm2
+    full = mla.measure_ranks(model, [384] * 30, windows[:1])
+    assert full["ppl"] == pytest.approx(perplexity(model, windows[:1]), rel=1e-4)
+    assert full["bytes_per_token"] == 23040 and len(full["window_nll"]) == 1
+    mixed = mla.measure_ranks(model, [384] * 15 + [32] * 15, windows[:1])
+    assert mixed["ppl"] > full["ppl"] * 1.05
+
+
+def test_latent_logits_with_absorbed_values_equal_the_converted_forward(smollm2, windows):
+    model, _ = smollm2
+    ids = windows[:1, :64]
+    for rank in (384, 48):
+        with mla.latent_ranks(model, [rank] * 30):
+            with torch.inference_mode():
+                want = model(input_ids=ids, use_cache=False).logits
+            got = mla.latent_logits(model, ids)
+        assert (got - want).abs().max().item() < 1e-3, rank
+    with pytest.raises(ValueError, match="not converted"):
+        mla.latent_logits(model, ids)
+    assert type(model.model.layers[0].self_attn).__name__ == "LlamaAttention"
+    with pytest.raises(ValueError, match="input_ids"):
+        mla.latent_logits(model, ids[0])
+
+
+def test_absorbed_scores_never_build_per_head_keys():
+    g = torch.Generator().manual_seed(0)
+    q, c, w = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((3, 2, 5), (7, 11), (3, 5, 11)))
+    naive = q @ torch.einsum("hdc,sc->hsd", w, c).transpose(-1, -2)
+    assert torch.allclose(mla.absorbed_scores(q, c, w), naive, atol=1e-12)

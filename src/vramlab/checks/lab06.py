@@ -11,17 +11,19 @@ import functools
 import warnings
 from typing import Any, Mapping
 
-from vramlab.checks._core import CheckResult, as_float, exercise, fmt_number, report
+from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 
-__all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_capstone_layers"]
+__all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_map_covers",
+           "check_serving_map"]
 
 # Exercise 1: Llama-3.1-8B in bf16, one GPU with a 10 GiB budget, 30 GiB of cpu.
 PREDICT_CONFIG = "llama-3.1-8b"
 PREDICT_BUDGET = {0: "10GiB", "cpu": "30GiB"}
 # Exercise 2: SmolLM2 in 8-bit on a GPU with 150 MB (the budget that raised the error).
 OFFLOAD_BUDGET = {0: "150MB", "cpu": "1GB"}
-# Exercise 3: Llama-3.1-8B in 4-bit, wholly on GPU 0.
-BUDGET_CONFIG = "llama-3.1-8b"
+# Exercise 3: a function of a config; checked on these models in 4-bit (untied, untied with a small vocabulary, tied).
+BUDGET_CONFIGS = ("llama-3.1-8b", "mistral-7b", "smollm2-135m")
+BUDGET_LABELS = {"llama-3.1-8b": "Llama-3.1-8B", "mistral-7b": "Mistral-7B-v0.3", "smollm2-135m": "SmolLM2-135M"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,7 +83,7 @@ def check_predicted_gpu_layers(prediction: Any) -> CheckResult:
     if off == 0:
         note = "exactly right"
     elif off > 0:
-        note = (f"{fmt_number(off)} too many: the 1 GiB embedding goes to GPU 0 first, and accelerate keeps "
+        note = (f"{fmt_number(off)} too many: the 1 GiB embedding goes to GPU 0 first, and the planner keeps "
                 "room on GPU 0 for the largest layer it may still have to place (here lm_head, 1 GiB)")
     else:
         note = f"{fmt_number(-off)} too few: a bf16 decoder layer of Llama-3.1-8B is only ~0.41 GiB"
@@ -110,7 +112,7 @@ def check_offload_device_map(device_map: Any) -> CheckResult:
     """A custom ``device_map`` for SmolLM2 in 8-bit with a 150 MB GPU: covers every weight, uses GPU 0,
     keeps GPU 0 within the 150 MB budget, sends the rest to "cpu". A hand-written map is used as given:
     transformers 5.24 (``integrations/accelerate.py`` ``_get_device_map``) applies ``get_balanced_memory`` and
-    bitsandbytes' ``adjust_max_memory`` (x 0.90) only when ``device_map`` is a string, so the 10% headroom is
+    its bitsandbytes quantizer's ``adjust_max_memory`` (x 0.90) only when ``device_map`` is a string, so the 10% headroom is
     the planner's, and the check only remarks on it."""
     from accelerate.utils import check_device_map
 
@@ -167,7 +169,7 @@ def check_offload_device_map(device_map: Any) -> CheckResult:
     note = ""
     if on_gpu > planner_limit:
         note = (f"; no headroom left: device_map='auto' would plan with {planner_limit / 1e6:.0f} MB "
-                "(bitsandbytes' adjust_max_memory keeps 10% back for quantization buffers), and activations "
+                "(transformers' bitsandbytes quantizer keeps 10% back: adjust_max_memory), and activations "
                 "need room too")
     return report(name, True, "", f"{on_gpu / 1e6:.1f} MB on GPU 0 ({layers} decoder layers), the rest on cpu"
                   + note)
@@ -180,165 +182,268 @@ def _bf16_sizes():
     return module_sizes("smollm2-135m", dtype="bfloat16")
 
 
+
+# --------------------------------------------------------------------------------------------
+# Exercise 3: the smallest GPU budget that keeps a 4-bit model wholly on GPU 0, from its config
+# --------------------------------------------------------------------------------------------
+
 @functools.lru_cache(maxsize=None)
-def smallest_budget_gib(config: str = BUDGET_CONFIG, quantization: str = "4bit") -> float:
-    """The smallest GPU-0 budget (GiB, to 1 MiB) at which ``device_map="auto"`` keeps the whole model
-    on GPU 0 (cpu also offered), found by bisection with the real planner."""
-    from vramlab.dispatch import GiB, MiB, plan_device_map, spills
+def smallest_budget_bytes(config: str, quantization: str = "4bit") -> float:
+    """The smallest ``max_memory[0]`` (bytes) at which ``device_map="auto"`` keeps the whole model on GPU 0.
 
-    model = _meta(config, quantization)
-    lo, hi = 0, 256 * GiB
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        while hi - lo > MiB:
-            mid = (lo + hi) // 2
-            plan = plan_device_map(model, {0: mid, "cpu": 256 * GiB}, quantization=quantization)
-            if spills(plan) or set(plan.values()) == {"cpu"}:
-                lo = mid
-            else:
-                hi = mid
-    return hi / GiB
+    When everything fits, transformers' ``infer_auto_device_map`` (5.24, ``integrations/accelerate.py``) needs
+    the planned model size within the budget that the bitsandbytes quantizer leaves it: ``adjust_max_memory``
+    (``quantizers/quantizer_bnb_4bit.py``) multiplies every budget by 0.90, so the answer is the planned size /
+    0.90 (``tests/test_checks_lab06.py`` holds it against the planner a byte above and 1 MiB below)."""
+    from vramlab.dispatch import BNB_MAX_MEMORY_FACTOR, module_sizes
+
+    return module_sizes(_meta(config, quantization), quantization=quantization)[""] / BNB_MAX_MEMORY_FACTOR
 
 
-def _fits_on_gpu0(budget_gib: float) -> bool:
-    """The real planner keeps the whole 4-bit model on GPU 0 under ``budget_gib`` (cpu offered too)."""
-    import math
+def _budget_configs() -> list[dict]:
+    from vramlab.configs import load_config
 
-    from vramlab.dispatch import GiB, plan_device_map
-
-    if not math.isfinite(budget_gib) or budget_gib > 1e4:
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        plan = plan_device_map(_meta(BUDGET_CONFIG, "4bit"), {0: int(budget_gib * GiB), "cpu": 256 * GiB},
-                               quantization="4bit")
-    return set(plan.values()) == {0}
+    return [{k: v for k, v in load_config(name).items() if not k.startswith("_")} for name in BUDGET_CONFIGS]
 
 
 def _budget_answer(**_) -> str:
-    need = smallest_budget_gib()
-    return (f"at least {need:.3f} GiB (the smallest budget the planner accepts, to 1 MiB) and at most "
-            f"{1.10 * need:.3f} GiB: 0.90 x budget must hold the 4-bit model, whose embed_tokens and lm_head "
-            "stay bf16")
+    from vramlab.dispatch import GiB
+
+    needs = ", ".join(f"{name} {smallest_budget_bytes(name) / GiB:.4f}" for name in BUDGET_CONFIGS)
+    return ("(Linear weights x 0.5 byte + embedding, lm_head unless tied, and norms x 2 bytes) / 0.90 / 2**30: "
+            f"{needs} GiB; 4-bit shrinks only the decoder's Linear layers, and device_map='auto' plans with 90% "
+            "of each budget (transformers' bitsandbytes quantizer, adjust_max_memory)")
 
 
 @exercise("lab06", 3, _budget_answer)
-def check_budget_gib(budget_gib: Any) -> CheckResult:
-    """The GPU budget (GiB) for Llama-3.1-8B in 4-bit to load wholly on GPU 0 with device_map="auto":
-    enough (the planner keeps everything on GPU 0) and no more than 10% above the smallest that works."""
-    from vramlab.dispatch import BNB_MAX_MEMORY_FACTOR, GiB, module_sizes
+def check_budget_gib(fn) -> CheckResult:
+    """``fn(config)`` -> the smallest ``max_memory[0]`` in GiB at which ``device_map="auto"`` keeps the whole 4-bit
+    model on GPU 0 (config: a dict of the model's ``config.json`` fields). Checked on Llama-3.1-8B, Mistral-7B and
+    SmolLM2-135M (tied embeddings): each answer must be enough for the real planner (to 0.1 MiB) and at most 2%
+    above the smallest."""
+    from vramlab.dispatch import BNB_MAX_MEMORY_FACTOR, GiB, MiB
 
-    name = "GPU budget for Llama-3.1-8B in 4-bit"
-    value = as_float(budget_gib)
-    if budget_gib is None or value is None:
-        return report(name, False, "a budget in GiB", f"{budget_gib!r}", "store a number of GiB in `budget_gib`")
-    need = smallest_budget_gib()
-    # the range test comes first: a right answer in GiB (e.g. 6.2) may also sit near the GB figure
-    if 0 < value <= 1.10 * need and _fits_on_gpu0(value):
-        return report(name, True, "", f"{value:.3f} GiB (the planner needs at least {need:.3f} GiB)")
-    wanted = "a budget in GiB: enough for the whole model on GPU 0, and no more than 10% above the smallest"
-    total = module_sizes(_meta(BUDGET_CONFIG, "4bit"), quantization="4bit")[""] / GiB
-    naive = total  # as loaded, without the 10 % bitsandbytes keeps back
-    all_int4 = 8.030261248e9 * 0.5 / GiB  # every parameter at 4 bits, embeddings included
-    side = "too high" if value > 1.10 * need else "too low"
-    if value > 1.10 * need:
-        hint = "that fits, but it is more than 10% above what is needed: size it from the 4-bit model size"
-    elif abs(value - naive) / naive < 0.03:
-        hint = (f"{naive:.2f} GiB is the model; bitsandbytes plans with only {BNB_MAX_MEMORY_FACTOR:.0%} "
-                "of each budget (adjust_max_memory)")
-    elif abs(value - all_int4) / all_int4 < 0.05 or abs(value - all_int4 / BNB_MAX_MEMORY_FACTOR) < 0.2:
-        hint = ("4-bit shrinks only the Linear layers: embed_tokens and lm_head (1 GiB each for a 128k "
-                "vocabulary) stay bf16")
-    elif abs(value - need * 1e9 / GiB) / need < 0.03:   # GiB figure divided by 1.074: converted the wrong way
-        hint = "GB vs GiB: the check wants GiB (2**30 bytes), a larger unit than GB (10**9 bytes)"
-    elif 0 <= need - value < 0.01:
-        hint = "just short: 0.90 x budget must hold the whole model; round the budget up, not to the nearest"
-    else:
-        hint = "too small: part of the model spills to cpu, and bitsandbytes refuses that"
-    return report(name, False, wanted, f"{value:.3f} GiB, {side}", hint)
+    import math
+
+    name = "smallest GPU budget for a 4-bit model"
+    what = "a function of the config returning GiB"
+    for model_name, config in zip(BUDGET_CONFIGS, _budget_configs()):
+        label = BUDGET_LABELS[model_name]
+        value, failed = call_learner(name, fn, dict(config), expected=what)
+        if failed is not None:
+            return failed
+        got = as_float(value)
+        if got is None or not math.isfinite(got):
+            return report(name, False, what, f"{fmt_number(value)} for {label} (not a finite number)",
+                          "return a number of GiB")
+        need = smallest_budget_bytes(model_name)
+        value_bytes = got * GiB
+        if need - 0.1 * MiB <= value_bytes <= 1.02 * need:
+            continue
+        shown = f"{got:.4g} GiB for {label}"
+        tied = bool(config.get("tie_word_embeddings"))
+        e = config["vocab_size"] * config["hidden_size"]           # elements of one vocabulary matrix
+        planned = need * BNB_MAX_MEMORY_FACTOR
+        n_linear = (planned - 2 * e * (1 if tied else 2)) / 0.5      # ~ Linear weights
+        f = BNB_MAX_MEMORY_FACTOR
+        hint = ""
+        candidates = {
+            planned: "that is the model's planned size: device_map='auto' plans with only part of each budget "
+                     "(section 2, step 3)",
+            planned * f: "the budget is larger than what the planner may use, not smaller: check which way the "
+                         "factor of step 3 goes",
+            need * GiB / 1e9: "GB vs GiB: return GiB (bytes / 2**30), not GB (bytes / 10**9)",
+            need * 1e9 / GiB: "GB vs GiB: return GiB (2**30 bytes), a larger unit than GB (10**9 bytes)",
+            need + n_linear * 1.5 / f: "the Linear weights are 4-bit (half a byte each), not bf16",
+        }
+        if tied:
+            candidates[need + 2 * e / f] = "this model ties lm_head to the embedding: one matrix, counted once"
+            candidates[need - 1.5 * e / f] = "the embedding stays bf16: bitsandbytes replaces only nn.Linear layers"
+        else:
+            candidates[need - 2 * e / f] = ("lm_head is its own vocab x hidden matrix here (tie_word_embeddings is "
+                                            "false), in bf16")
+            candidates[need - 1.5 * e / f] = ("one vocabulary matrix counted at 4 bits: lm_head is an nn.Linear, but "
+                                              "transformers keeps it out of quantization, so it stays bf16 like "
+                                              "the embedding")
+            candidates[need - 3 * e / f] = ("4-bit shrinks only the decoder's Linear layers: embed_tokens and lm_head "
+                                            "stay bf16")
+        for candidate, why in candidates.items():
+            if why and candidate > 0 and abs(value_bytes - candidate) <= 0.002 * candidate:
+                hint = why
+                break
+        if not hint and 0 < need - value_bytes <= 0.01 * need:
+            hint = ("just short: part of the model would spill to cpu, and transformers' bitsandbytes quantizer refuses that; look for "
+                    "small modules left out")
+        elif not hint and 1.02 * need < value_bytes <= 1.2 * need:
+            hint = "that is enough, but more than 2% above the smallest budget: something is counted too large"
+        if not hint:
+            hint = "count what the planner sees: every parameter at its planned size"
+        return report(name, False, what, f"{shown}, {direction(value_bytes, need, name=name)}", hint)
+    return report(name, True, "", "enough for the real planner and within 2% of the smallest budget, for "
+                                  "Llama-3.1-8B, Mistral-7B and the tied SmolLM2")
 
 
 # --------------------------------------------------------------------------------------------
-# Exercise 4 (capstone): GPU 0's budget after the activation headroom from the dry run
+# Exercise 4 (capstone): a device map for a stated workload, KV cache included, against the dry run
 # --------------------------------------------------------------------------------------------
 
-# Llama-3.1-8B in bf16 on a 16 GiB GPU serving a batch of 8 prompts of 2,048 tokens, cpu for the rest.
-CAPSTONE_CONFIG = "llama-3.1-8b"
-CAPSTONE_GPU_GIB = 16
-CAPSTONE_BATCH = 8
-CAPSTONE_SEQ = 2048
-CAPSTONE_CPU = "30GiB"
+# Llama-3.1-8B in bf16, one forward over 8 prompts x 2,048 tokens keeping the KV cache, on one GPU that leaves
+# 15 GiB for PyTorch's tensors (a 16 GB card less the CUDA context and a margin for the allocator), cpu for
+# the rest. sm_89 (an Ada card): the dry run picks the flash SDPA kernel there.
+SERVE_CONFIG = "llama-3.1-8b"
+SERVE_BATCH = 8
+SERVE_SEQ = 2048
+SERVE_GPU = "sm_89"
+SERVE_GPU_GIB = 15
+# A map passes when it fits and copies at most this much more weight per forward than the best map that fits.
+SERVE_STREAM_SLACK_GIB = 0.25
 
 
 @functools.lru_cache(maxsize=None)
-def activation_headroom(config: str = CAPSTONE_CONFIG, batch_size: int = CAPSTONE_BATCH,
-                        seq_len: int = CAPSTONE_SEQ) -> int:
-    """Bytes GPU 0 needs beyond the weights and the KV cache during a forward pass: the dry run's peak
-    (``vramlab.vram.dry_run``, a bf16 prefill on the meta device) minus the weights and KV cache live at
-    that peak, i.e. activations + logits + cuBLAS workspace. accelerate's ``infer_auto_device_map``
-    reserves room only for the largest layer it may still have to bring in (accelerate 1.15
-    ``utils/modeling.py``: ``main_devices = [gpus[0], "cpu"]`` and ``current_max_size - max_layer_size``),
-    nothing for activations, so this headroom must come off ``max_memory[0]`` by hand."""
+def serving_trace():
+    """The dry run of the capstone's workload (``vramlab.vram.dry_run``, a bf16 prefill on the meta device)."""
     from vramlab.vram import dry_run
 
-    trace = dry_run(config, batch_size, seq_len)
-    at_peak = trace.breakdown("peak")
-    return int(trace.peak_bytes - at_peak["weights"] - at_peak["kv_cache"])
+    return dry_run(SERVE_CONFIG, SERVE_BATCH, SERVE_SEQ, gpu=SERVE_GPU)
 
 
-def capstone_plan(headroom: int | None = None) -> dict:
-    """The real planner's map for GPU 0 = 16 GiB minus ``headroom`` bytes (default: the dry run's)."""
-    from vramlab.dispatch import GiB, plan_device_map
+def serving_replay(device_map: Mapping[str, Any]):
+    """:func:`vramlab.dispatch.replay` of the capstone's dry run on ``device_map``."""
+    from vramlab.dispatch import replay
 
-    room = activation_headroom() if headroom is None else headroom
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return plan_device_map(_meta(CAPSTONE_CONFIG, None),
-                               {0: int(CAPSTONE_GPU_GIB * GiB) - int(room), "cpu": CAPSTONE_CPU})
+    return replay(serving_trace(), _meta(SERVE_CONFIG, None), device_map)
 
 
-def capstone_answer() -> tuple[int, int, int]:
-    """(decoder layers on GPU 0 with the headroom, without it, total decoder layers)."""
-    total = _meta(CAPSTONE_CONFIG, None).config.num_hidden_layers
-    return gpu_layers(capstone_plan(), total=total), gpu_layers(capstone_plan(0), total=total), total
+def layered_map(gpu_layers: int, embed: Any = 0, head: Any = 0, total: int = 32) -> dict:
+    """A map with the first ``gpu_layers`` decoder layers on GPU 0 and the rest on "cpu"; the embedding on
+    ``embed``, ``lm_head`` on ``head``, the final norm with the last layer, RoPE's buffers on GPU 0."""
+    dmap = {"model.embed_tokens": embed, "model.rotary_emb": 0}
+    dmap.update({f"model.layers.{i}": 0 if i < gpu_layers else "cpu" for i in range(total)})
+    dmap.update({"model.norm": 0 if gpu_layers == total else "cpu", "lm_head": head})
+    return dmap
 
 
-def _capstone_text(**_) -> str:
+@functools.lru_cache(maxsize=None)
+def best_serving_map() -> tuple[tuple, float, float]:
+    """The map that fits the capstone's GPU and copies the fewest weight bytes per forward, among maps with a
+    prefix of the decoder layers on GPU 0 and the embedding and lm_head each on GPU 0 or the cpu (every decoder
+    layer has the same size, so which layers does not matter, only how many). Returns (map items, GPU 0 peak,
+    bytes streamed per forward)."""
     from vramlab.dispatch import GiB
 
-    with_room, without, total = capstone_answer()
-    return (f"{with_room} of the {total} decoder layers on GPU 0: max_memory[0] = {CAPSTONE_GPU_GIB} GiB - "
-            f"{activation_headroom() / GiB:.2f} GiB of headroom (dry-run peak minus weights and KV cache); the "
-            f"planner then puts the embedding first and keeps room for lm_head, the largest layer "
-            f"(without the headroom it would plan {without})")
+    limit = SERVE_GPU_GIB * GiB
+    best = None
+    for embed in (0, "cpu"):
+        for head in (0, "cpu"):
+            lo, hi = 0, 32                         # the peak grows with the layers kept: bisect the largest that fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if serving_replay(layered_map(mid, embed, head)).peak_bytes <= limit:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            r = serving_replay(layered_map(lo, embed, head))
+            if r.peak_bytes <= limit and (best is None or r.streamed_bytes < best[2]):
+                best = (tuple(layered_map(lo, embed, head).items()), r.peak_bytes, r.streamed_bytes)
+    return best
 
 
-@exercise("lab06", 4, _capstone_text)
-def check_capstone_layers(predicted_layers: Any) -> CheckResult:
-    """How many decoder layers the real planner puts on GPU 0 once the activation headroom is taken off
-    the 16 GiB: exact (an integer count from the module sizes)."""
-    name = "capstone: layers on GPU 0 after the headroom"
-    value = as_float(predicted_layers)
-    if predicted_layers is None or value is None:
-        return report(name, False, "a number of decoder layers", f"{predicted_layers!r}",
-                      "store a whole number in `predicted_layers`")
-    with_room, without, total = capstone_answer()
-    got = fmt_number(predicted_layers)
-    if not value.is_integer() or not 0 <= value <= total:
-        return report(name, False, f"a whole number of decoder layers, 0 to {total}", got,
-                      "count whole decoder layers: a layer is never split between devices")
-    if value == with_room:
-        return report(name, True, "", f"{got} decoder layers on GPU 0, as the real planner places them")
-    if value == without or value == total:
-        hint = ("that is the plan for the whole GPU: take the activation headroom (dry-run peak minus weights and "
-                "KV cache) off max_memory[0] first; accelerate keeps no room for activations")
-    elif value > with_room:
-        hint = ("after the headroom, the embedding goes to GPU 0 first, and accelerate keeps room on "
-                "GPU 0 for the largest layer it may still have to bring in (lm_head)")
-    elif value == 0:
-        hint = ("none left: the headroom is the peak minus the weights and the KV cache, not the whole peak")
-    else:
-        hint = ("the headroom counts only what the forward adds (activations, logits, workspace); "
-                "did you also take off the weights or the KV cache, or reserve lm_head twice?")
-    return report(name, False, "a number of decoder layers", f"{got}, {'too many' if value > with_room else 'too few'}",
-                  hint)
+def _serving_answer(**_) -> str:
+    from vramlab.dispatch import GiB
+
+    items, peak, streamed = best_serving_map()
+    dmap = dict(items)
+    on_gpu = gpu_layers(dmap, total=32)
+    return (f"embed_tokens {dmap['model.embed_tokens']!r}, lm_head {dmap['lm_head']!r}, decoder layers 0-{on_gpu - 1} "
+            f"on 0 and the other {32 - on_gpu} on 'cpu': GPU 0 peaks at {peak / GiB:.2f} GiB in lm_head (weights on "
+            f"GPU 0 + the whole 2 GiB KV cache, since offloaded layers run on GPU 0 + the 3.9 GiB logits), and "
+            f"{streamed / GiB:.2f} GiB of weights are copied in per forward; keeping lm_head on GPU 0 costs nothing "
+            "at the peak, where its weights are on the GPU anyway")
+
+
+def _module_names() -> set[str]:
+    return {n for n, _ in _meta(SERVE_CONFIG, None).named_modules()}
+
+
+def _serving_map_or_fail(name: str, what: str, device_map: Any):
+    """(the map with 'cuda:0' read as 0, None) when it places every weight of the capstone's model on 0 or the cpu,
+    else (None, the FAIL result to return)."""
+    from accelerate.utils import check_device_map
+
+    if not isinstance(device_map, Mapping) or not device_map:
+        return None, report(name, False, what, f"{fmt_number(device_map)}", "write a dict {module name: 0 or "
+                            "'cpu'}, as in Exercise 2 (vramlab.dispatch.plan_device_map returns one too)",
+                            value=device_map)
+    bad_key = next((k for k in device_map if not isinstance(k, str)), None)
+    if bad_key is not None:
+        return None, report(name, False, what, f"key {bad_key!r}", "keys are module names such as 'model.layers.0'")
+    bad = next((v for v in device_map.values() if isinstance(v, bool) or not (
+        v in ("cpu", "disk", "cuda:0") or (type(v) is int and v == 0))), None)
+    if bad is not None:
+        hint = "this workload has one GPU: use 0 for it and 'cpu' for the rest" if type(bad) is int else \
+            "use 0 for the GPU and 'cpu' for main memory"
+        return None, report(name, False, what, f"device {bad!r}", hint)
+    dmap = {k: (0 if v == "cuda:0" else v) for k, v in device_map.items()}
+    unknown = next((k for k in dmap if k and k not in _module_names()), None)
+    if unknown is not None:
+        return None, report(name, False, what, f"unknown module {unknown!r}",
+                            "use names from plan_device_map(...) or model.named_modules(): 'model.embed_tokens', "
+                            "'model.layers.0', ..., 'model.norm', 'model.rotary_emb', 'lm_head'")
+    try:
+        check_device_map(_meta(SERVE_CONFIG, None), dmap)
+    except ValueError as exc:
+        missing = [m.strip() for m in str(exc).split(":", 1)[-1].split(",") if m.strip()]
+        return None, report(name, False, what, "a map that leaves weights without a device",
+                            f"accelerate says: no device for {', '.join(missing[:3])}" +
+                            (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+    return dmap, None
+
+
+@exercise("lab06", 4, _serving_answer)
+def check_map_covers(device_map: Any) -> CheckResult:
+    """Capstone, step 1: ``device_map`` gives every module of Llama-3.1-8B a device, 0 or "cpu" (one GPU).
+    Nothing is dry-run here: the peak comes after the prediction."""
+    name = "capstone map: every module placed"
+    what = "a dict {module: 0 or 'cpu'} covering every module"
+    dmap, failed = _serving_map_or_fail(name, what, device_map)
+    if failed is not None:
+        return failed
+    from vramlab.dispatch.replay import _device_of
+
+    where = {key: _device_of(key, dmap) for key in ("model.embed_tokens", "lm_head")}
+    return report(name, True, "", f"{gpu_layers(dmap, total=32)} decoder layers on GPU 0, embed_tokens on "
+                                  f"{where['model.embed_tokens']!r}, lm_head on {where['lm_head']!r}; its peak is "
+                                  "dry-run after your prediction")
+
+
+@exercise("lab06", 4, _serving_answer)
+def check_serving_map(device_map: Any) -> CheckResult:
+    """Capstone: a ``device_map`` for Llama-3.1-8B in bf16 serving 8 x 2,048 tokens on one GPU with 15 GiB for
+    PyTorch, the rest on "cpu". The dry run is replayed on the map (:func:`vramlab.dispatch.replay`): GPU 0's peak
+    must fit in 15 GiB, and the map must copy no more than 0.25 GiB more weight per forward than the best map
+    that fits (:func:`best_serving_map`)."""
+    from vramlab.dispatch import GiB
+
+    name = "capstone: a device map for the workload"
+    what = f"a map whose GPU 0 peak fits {SERVE_GPU_GIB} GiB, copying few weights"
+    dmap, failed = _serving_map_or_fail(name, what, device_map)
+    if failed is not None:
+        return failed
+    r = serving_replay(dmap)
+    _, _, best_streamed = best_serving_map()
+    limit = SERVE_GPU_GIB * GiB
+    layers = gpu_layers(dmap, total=32)
+    where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}"
+    if r.peak_bytes > limit:
+        if not r.offloaded:
+            hint = "every module is on GPU 0: the weights alone leave too little room for the forward"
+        else:
+            hint = "list what is on GPU 0 at that moment, category by category, and compare with your plan"
+        return report(name, False, what, f"{where}: over the {SERVE_GPU_GIB} GiB ({layers} decoder layers on GPU 0)",
+                      hint)
+    extra = r.streamed_bytes - best_streamed
+    copied = f"{r.streamed_bytes / GiB:.2f} GiB of weights copied to GPU 0 per forward"
+    if extra > SERVE_STREAM_SLACK_GIB * GiB:
+        return report(name, False, what, f"{where} (fits), with {copied}",
+                      "it fits, but a map that fits this GPU copies less at every forward")
+    return report(name, True, "", f"{where} of {SERVE_GPU_GIB}, {copied} ({layers} decoder layers on GPU 0)")

@@ -75,4 +75,28 @@ def device_map_figure(config_or_model: Any, max_memory: Mapping[Any, Any], dtype
     return fig
 
 
-__all__ = ["device_label", "device_map_figure"]
+def replay_figure(replays: Mapping[str, Any], limit_bytes: int | None = None, title: str | None = None,
+                  points: int = 600):
+    """A plotly figure of GPU 0's allocated GiB through a forward for several maps: ``replays`` maps a label to a
+    :class:`vramlab.dispatch.replay.MapReplay`. Each curve keeps the largest value of every stretch of events
+    (at most ``points`` per curve), so no peak is lost; ``limit_bytes`` draws the GPU's budget as a line."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for label, r in replays.items():
+        live = list(r.live)
+        step = max(1, -(-len(live) // points))
+        xs = list(range(0, len(live), step))
+        ys = [max(live[i:i + step]) / 2**30 for i in xs]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{label} (peak {r.peak_bytes / 2**30:.2f} GiB)"))
+    if limit_bytes:
+        fig.add_hline(y=limit_bytes / 2**30, line_dash="dash", line_color="#d62728",
+                      annotation_text=f"{limit_bytes / 2**30:g} GiB for PyTorch", annotation_position="top left")
+    fig.update_layout(title=title or "GPU 0 through one forward (dry run, computed on the meta device)",
+                      xaxis_title="allocation event (weights loaded first, then the forward in order)",
+                      yaxis_title="GPU 0 allocated (GiB)", height=420, width=900,
+                      legend=dict(orientation="h", yanchor="bottom", y=-0.45))
+    return fig
+
+
+__all__ = ["device_label", "device_map_figure", "replay_figure"]

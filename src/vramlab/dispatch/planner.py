@@ -1,6 +1,7 @@
 """Device maps for real model configs, offline: where ``device_map="auto"`` puts each module.
 
-Everything here runs on the *meta* device (accelerate's ``init_empty_weights``): a 70B model is
+Everything here runs on the *meta* device (accelerate's ``init_empty_weights`` puts the parameters there; the
+buffers, such as RoPE's ``inv_freq``, stay on the cpu unless ``include_buffers=True``): a 70B model is
 built in seconds with no weights, and accelerate / transformers plan its placement exactly as
 ``from_pretrained(..., device_map="auto", max_memory=...)`` would. GPU indices in ``max_memory``
 are fine on a CPU-only machine for planning (accelerate only logs "Device 0 is not available").
@@ -12,14 +13,17 @@ build under meta -> ``hf_quantizer.preprocess_model`` swaps ``nn.Linear`` for bi
 1. ``get_balanced_memory(model, max_memory, model._no_split_modules, hf_quantizer)`` caps every GPU
    but the last at ``model_size / n_gpus + buffer`` (not for ``device_map="sequential"``);
 2. ``hf_quantizer.adjust_max_memory`` multiplies every budget by 0.90 for bitsandbytes
-   (``quantizers/quantizer_bnb_4bit.py`` / ``quantizer_bnb_8bit.py``);
-3. ``infer_auto_device_map`` packs modules in order, never splitting a ``_no_split_modules`` block;
+   (transformers' quantizers ``quantizers/quantizer_bnb_4bit.py`` / ``quantizer_bnb_8bit.py``);
+3. ``infer_auto_device_map`` packs modules in order, never splitting a ``_no_split_modules`` block:
+   transformers' own fork of accelerate's function, in ``integrations/accelerate.py`` (it takes the
+   ``hf_quantizer`` for the quantized sizes where accelerate takes ``special_dtypes``);
 4. ``hf_quantizer.validate_environment(device_map=...)`` raises "Some modules are dispatched on the
-   CPU or the disk..." when the map mixes a GPU with ``"cpu"``/``"disk"``.
+   CPU or the disk..." when the map mixes a GPU with ``"cpu"``/``"disk"``: the check of transformers'
+   bitsandbytes quantizer (``quantizers/quantizer_bnb_4bit.py`` / ``quantizer_bnb_8bit.py``), not of the
+   bitsandbytes package, as is the 0.90 of step 2.
 
-:func:`plan_device_map` runs steps 1-3 with the ecosystem's own functions and calls accelerate's
-``infer_auto_device_map`` for step 3 (transformers 5.24 runs a fork of it; the tests check that
-both give the same map).
+:func:`plan_device_map` runs steps 1-3 with these functions: transformers' ``infer_auto_device_map`` for
+step 3, as ``from_pretrained`` does (the tests check that accelerate's gives the same maps here).
 """
 
 from __future__ import annotations
@@ -336,12 +340,13 @@ def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: 
                     strategy: str = "auto") -> dict[str, int | str]:
     """Where ``from_pretrained(..., device_map=strategy, max_memory=max_memory)`` puts each module.
 
-    Returns accelerate's ``infer_auto_device_map`` result ``{module_name: 0 | 1 | ... | "cpu" | "disk"}``
-    for a meta model of ``config_or_model`` (a config as in :func:`empty_model`, or such a model),
-    with transformers' budget balancing and bitsandbytes adjustments (see the module docstring).
+    Returns transformers 5.24's ``infer_auto_device_map`` result (``integrations/accelerate.py``, the function
+    ``from_pretrained`` calls) ``{module_name: 0 | 1 | ... | "cpu" | "disk"}`` for a meta model of
+    ``config_or_model`` (a config as in :func:`empty_model`, or such a model), with transformers' budget
+    balancing and its bitsandbytes quantizer's adjustment (see the module docstring).
     ``no_split_module_classes`` defaults to the model's ``_no_split_modules``.
     """
-    from accelerate import infer_auto_device_map
+    from transformers.integrations.accelerate import infer_auto_device_map
 
     _check_no_split(no_split_module_classes)
     model = _as_model(config_or_model, dtype, quantization)
@@ -350,7 +355,8 @@ def plan_device_map(config_or_model: Any, max_memory: Mapping[Any, Any], dtype: 
     budgets = planned_max_memory(model, max_memory, strategy, no_split)
     with _quiet_device_check():
         return dict(infer_auto_device_map(model, max_memory=budgets, no_split_module_classes=no_split,
-                                          special_dtypes=special_dtypes(model) or None))
+                                          hf_quantizer=getattr(model, "_vramlab_quantizer", None),
+                                          no_placement_params=getattr(model, "_no_placement_params", None)))
 
 
 def transformers_device_map(model, max_memory: Mapping[Any, Any], strategy: str = "auto") -> dict:
@@ -366,7 +372,7 @@ def transformers_device_map(model, max_memory: Mapping[Any, Any], strategy: str 
 
 
 def spills(device_map: Mapping[str, Any]) -> bool:
-    """True when a map mixes a GPU with ``"cpu"``/``"disk"``: the case bitsandbytes refuses
+    """True when a map mixes a GPU with ``"cpu"``/``"disk"``: the case transformers' bitsandbytes quantizer refuses
     (same test as transformers 5.24 ``Bnb4BitHfQuantizer.validate_environment``)."""
     if not isinstance(device_map, Mapping):
         raise TypeError(f"`device_map` must be a dict {{module_name: device}} such as plan_device_map returns "
