@@ -650,20 +650,22 @@ def check_kv_cache(config: Any, max_model_len: int, available_bytes: int | float
 def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model_len: int,
                       block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
                       tensor_parallel_size: int = 1, num_gpu_blocks_override: int | None = None) -> dict:
-    """What vLLM logs once the pool is sized (0.32.0, ``vllm/v1/core/kv_cache_utils.py``):
-    ``num_blocks = available // bytes_per_block`` (``get_kv_cache_config_from_groups``; the null block is
-    one of them; ``num_gpu_blocks_override`` replaces it), ``max_concurrency = num_blocks /
-    cdiv(max_model_len, block_size)`` (``get_max_concurrency_for_kv_cache_config``) and ``kv_cache_tokens =
-    int(max_concurrency * max_model_len)`` (``get_kv_cache_capacity``; ``num_blocks * block_size`` when
-    ``max_model_len`` is a multiple of the block size)."""
+    """The pool vLLM sizes and what it logs (0.32.0, ``vllm/v1/core/kv_cache_utils.py``):
+    ``num_blocks = available // bytes_per_block`` (``get_kv_cache_config_from_groups``; the null block is one
+    of them; ``num_gpu_blocks_override`` replaces it); ``kv_cache_tokens = num_blocks * block_size`` (the pool
+    in tokens, what releases before 0.32.0 logged as "GPU KV cache size"); ``max_concurrency = num_blocks /
+    cdiv(max_model_len, block_size)`` (``get_max_concurrency_for_kv_cache_config``); ``logged_tokens =
+    int(max_concurrency * max_model_len)``, the tokens 0.32.0's "KV cache size: N tokens" prints
+    (``get_kv_cache_capacity``): equal to ``kv_cache_tokens`` when ``max_model_len`` is a multiple of the
+    block size, a little less otherwise."""
     _check_len(max_model_len)
     available = _bytes_arg("available_bytes", available_bytes)
     override = _override(num_gpu_blocks_override)
     per_block = block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
     num_blocks = available // per_block if override is None else override
     concurrency = num_blocks / cdiv(max_model_len, block_size)
-    return {"num_blocks": num_blocks, "kv_cache_tokens": int(concurrency * max_model_len),
-            "max_concurrency": concurrency}
+    return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size, "max_concurrency": concurrency,
+            "logged_tokens": int(concurrency * max_model_len)}
 
 
 def kv_capacity_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float, device: str = "GPU") -> str:
