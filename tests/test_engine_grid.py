@@ -66,6 +66,7 @@ BURSTS = [
     ("A", 6, (100, 127), (40, 80), 8, 8, 512, 1),     # decodes cross a block boundary with 1 block spare
     ("B", 6, (200, 250), (20, 60), 10, 4, 256, 2),    # chunked prefill (256-token budget), max_num_seqs 4
     ("C", 10, (60, 120), (30, 90), 12, 16, 1024, 3),  # ten at once, prefix-cache hits on re-admission
+    ("D", 6, (220, 250), (30, 60), 8, 4, 192, 5),     # chunked prefill and preemption together
 ]
 BURST_MAX_MODEL_LEN = 512
 
