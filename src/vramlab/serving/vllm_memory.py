@@ -577,7 +577,7 @@ def _bytes_arg(name: str, value: Any) -> int:
     return int(value)
 
 
-def block_bytes(config: Any, block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
+def kv_block_bytes(config: Any, block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
                 tensor_parallel_size: int = 1) -> int:
     """Bytes of one block of all layers on one GPU: vLLM's ``_pool_bytes_per_block`` for a model with one
     KV cache group (``vllm/v1/core/kv_cache_utils.py``, 0.32.0)."""
@@ -608,7 +608,7 @@ def _kv_check(config: Any, max_model_len: int, available: int, block_size: int, 
     """``get_kv_cache_configs`` then ``_check_enough_kv_cache_memory`` (0.32.0): the override replaces the
     memory by whole blocks, one block is held back for the null block, then the check."""
     need = needed_bytes(config, max_model_len, block_size, kv_cache_dtype, tensor_parallel_size)
-    per_block = block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    per_block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
     if num_gpu_blocks_override is not None:
         available = num_gpu_blocks_override * per_block
     usable = available - per_block if reserve_null_block else available
@@ -639,7 +639,7 @@ def check_kv_cache(config: Any, max_model_len: int, available_bytes: int | float
     available = _bytes_arg("available_bytes", available_bytes)
     override = _override(num_gpu_blocks_override)
     reserve = _reserve_default(reserve_null_block, wording)
-    block = block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
     if 0 < available < block and override is None:
         raise ValueError(f"`available_bytes` {available_bytes!r} is less than one KV block ({block:,} bytes): "
                          f"pass bytes (for example int({available_bytes} * 2**30)) or a string like '{available_bytes} GiB'.")
@@ -661,7 +661,7 @@ def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model
     _check_len(max_model_len)
     available = _bytes_arg("available_bytes", available_bytes)
     override = _override(num_gpu_blocks_override)
-    per_block = block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    per_block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
     num_blocks = available // per_block if override is None else override
     concurrency = num_blocks / cdiv(max_model_len, block_size)
     return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size, "max_concurrency": concurrency,
@@ -1065,7 +1065,7 @@ def cpu_plan(config: Any, max_model_len: int, kv_cache_space: int | str = 4, kv_
         block_size = CPU_MLA_BLOCK_SIZE if shape.kind == "MLA" else CPU_BLOCK_SIZE
     _check_block_size(block_size)
     override = _override(num_gpu_blocks_override)
-    per_block = block_bytes(cfg, block_size, kv_cache_dtype)
+    per_block = kv_block_bytes(cfg, block_size, kv_cache_dtype)
     chk = _kv_check(cfg, max_model_len, kv_bytes, block_size, kv_cache_dtype, 1, "pinned", True, override)
     return CPUPlan(shape.name, max_model_len, kv_cache_dtype, kv_bytes, block_size, per_block, override, chk,
                    kv_bytes // per_block)
@@ -1157,7 +1157,7 @@ __all__ = [
     "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
     "estimate_activation_bytes", "kv_cache_capacity", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
     "VLLM_KV_CACHE_DTYPES", "MODELLED_KV_CACHE_DTYPES", "V0_PREEMPTION_FORMAT", "V1_PREEMPTION_METRIC",
-    "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS", "block_bytes",
+    "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS", "kv_block_bytes",
     "kv_capacity_line", "KV_CAPACITY_FORMAT", "CPU_BLOCK_SIZE", "CPU_KV_CACHE_DTYPES", "CPUPlan", "cpu_plan",
     "cpu_kv_cache_space_bytes",
 ]
