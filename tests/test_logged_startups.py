@@ -23,7 +23,18 @@ def test_within_15_percent_of_the_logged_peak(case):
     r = profile_run_peak(case["config"], case["max_num_batched_tokens"], case["max_num_seqs"], case["dtype"],
                          "H100", case["vllm"], tensor_parallel_size=case["tensor_parallel_size"])
     assert abs(r.total_bytes / GiB / case["logged_peak_gib"] - 1) <= 0.15, (r, case["logged_peak_gib"])
-    assert case["url"].startswith("https://github.com/vllm-project/vllm/")
+    assert case["url"].startswith("https://github.com/") and case["conditions"]
+
+
+def test_the_cases_span_releases_and_mostly_hold():
+    """At least 3 releases; within 15% on at least 80% of the cases (the acceptance rule of issue 28)."""
+    assert len({c["vllm"] for c in CASES}) >= 3
+    ok = 0
+    for c in CASES:
+        r = profile_run_peak(c["config"], c["max_num_batched_tokens"], c["max_num_seqs"], c["dtype"], "H100",
+                             c["vllm"], tensor_parallel_size=c["tensor_parallel_size"])
+        ok += abs(r.total_bytes / GiB / c["logged_peak_gib"] - 1) <= 0.15
+    assert ok >= 0.8 * len(CASES)
 
 
 def test_the_peak_is_the_larger_of_forward_and_sampler():
