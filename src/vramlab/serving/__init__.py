@@ -2,7 +2,9 @@
 
 ``kvcache`` sizes a KV cache from a config; ``vllm_memory`` computes the ledger vLLM computes at start-up and
 its messages; ``paged`` simulates the block manager under a burst; ``triage`` reads a vLLM/PyTorch log and
-names the failure and its fixes; ``profile_run`` computes vLLM's profile-run activation peak by dry run.
+names the failure and its fixes; ``profile_run`` computes vLLM's profile-run activation peak by dry run;
+``engine`` runs the real vLLM in its own environment, in a subprocess (``from vramlab.serving import engine``; its
+names are not star-exported: its ``Request`` is not ``paged.Request``).
 """
 
 from vramlab.serving.kvcache import *  # noqa: F401,F403
@@ -10,3 +12,4 @@ from vramlab.serving.vllm_memory import *  # noqa: F401,F403
 from vramlab.serving.paged import *  # noqa: F401,F403
 from vramlab.serving.triage import *  # noqa: F401,F403
 from vramlab.serving.profile_run import *  # noqa: F401,F403
+from vramlab.serving import engine  # noqa: F401,E402
