@@ -2,14 +2,18 @@
 
 Labs 03 and 04 start the real vLLM (:mod:`vramlab.serving.engine`). Where no engine environment exists (Colab, a
 machine without ``make vllm``), :func:`runs` replays the recorded run of the same config from
-``vramlab/results/vllm/`` and says where it was recorded. ``python -m vramlab.serving.recorded`` re-records every
-config the labs use (:data:`LAB_CONFIGS`), each file with the engine code's fingerprint (``engine.save_run``).
+``vramlab/results/vllm/`` and says where it was recorded. Recording: run a lab with ``VRAMLAB_RECORD=1`` and the engine installed
+(``VRAMLAB_RECORD=1 python -m vramlab.labs execute notebooks/03_vllm_startup.ipynb notebooks/04_vllm_under_load.ipynb``):
+every live run is saved there (``engine.save_run``: the engine code's fingerprint and where it ran), one file per
+config and burst.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -63,17 +67,6 @@ def _key(config: Any, burst: Sequence | None) -> str:
     return json.dumps(d, sort_keys=True)
 
 
-def _recordings() -> dict[str, Path]:
-    out = {}
-    for path in sorted(RESULTS.glob("*.json")):
-        try:
-            d = json.loads(path.read_text())
-            out[json.dumps({**d["config"], **({"burst": d["burst"]} if d.get("burst") else {})}, sort_keys=True)] = path
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
-
-
 def engine_available() -> bool:
     """True when an engine environment is installed here (:func:`vramlab.serving.engine.find_python`)."""
     from vramlab.serving import engine
@@ -85,12 +78,31 @@ def engine_available() -> bool:
     return True
 
 
+def recording_path(config: Any, burst: Sequence | None = None) -> Path:
+    """Where the recording of ``config`` (and ``burst``) lives: ``results/vllm/<model>-<hash>.json``."""
+    digest = hashlib.sha256(_key(config, burst).encode()).hexdigest()[:12]
+    return RESULTS / f"{config.model}-{digest}.json"
+
+
+def _save(run: Any, burst: Sequence | None) -> Path:
+    from vramlab.serving import engine
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = engine.save_run(run, recording_path(run.config, burst))
+    if burst:
+        d = json.loads(path.read_text())
+        d["burst"] = [[len(r.prompt_token_ids), r.max_tokens] for r in burst]
+        path.write_text(json.dumps(d, indent=1))
+    return path
+
+
 def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None, live: bool | None = None,
-         timeout_s: float = 280.0, multiprocess: bool = False) -> list:
+         timeout_s: float = 280.0, multiprocess: bool = False, fallback: Sequence[Any] | None = None) -> list:
     """One :class:`vramlab.serving.engine.EngineRun` per config: live (``engine.start_many``, one worker, vLLM's
     imports paid once) where the engine is installed and ``live`` is not False, else replayed from the recording
-    of the same config. Prints one line saying which. Raises ValueError (one sentence) for a config with neither
-    an engine nor a recording."""
+    of the same config (a config with no recording replays the same position of ``fallback``, and says so).
+    Prints one line saying which. With ``VRAMLAB_RECORD=1`` every live run is saved under :data:`RESULTS`.
+    Raises ValueError (one sentence) for a config with neither an engine nor a recording."""
     from vramlab.serving import engine
 
     configs = list(configs)
@@ -102,34 +114,19 @@ def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None
         out = engine.start_many(configs, timeout_s=timeout_s, multiprocess=multiprocess, bursts=bursts)
         print(f"Live: the real vLLM ran {len(out)} engine start(s) in {time.perf_counter() - t0:.0f} s "
               f"({out[0].where}).")
+        if os.environ.get("VRAMLAB_RECORD") == "1":
+            for run, burst in zip(out, bursts):
+                _save(run, burst)
         return out
-    found = _recordings()
     out = []
-    for cfg, burst in zip(configs, bursts):
-        path = found.get(_key(cfg, burst))
-        if path is None:
+    for i, (cfg, burst) in enumerate(zip(configs, bursts)):
+        path = recording_path(cfg, burst)
+        if not path.is_file() and fallback is not None:
+            print(f"No recording of {cfg}: replaying vramlab's config in its place.")
+            path = recording_path(list(fallback)[i], burst)
+        if not path.is_file():
             raise ValueError(f"no engine here and no recording of {cfg}: run `make vllm` to install the engine, or "
                              "use one of the lab's configs.")
         out.append(engine.load_run(path))
     print(f"Replayed: no engine is installed here, so these are recorded runs of the real vLLM ({out[0].where}).")
     return out
-
-
-def record(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None, multiprocess: bool = False,
-           prefix: str = "run") -> list[Path]:
-    """Run ``configs`` live and save each run under :data:`RESULTS` (``<prefix>-<i>.json``), with its burst's
-    shape so :func:`runs` finds it again."""
-    from vramlab.serving import engine
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    bursts = list(bursts) if bursts is not None else [None] * len(configs)
-    done = engine.start_many(list(configs), multiprocess=multiprocess, bursts=bursts, timeout_s=900)
-    paths = []
-    for i, (run, burst) in enumerate(zip(done, bursts)):
-        path = engine.save_run(run, RESULTS / f"{prefix}-{i}.json")
-        if burst:
-            d = json.loads(path.read_text())
-            d["burst"] = [[len(r.prompt_token_ids), r.max_tokens] for r in burst]
-            path.write_text(json.dumps(d, indent=1))
-        paths.append(path)
-    return paths
