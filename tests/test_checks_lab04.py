@@ -39,7 +39,7 @@ def _reading(**changes):
 
 WRONG = {
     "check_prediction": [("a lot", "a number")],
-    "check_resident_requests": [(5, "lend every one of its blocks"), (4.1, "whole"), (8, "divides tokens"),
+    "check_resident_requests": [(5, "lend every one of its blocks"), (4.1, "whole"), (8, "every request"), (9, "divides tokens"),
                                 (2, "count one request")],
     "check_preempted_request": [(("a", "the asker"), "not at who is asking"), (("b", "oldest"), "protects"),
                                 (("d", "random"), "deterministic"), (("c", "because 15"), "which end"),
@@ -114,7 +114,7 @@ def test_reading_messages_are_parsed_to_their_verdicts_and_c_says_what_is_allowe
 
 
 def test_resident_requests_count_the_null_block():
-    assert lab04.resident_requests() == 4                       # (10 - 1) // ceil(159 / 128)
+    assert lab04.resident_requests() == 4                       # (10 - 1) // ceil(139 / 128)
     assert lab04.resident_requests(num_blocks=8) == 3
 
 

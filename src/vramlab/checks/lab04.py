@@ -22,8 +22,8 @@ __all__ = ["check_prediction", "check_resident_requests", "check_preempted_reque
 NOT_DONE = "not done yet"
 
 # The lab's burst, run on the engine (SmolLM2-135M, CPU backend) and in vramlab's simulator: 16 blocks of 128
-# tokens (num_gpu_blocks_override), 8 requests of 100 prompt tokens that each generate 60 (ignore_eos).
-BURST = {"num_blocks": 10, "block_size": 128, "requests": 8, "prompt_tokens": 100, "max_tokens": 60,
+# tokens (num_gpu_blocks_override), 8 requests of 120 prompt tokens that each generate 20 (ignore_eos).
+BURST = {"num_blocks": 10, "block_size": 128, "requests": 8, "prompt_tokens": 120, "max_tokens": 20,
          "max_model_len": 1024}
 
 
@@ -67,7 +67,9 @@ def check_resident_requests(got: Any) -> CheckResult:
     if not float(value).is_integer():
         return report(name, False, "a whole number of requests", fmt_number(got),
                       "a request holds whole blocks, and a pool holds whole requests")
-    if value == BURST["num_blocks"] // _blocks_per_request(BURST["prompt_tokens"], BURST["max_tokens"],
+    if value == BURST["requests"]:
+        hint = "that is every request of the burst; count the blocks each holds at its end"
+    elif value == BURST["num_blocks"] // _blocks_per_request(BURST["prompt_tokens"], BURST["max_tokens"],
                                                            BURST["block_size"]):
         hint = "does the pool lend every one of its blocks? (lab 03's exactly-full start)"
     elif value == BURST["num_blocks"] * BURST["block_size"] // (BURST["prompt_tokens"] + BURST["max_tokens"]):
@@ -263,7 +265,7 @@ def check_oom_reading(got: Any) -> CheckResult:
 
 # ------------------------------------------------------------------------ exercise 5 (capstone): max_num_seqs
 # The capstone's burst: the same 16 blocks, 8 requests arriving together, mixed lengths (prompt, new tokens).
-CAPSTONE_REQUESTS = [(200, 60), (50, 30), (200, 60), (50, 30), (50, 30), (200, 60), (50, 30), (50, 30)]
+CAPSTONE_REQUESTS = [(250, 20), (60, 10), (250, 20), (60, 10), (60, 10), (250, 20), (60, 10), (60, 10)]
 
 
 def _capstone_sim(max_num_seqs: int):

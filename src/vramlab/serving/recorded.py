@@ -97,7 +97,7 @@ def _save(run: Any, burst: Sequence | None) -> Path:
 
 
 def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None, live: bool | None = None,
-         timeout_s: float = 280.0, multiprocess: bool = False, fallback: Sequence[Any] | None = None) -> list:
+         timeout_s: float = 900.0, multiprocess: bool = False, fallback: Sequence[Any] | None = None) -> list:
     """One :class:`vramlab.serving.engine.EngineRun` per config: live (``engine.start_many``, one worker, vLLM's
     imports paid once) where the engine is installed and ``live`` is not False, else replayed from the recording
     of the same config (a config with no recording replays the same position of ``fallback``, and says so).
