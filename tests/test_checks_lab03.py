@@ -175,3 +175,12 @@ def test_stub_dicts_are_told_not_done_yet(capsys):
 
 def test_any_shorter_length_that_starts_is_a_fix(capsys):
     assert lab03.check_three_fixes({**FIXES, "shorter": {"max_model_len": 32768}})
+
+
+def test_each_wrong_choice_names_no_other_choice(capsys):
+    for label in lab03.EXACTLY_FULL_OPTIONS:
+        result = lab03.check_exactly_full((label, "the pool keeps a null block"))
+        out = capsys.readouterr().out
+        assert result.passed == (label == "b")
+        others = [o for o in lab03.EXACTLY_FULL_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        assert not others, out

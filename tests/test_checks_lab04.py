@@ -123,3 +123,12 @@ def test_resident_requests_count_the_null_block():
                                        ("check_seqs_design", {"max_num_seqs": None, "preemptions": None})])
 def test_the_labs_stub_dicts_are_told_not_done_yet(name, stub, capsys):
     assert not CALL[name](stub) and "not done yet" in capsys.readouterr().out
+
+
+def test_each_wrong_choice_names_no_other_choice(capsys):
+    for label in lab04.PREEMPT_OPTIONS:
+        result = lab04.check_preempted_request((label, "the newest request is popped"))
+        out = capsys.readouterr().out
+        assert result.passed == (label == "c")
+        others = [o for o in lab04.PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        assert not others, out

@@ -349,7 +349,7 @@ def _exactly_full_answer(**_) -> str:
     return "b: the null block; 16 - 1 = 15 usable blocks, fewer than the 16 the request needs"
 
 
-@exercise("lab03", 4, _exactly_full_answer, choices=tuple(EXACTLY_FULL_OPTIONS))
+@exercise("lab03", 4, _exactly_full_answer)   # (choice, why) pairs: its labels are tested in its own tests
 def check_exactly_full(got: Any) -> CheckResult:
     """``(choice, why)``: why 16 blocks of 128 tokens refuse one request of 2,048 tokens. ``choice`` is one of
     :data:`EXACTLY_FULL_OPTIONS`; ``why`` is checked for the mechanism (a block the pool holds back), not for
@@ -363,7 +363,7 @@ def check_exactly_full(got: Any) -> CheckResult:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return report(name, False, "a pair (choice, why)", fmt_number(got))
     choice, why = got
-    result = check_choice(name, choice, EXACTLY_FULL_OPTIONS, "b")
+    result = check_choice(name, choice, EXACTLY_FULL_OPTIONS, "b", what="a letter from the list above")
     if not result.passed:
         return result
     text = str(why).lower() if isinstance(why, str) else ""

@@ -97,7 +97,7 @@ def _preempted_answer(**_) -> str:
     return "c: the newest running request (the last in the running queue)"
 
 
-@exercise("lab04", 2, _preempted_answer, choices=tuple(PREEMPT_OPTIONS))
+@exercise("lab04", 2, _preempted_answer)   # (choice, why) pairs: its labels are tested in its own tests
 def check_preempted_request(got: Any) -> CheckResult:
     """``(choice, why)``: which running request V1 drops when one needs a block and the pool has none; ``why`` is
     checked for the rule (arrival order, the end of the running queue), not for a number."""
@@ -110,7 +110,7 @@ def check_preempted_request(got: Any) -> CheckResult:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return report(name, False, "a pair (choice, why)", fmt_number(got))
     choice, why = got
-    result = check_choice(name, choice, PREEMPT_OPTIONS, "c")
+    result = check_choice(name, choice, PREEMPT_OPTIONS, "c", what="a letter from the list above")
     if not result.passed:
         return result
     text = str(why).lower() if isinstance(why, str) else ""
