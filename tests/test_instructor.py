@@ -378,7 +378,7 @@ def _lab_minutes(rows) -> dict[str, int]:
 
 def test_there_are_three_agendas_each_with_a_total():
     agendas = _agendas()
-    assert [a[0] for a in agendas] == ["Two days, day 1 (labs 00-03)", "Two days, day 2 (labs 05-08)",
+    assert [a[0] for a in agendas] == ["Two days, day 1 (labs 00-04)", "Two days, day 2 (labs 05-08)",
                                        "Half day (labs 00, 03, 08)"]
     assert all(len(rows) > 4 and total for _, rows, total in agendas)
 

@@ -60,10 +60,12 @@ def capacity_numbers(log: str | None) -> dict[str, Any]:
             "max_concurrency": float(m.group(3))}
 
 
-def _key(config: Any, burst: Sequence | None) -> str:
+def _key(config: Any, burst: Sequence | None, multiprocess: bool = False) -> str:
     d = dataclasses.asdict(config)
     if burst:
         d["burst"] = [[len(r.prompt_token_ids), r.max_tokens] for r in burst]
+    if multiprocess:
+        d["multiprocess"] = True     # the same config, its core in its own process: another log
     return json.dumps(d, sort_keys=True)
 
 
@@ -78,17 +80,17 @@ def engine_available() -> bool:
     return True
 
 
-def recording_path(config: Any, burst: Sequence | None = None) -> Path:
-    """Where the recording of ``config`` (and ``burst``) lives: ``results/vllm/<model>-<hash>.json``."""
-    digest = hashlib.sha256(_key(config, burst).encode()).hexdigest()[:12]
+def recording_path(config: Any, burst: Sequence | None = None, multiprocess: bool = False) -> Path:
+    """Where the recording of ``config`` (``burst``, ``multiprocess``) lives: ``results/vllm/<model>-<hash>.json``."""
+    digest = hashlib.sha256(_key(config, burst, multiprocess).encode()).hexdigest()[:12]
     return RESULTS / f"{config.model}-{digest}.json"
 
 
-def _save(run: Any, burst: Sequence | None) -> Path:
+def _save(run: Any, burst: Sequence | None, multiprocess: bool = False) -> Path:
     from vramlab.serving import engine
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = engine.save_run(run, recording_path(run.config, burst))
+    path = engine.save_run(run, recording_path(run.config, burst, multiprocess))
     if burst:
         d = json.loads(path.read_text())
         d["burst"] = [[len(r.prompt_token_ids), r.max_tokens] for r in burst]
@@ -116,14 +118,14 @@ def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None
               f"({out[0].where}).")
         if os.environ.get("VRAMLAB_RECORD") == "1":
             for run, burst in zip(out, bursts):
-                _save(run, burst)
+                _save(run, burst, multiprocess)
         return out
     out = []
     for i, (cfg, burst) in enumerate(zip(configs, bursts)):
-        path = recording_path(cfg, burst)
+        path = recording_path(cfg, burst, multiprocess)
         if not path.is_file() and fallback is not None:
             print(f"No recording of {cfg}: replaying vramlab's config in its place.")
-            path = recording_path(list(fallback)[i], burst)
+            path = recording_path(list(fallback)[i], burst, multiprocess)
         if not path.is_file():
             raise ValueError(f"no engine here and no recording of {cfg}: run `make vllm` to install the engine, or "
                              "use one of the lab's configs.")
