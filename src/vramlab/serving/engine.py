@@ -300,6 +300,10 @@ def _run_worker(python: Path, jobs: list[dict], timeout_s: float, multiprocess: 
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the engine's venv must not pick up the lab's packages
     env["PYTHONUNBUFFERED"] = "1"
+    # vLLM leaves files in the temp folder (the gloo store, vllm/utils/network_utils.py: f"{tempfile.gettempdir()}/
+    # vllm_dist_{uuid4().hex}"): give it one that is removed with the run.
+    (scratch / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(scratch / "tmp")
     env.setdefault("VLLM_LOGGING_COLOR", "0")
     t0 = time.perf_counter()
     timed_out = False
