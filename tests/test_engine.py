@@ -222,3 +222,22 @@ def test_a_real_engine_that_does_not_finish_is_killed():
     run = engine.start(engine.EngineConfig(), timeout_s=6)
     assert not run.ok and run.timed_out and "timeout_s=6" in run.error
     _no_processes_left(run)
+
+
+def test_log_readers_on_the_core_log_are_linear():
+    import time
+
+    core = ("(EngineCore pid=7) ERROR 12-05 04:51:19 [core.py:1510] ValueError: To serve at least one request with "
+            "the model's max seq len (65536), (1.41 GiB KV cache is needed\n")
+    assert engine._root_cause("(MainProcess pid=6) INFO x\n" + core) == (
+        "ValueError", "To serve at least one request with the model's max seq len (65536), (1.41 GiB KV cache is needed")
+    assert engine._problem("Model architectures ['FooForCausalLM'] are not supported for now. Supported: ...", "m")\
+        .startswith("`model` 'm': its architecture FooForCausalLM is not one")
+    prelude, logs = engine._split_log("imports\n=== vramlab engine job 0\na\n=== vramlab engine job 1\nb\n"
+                                      "=== vramlab engine job end\n", 2)
+    assert (prelude, logs) == ("imports\n", ["a\n", "b\n"])
+    for text in ("(EngineCore pid=7) " + "x" * 50_000_000, core * 100_000, "Model architectures [" + "a" * 5_000_000,
+                 "=== vramlab engine job " + "9" * 5_000_000):
+        t0 = time.perf_counter()
+        engine._root_cause(text), engine._problem(text, "m"), engine._split_log(text, 3)
+        assert time.perf_counter() - t0 < 10

@@ -509,8 +509,8 @@ def _runs(configs: list[EngineConfig], bursts: list[list | None], timeout_s: flo
                                   shm_segments=shm, pgid=sid))
             continue
         startup = parse_startup(job_log)
-        startup.update({k: v for k, v in (r.get("startup") or {}).items() if k not in startup or k == "kv_cache_tokens"
-                        and v is not None})
+        # what the log printed first; what the engine's config objects hold fills the rest (num_blocks, ...)
+        startup.update({k: v for k, v in (r.get("startup") or {}).items() if k not in startup and v is not None})
         steps = r.get("steps") or []
         error, etype, wrapper = r.get("error"), r.get("error_type"), None
         if error and _WRAPPER in error:
