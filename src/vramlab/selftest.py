@@ -134,8 +134,9 @@ def lab04(shared: _Shared) -> str:
     from vramlab.serving.paged import Request, simulate
 
     _expect(resident_requests() == 4, f"the burst's pool holds {resident_requests()} requests at full length")
-    sim = simulate(9, [Request(i, 120, 20) for i in range(8)], block_size=128, max_num_seqs=8)
-    _expect(sim.preemptions > 0, "the burst on 9 lendable blocks preempted nothing in the simulator")
+    sim = simulate(10, [Request(i, 120, 20) for i in range(8)], block_size=128, max_num_seqs=8,
+                   max_num_batched_tokens=4096, max_model_len=1024)
+    _expect(sim.preemptions > 0, "the burst on 10 blocks preempted nothing in the simulator")
     kind = diagnose(READING_MESSAGES["B"]).kind
     _expect(kind == "allocator_oom", f"an allocator OOM message was read as {kind!r}")
     return f"the burst simulated ({sim.preemptions} preemptions in {sim.num_steps} steps); an OOM message triaged"

@@ -23,6 +23,7 @@ NOT_DONE = "not done yet"
 
 # The lab's burst, run on the engine (SmolLM2-135M, CPU backend) and in vramlab's simulator: 16 blocks of 128
 # tokens (num_gpu_blocks_override), 8 requests of 120 prompt tokens that each generate 20 (ignore_eos).
+ENGINE_BATCHED_TOKENS = 4096   # LLM()'s max_num_batched_tokens on the CPU backend (the engine logs it at start-up)
 BURST = {"num_blocks": 10, "block_size": 128, "requests": 8, "prompt_tokens": 120, "max_tokens": 20,
          "max_model_len": 1024}
 
@@ -272,12 +273,13 @@ def _capstone_sim(max_num_seqs: int):
     from vramlab.serving.paged import Request, simulate
 
     reqs = [Request(i, p, n) for i, (p, n) in enumerate(CAPSTONE_REQUESTS)]
-    return simulate(BURST["num_blocks"] - 1, reqs, block_size=BURST["block_size"], max_num_seqs=max_num_seqs)
+    return simulate(BURST["num_blocks"], reqs, block_size=BURST["block_size"], max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=ENGINE_BATCHED_TOKENS, max_model_len=BURST["max_model_len"])
 
 
 def seqs_outcomes() -> dict[int, tuple[int, int]]:
-    """max_num_seqs -> (preemptions, steps) of the capstone's burst in vramlab's simulator (the pool it is given
-    is the blocks the engine lends: the null block left out)."""
+    """max_num_seqs -> (preemptions, steps) of the capstone's burst in vramlab's simulator, given what the engine
+    was given (its blocks, null block included, block size, token budget and max_model_len)."""
     out = {}
     for k in range(1, len(CAPSTONE_REQUESTS) + 1):
         r = _capstone_sim(k)
