@@ -184,3 +184,28 @@ def test_each_wrong_choice_names_no_other_choice(capsys):
         assert result.passed == (label == "b")
         others = [o for o in lab03.EXACTLY_FULL_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
         assert not others, out
+
+
+@pytest.mark.parametrize("model,length,gib,dtype,override", [
+    ("smollm2-135m", 65536, 1, "auto", None), ("smollm2-135m", 65536, 1, "fp8", None),
+    ("smollm2-135m", 46464, 1, "auto", None), ("smollm2-135m", 65536, 2, "auto", None),
+    ("smollm2-135m", 2048, 1, "auto", 16), ("smollm2-135m", 1920, 1, "auto", 16),
+    ("smollm2-135m", 46592, 2, "fp8", None), ("qwen3-0.6b", 4608, 1, "auto", None),
+])
+def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, dtype, override):
+    """Two independent writings of vLLM 0.32's CPU start-up agree: the checks' engine_startup and
+    vramlab.serving.vllm_memory.cpu_plan (held to the engine by its own grid test)."""
+    from vramlab.checks.lab03 import CAPSTONE
+    from vramlab.serving.vllm_memory import cpu_plan
+
+    per_token = {"smollm2-135m": CAPSTONE["engines"]["smollm2"]["bytes_per_token"],
+                 "qwen3-0.6b": CAPSTONE["engines"]["qwen3"]["bytes_per_token"]}[model]
+    ours = engine_startup(per_token // (2 if dtype == "fp8" else 1), length, kv_cache_space_gib=gib,
+                          num_blocks_override=override)
+    theirs = cpu_plan(model, length, gib, kv_cache_dtype=dtype, num_gpu_blocks_override=override)
+    assert ours.starts == theirs.ok
+    assert ours.needed_bytes == theirs.check.needed_bytes
+    if not ours.starts:
+        assert ours.estimated_max_model_len == theirs.check.estimated_max_model_len
+    if override is None:
+        assert ours.num_blocks == theirs.computed_blocks
