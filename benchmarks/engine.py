@@ -13,12 +13,18 @@ One worker process (vramlab.serving.engine.start_many, engine core in-process) s
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 from vramlab.serving import engine, paged
 from vramlab.serving.vllm_memory import check_kv_cache
 
 GIB = 2**30
+
+
+def _estimate(message: str | None) -> str:
+    m = re.search(r"estimated maximum model length is (\d{1,12})", message or "")
+    return m.group(1) if m else "?"
 
 
 def _timed(fn, repeat: int = 200):
@@ -53,8 +59,10 @@ def main() -> None:
     verdict, ours = _timed(lambda: check_kv_cache("smollm2-135m", 65536, 1 * GIB, block_size=128))
     print(f"2. start-up error: engine {long_run.start_s:.1f} s to its error, our check_kv_cache {ours * 1e6:.0f} us "
           f"(ratio {long_run.start_s / ours:,.0f}x)")
-    print(f"   engine: {(long_run.error or '(no error)')[:160]}")
-    print(f"   ours:   {str(getattr(verdict, 'message', verdict))[:160]}")
+    ours_msg = str(getattr(verdict, "message", verdict))
+    same = "the same message" if ours_msg == long_run.error else "messages differ"
+    print(f"   {same}; estimated maximum model length: engine "
+          f"{_estimate(long_run.error)}, ours {getattr(verdict, 'estimated_max_model_len', '?')}")
 
     sim_requests = [paged.Request(i, len(r.prompt_token_ids), r.max_tokens) for i, r in enumerate(requests)]
     cfg = burst.startup

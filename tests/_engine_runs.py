@@ -3,7 +3,7 @@
 Two worker processes (:func:`vramlab.serving.engine.start_many`, engine core in-process; and one start with
 ``multiprocess=True`` for the ``(EngineCore pid=...)`` prefixes and the "Engine core initialization failed"
 wrapper). Under pytest-xdist the first test process to ask makes them and saves them (engine.save_run) in a folder
-named by the session (PYTEST_XDIST_TESTRUNUID); the others wait on a file lock and load them.
+of the session's pytest temporary folder; the others wait on a file lock and load them.
 
 Without the engine environment the tests skip with the install command as reason; with VRAMLAB_ENGINE_REQUIRED=1
 (CI) they fail instead.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,11 +61,12 @@ def _make(folder: Path) -> None:
     (folder / "done").write_text("ok")
 
 
-def engine_runs() -> dict[str, engine.EngineRun]:
-    """The session's runs by name (made here or loaded from the run that made them)."""
+def engine_runs(tmp_path_factory) -> dict[str, engine.EngineRun]:
+    """The session's runs by name (made here or loaded from the run that made them), kept in pytest's temporary
+    folder of this session (shared by its xdist workers; pytest removes old ones)."""
     require_engine()
-    session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    folder = Path(tempfile.gettempdir()) / f"vramlab-engine-tests-{session}"
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "vramlab-engine-runs"
     folder.mkdir(exist_ok=True)
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

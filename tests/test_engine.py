@@ -21,8 +21,8 @@ import _engine_runs as er
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return er.engine_runs()
+def runs(tmp_path_factory):
+    return er.engine_runs(tmp_path_factory)
 
 
 def _no_processes_left(run: engine.EngineRun) -> None:
@@ -241,3 +241,12 @@ def test_log_readers_on_the_core_log_are_linear():
         t0 = time.perf_counter()
         engine._root_cause(text), engine._problem(text, "m"), engine._split_log(text, 3)
         assert time.perf_counter() - t0 < 10
+
+
+def test_per_request_preemptions_need_the_in_process_scheduler():
+    raw = {"vllm:num_preemptions": 2}
+    steps = [{"running": 1, "waiting": 1, "kv_cache_usage": 1.0, "preemptions": 2}]
+    m = engine._metrics(raw, steps, 3, {"1": 2}, ["0", "1", "2"], scheduler_view=True)
+    assert m["num_preemptions"] == 2 and m["request_num_preemptions"] == [0, 2, 0] and m["kv_cache_usage_max"] == 1.0
+    m = engine._metrics(raw, [], 3, {}, ["0", "1", "2"], scheduler_view=False)    # multiprocess=True: no zeros
+    assert m["request_num_preemptions"] == [] and "in-process" in m["request_num_preemptions_note"]

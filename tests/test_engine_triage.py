@@ -16,8 +16,8 @@ import _engine_runs as er
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return er.engine_runs()
+def runs(tmp_path_factory):
+    return er.engine_runs(tmp_path_factory)
 
 
 def test_in_process_startup_error(runs):

@@ -452,7 +452,8 @@ def _diagnose(log: str, error: str | None):
         return None
 
 
-def _metrics(raw: dict, steps: list, n_requests: int, preempted_by_id: dict, request_ids: list) -> dict:
+def _metrics(raw: dict, steps: list, n_requests: int, preempted_by_id: dict, request_ids: list,
+             scheduler_view: bool = True) -> dict:
     out = dict(raw)
     # vllm/v1/metrics/loggers.py (0.32.0): counter "vllm:num_preemptions" (prometheus adds "_total" to the
     # sample) and histogram "vllm:request_num_preemptions".
@@ -463,10 +464,13 @@ def _metrics(raw: dict, steps: list, n_requests: int, preempted_by_id: dict, req
     if total is None and steps:
         total = steps[-1]["preemptions"]
     out["num_preemptions"] = int(total or 0)
-    if request_ids:
+    if request_ids and scheduler_view:
         out["request_num_preemptions"] = [int(preempted_by_id.get(rid, 0)) for rid in request_ids]
     elif n_requests:
+        # multiprocess=True: the scheduler is in the EngineCore process; only the histogram is there
         out["request_num_preemptions"] = []
+        out["request_num_preemptions_note"] = ("per request only with the engine core in-process "
+                                               "(multiprocess=False); see vllm:request_num_preemptions")
     if steps:
         out["kv_cache_usage_max"] = max(s["kv_cache_usage"] for s in steps)
     return out
@@ -522,7 +526,7 @@ def _runs(configs: list[EngineConfig], bursts: list[list | None], timeout_s: flo
             error_wrapper=wrapper, problem=_problem(error, cfg.model),
             diagnosis=_diagnose(job_log, error) if not r["ok"] else None,
             metrics=_metrics(r.get("metrics") or {}, steps, len(bursts[i] or []), r.get("preempted_by_id") or {},
-                             r.get("request_ids") or []),
+                             r.get("request_ids") or [], bool(r.get("scheduler_view"))),
             steps=steps, outputs=r.get("outputs") or [], wall_s=r.get("wall_s", wall), where=where,
             start_s=r.get("start_s"), burst_s=r.get("burst_s"), shm_segments=shm, pgid=sid,
             import_s=header.get("import_s")))

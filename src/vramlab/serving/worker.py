@@ -128,7 +128,7 @@ def _burst(llm, requests: list, vllm) -> dict:
     return {"outputs": [list(o.outputs[0].token_ids) for o in outputs],
             "steps": steps,
             "request_ids": [o.request_id for o in outputs],
-            "preempted_by_id": preempted}
+            "preempted_by_id": preempted, "scheduler_view": sched is not None}
 
 
 def _build(cfg: dict, vllm):
