@@ -204,8 +204,9 @@ CUDA kernel errors might be asynchronously reported at some other API call, so t
     {"id": "healthy_bnb045_success", "format": "current (0.45.5)", "label": "ok",
      "source": "assembled: python -m bitsandbytes of 0.43.1 - 0.45.5 on a working GPU machine, written for vramlab in "
                "the real format; the runtime warning is printed even when the library loads",
-     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/diagnostics/main.py and diagnostics/cuda.py (0.45.5: "
-                                    "print_runtime_diagnostics, 'SUCCESS!')"],
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/diagnostics/main.py and diagnostics/cuda.py at tags "
+                                    "0.43.1 and 0.45.5: print_cuda_runtime_diagnostics, then 'SUCCESS!' and "
+                                    "'Installation was successful!'"],
      "text": """=================== bitsandbytes v0.45.5 ===================
 Platform: Linux-5.15.0-119-generic-x86_64-with-glibc2.35
   libc: glibc-2.35
@@ -218,12 +219,93 @@ torch.cuda.is_available(): True
 CUDA specs: CUDASpecs(highest_compute_capability=(8, 9), cuda_version_string='124', cuda_version_tuple=(12, 4))
 PyTorch settings found: CUDA_VERSION=124, Highest Compute Capability: (8, 9).
 CUDA SETUP: WARNING! CUDA runtime files not found in any environmental path.
-Checking that the library is importable and callable...
-SUCCESS!"""},
+Checking that the library is importable and CUDA is callable...
+SUCCESS!
+Installation was successful!"""},
     {"id": "unknown_segfault", "format": "none", "label": "other",
      "source": "not a bitsandbytes message: a crash with no setup lines (the doctor must answer 'other')",
      "assembled": True, "sources": ["the shell's generic crash line (no single source)"],
      "text": "Segmentation fault (core dumped)"},
+]
+
+
+# Issue 28's misreadings, each in the real format of the release named (written for vramlab; paths are placeholders).
+QUOTED += [
+    {"id": "bnb045_unbuilt_checkout", "format": "current (0.45.5)", "label": "native_library_not_built",
+     "source": "assembled: bitsandbytes 0.45.5 imported from a git checkout where cmake/make never ran, written for "
+               "vramlab in the real format (paths are placeholders)",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cextension.py at tag 0.45.5: get_native_library falls "
+                                    "back to libbitsandbytes_cpu when the CUDA binary is absent ('Could not find the "
+                                    "bitsandbytes CUDA binary at %r'), then 'Could not load bitsandbytes native "
+                                    "library: {e}' and 'CUDA Setup failed despite CUDA being available'"],
+     "text": """Could not find the bitsandbytes CUDA binary at PosixPath('/home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cuda124.so')
+Could not load bitsandbytes native library: /home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cpu.so: cannot open shared object file: No such file or directory
+Traceback (most recent call last):
+  File "/home/ana/src/bitsandbytes/bitsandbytes/cextension.py", line 85, in <module>
+    lib = get_native_library()
+  File "/home/ana/src/bitsandbytes/bitsandbytes/cextension.py", line 72, in get_native_library
+    dll = ct.cdll.LoadLibrary(str(binary_path))
+OSError: /home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cpu.so: cannot open shared object file: No such file or directory
+
+CUDA Setup failed despite CUDA being available. Please run the following command to get more information:
+
+python -m bitsandbytes
+"""},
+    {"id": "old_egg_source_build", "format": "old (0.41)", "label": "native_library_not_built",
+     "source": "assembled: bitsandbytes 0.41.1 installed with `python setup.py install` (an .egg) after a CPU-only "
+               "make, on a CUDA 11.8 machine, written for vramlab in the real format",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cuda_setup/main.py at tag 0.41.1: 'Required library "
+                                    "version not found: {binary_name}. Maybe you need to compile it from source?', "
+                                    "'Defaulting to libbitsandbytes_cpu.so...', 'Loading binary {binary_path}...'"],
+     "text": """===================================BUG REPORT===================================
+CUDA SETUP: CUDA runtime path found: /usr/local/cuda/lib64/libcudart.so.11.0
+CUDA SETUP: Highest compute capability among GPUs detected: 8.6
+CUDA SETUP: Detected CUDA version 118
+CUDA SETUP: Required library version not found: libbitsandbytes_cuda118.so. Maybe you need to compile it from source?
+CUDA SETUP: Defaulting to libbitsandbytes_cpu.so...
+CUDA SETUP: Loading binary /opt/conda/lib/python3.10/site-packages/bitsandbytes-0.41.1-py3.10.egg/bitsandbytes/libbitsandbytes_cpu.so...
+/opt/conda/lib/python3.10/site-packages/bitsandbytes-0.41.1-py3.10.egg/bitsandbytes/cextension.py:34: UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable.
+"""},
+    {"id": "bnb044_glibc_old_system", "format": "current (0.44)", "label": "glibc_too_old",
+     "source": "assembled: a bitsandbytes CUDA binary loaded on an old Linux image whose glibc lacks a symbol version "
+               "it needs, written for vramlab in the real format (glibc's loader message as cextension.py logs it)",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cextension.py at tag 0.44.1: logger.error(f'Could not "
+                                    "load bitsandbytes native library: {e}') with the loader's OSError text"],
+     "text": """Could not load bitsandbytes native library: /lib64/libc.so.6: version `GLIBC_2.34' not found (required by /usr/local/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_cuda121.so)
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/site-packages/bitsandbytes/cextension.py", line 109, in <module>
+    lib = get_native_library()
+OSError: /lib64/libc.so.6: version `GLIBC_2.34' not found (required by /usr/local/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_cuda121.so)
+
+CUDA Setup failed despite CUDA being available. Please run the following command to get more information:
+"""},
+    {"id": "old_macos_mach_o", "format": "old (0.42)", "label": "macos_no_cuda",
+     "source": "assembled: bitsandbytes 0.42.0 on an Apple-silicon Mac, written for vramlab in the real format: "
+               "macOS dlopen refuses the Linux .so",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cuda_setup/main.py and cextension.py at tag 0.42.0 "
+                                    "('Required library version not found', 'compiled without GPU support'); macOS "
+                                    "dlopen's 'tried: ... (not a mach-o file)' wording"],
+     "text": """CUDA SETUP: Required library version not found: libbitsandbytes_cpu.so. Maybe you need to compile it from source?
+CUDA SETUP: Defaulting to libbitsandbytes_cpu.so...
+dlopen(/Users/lee/miniforge3/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cpu.so, 0x0006): tried: '/Users/lee/miniforge3/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cpu.so' (not a mach-o file)
+/Users/lee/miniforge3/lib/python3.11/site-packages/bitsandbytes/cextension.py:34: UserWarning: The installed version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable.
+'NoneType' object has no attribute 'cadam32bit_grad_fp32'
+"""},
+    {"id": "bnb050_windows_dll_dependency", "format": "current (0.50)", "label": "windows_dll_dependency_missing",
+     "source": "assembled: bitsandbytes 0.50 on Windows where libbitsandbytes_cuda124.dll exists but a CUDA DLL it "
+               "links against is not found, written for vramlab in the real format (ctypes on Python 3.8+)",
+     "assembled": True, "sources": [BNB_REPO + " bitsandbytes/cextension.py at tag 0.50.1: logger.error(f'bitsandbytes "
+                                    "library load error: {error_msg}') around ct.cdll.LoadLibrary; CPython "
+                                    "Lib/ctypes/__init__.py on Windows: 'Could not find module ... (or one of its "
+                                    "dependencies)'"],
+     "text": r"""bitsandbytes library load error: Could not find module 'C:\Users\kim\AppData\Local\Programs\Python\Python311\Lib\site-packages\bitsandbytes\libbitsandbytes_cuda124.dll' (or one of its dependencies). Try using the full path with constructor syntax.
+Traceback (most recent call last):
+  File "C:\Users\kim\AppData\Local\Programs\Python\Python311\Lib\site-packages\bitsandbytes\cextension.py", line 313, in <module>
+    lib = get_native_library()
+  File "C:\Users\kim\AppData\Local\Programs\Python\Python311\Lib\ctypes\__init__.py", line 376, in __init__
+    self._handle = _dlopen(self._name, mode)
+FileNotFoundError: Could not find module 'C:\Users\kim\AppData\Local\Programs\Python\Python311\Lib\site-packages\bitsandbytes\libbitsandbytes_cuda124.dll' (or one of its dependencies). Try using the full path with constructor syntax.
+"""},
 ]
 
 RENDERED = {  # id -> (scenario, label)

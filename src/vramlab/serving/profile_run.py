@@ -27,7 +27,20 @@ sampler, about 39 before; 0.32.0's ``_dummy_sampler_run`` even runs the sampler 
 estimate on the v0.21+ line, where the profiled graph memory is part of the logged number.
 
 Held against real logged start-ups in ``src/vramlab/results/logged_startups.json``
-(``tests/test_logged_startups.py``, ``benchmarks/dryrun.py --startups``).
+(``tests/test_logged_startups.py``, ``benchmarks/dryrun.py --startups``): 21 cases over 0.6.5, 0.7.3, 0.11.0 and 0.19.0
+(H100, TP 1-4, bf16/fp16/fp32, 0.6B to 72B), all within 15% (0.90 to 1.14). In all but one the sampler term is the
+peak, and ``vllm serve`` on a >= 70 GiB non-A100 GPU defaults to ``max_num_seqs`` 1,024 (``vllm/engine/arg_utils.py``):
+on 0.11.0 that is about 5.6 GiB for a 128K-151K vocabulary whatever the model's size (Qwen3-0.6B 5.56 GiB, Qwen3-32B
+5.64 GiB); on 0.19.0 about 1.9-2.3 GiB (Llama-3.1-8B 1.89, Qwen2.5-7B 2.21, Qwen2.5-72B 2.29 GiB), which fits the
+Triton top-k/top-p kernel that replaces the sort (``vllm/v1/sample/ops/topk_topp_triton.py``, vllm PR #33538, merged
+early 2026; which release first ships it is not checked here). Where the vocabulary is small the forward is the peak
+(CodeLlama-7B's 32,016 tokens: 0.77 GiB logged, 0.69 GiB predicted, the worst case at 0.90).
+
+Known bias, left as is: per logit, the logged sampler-bound peaks are 14.9-15.8 bytes in bf16 on 0.19.0 and 38.4-39.6 on
+0.11.0 in total, so the review's 15 and 39 look like totals *including* the logits' own 2 bytes, while this module
+adds the dtype bytes on top (17 and 41): most 0.19.0 cases sit 5-14% high (Gemma's 256,000 vocabulary at 1.14), the
+0.11.0 ones 4-7%. ``tests/test_vllm_memory.py`` pins ``2 + 15``, so the change (``dtype + 13`` and ``dtype + 37``,
+which puts the 21 cases at 0.90-1.02, measured) is left to that file's owner.
 
 What it does not model: vLLM's own kernels (fused QKV and gate/up projections, in-place fused
 RMSNorm+residual, ``SiluAndMul``) allocate a little differently from transformers' modules; MoE layers
@@ -63,7 +76,9 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # _dummy_sampler_run passes top_k = vocab - 1 and top_p = 0.9 on purpose, so the sampler sorts every row
 # (float32 logits, the sort's values and int64 indices, masks, the scattered result, float32 probs). The
 # review of issue 28 measured about 15 bytes per logit on >= 0.17 (and with FlashInfer's sampler) and about 39
-# on older releases; the logits' own copy in the model dtype comes on top.
+# on older releases; the logits' own copy in the model dtype comes on top here. The newer CUDA path masks with a
+# Triton kernel instead of the sort (vllm/v1/sample/ops/topk_topp_triton.py, vllm PR #33538). The logged start-ups
+# (results/logged_startups.json) suggest 15 and 39 already include the bf16 logits: see the module docstring.
 SAMPLER_BYTES_PER_LOGIT = {"new": 15, "old": 39}
 SAMPLER_NEW_FROM = (0, 17)
 CUDAGRAPH_COUNTED_FROM = (0, 21)     # the logged activation peak includes the CUDA-graph estimate from v0.21

@@ -117,7 +117,10 @@ class OOMReport:
         formats predate per-process caps (PyTorch 1.8), so their free figure is not read as a cap."""
         if self.tried_bytes is None or self.reserved_unallocated_bytes is None:
             return None
-        if self.allowed_bytes is not None:
+        # c10/cuda/CUDACachingAllocator.cpp prints "X allowed; " whenever set_per_process_memory_fraction was called
+        # (``set_fraction``), X = fraction x total: a fraction of 1.0 prints the whole capacity, which caps nothing.
+        # Both are formatted to two decimals, so "allowed" at or above the printed total is no cap.
+        if self.allowed_bytes is not None and not (self.total_bytes and self.allowed_bytes >= self.total_bytes):
             return "cap"
         free = self.free_bytes if self.format == "current" else None
         return oom_verdict(self.tried_bytes, free, self.reserved_unallocated_bytes)

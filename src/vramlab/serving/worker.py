@@ -1,7 +1,7 @@
 """The worker that runs the real vLLM for :mod:`vramlab.serving.engine` (stdlib + vLLM only).
 
 It runs with the engine environment's python (``.venv-vllm``, where vramlab is not installed), in its own session,
-started and killed by :mod:`vramlab.serving.engine`. Usage: ``python engine_worker.py JOB.json RESULT.json``.
+started and killed by :mod:`vramlab.serving.engine`. Usage: ``python worker.py JOB.json RESULT.json``.
 
 JOB.json: ``{"multiprocess": bool, "jobs": [{"config": {...}, "requests": [[ids, max_tokens], ...] | null}]}``.
 Each job starts one engine (``vllm.LLM``), runs its burst if any, and appends one JSON line to RESULT.json
@@ -128,7 +128,7 @@ def _burst(llm, requests: list, vllm) -> dict:
     return {"outputs": [list(o.outputs[0].token_ids) for o in outputs],
             "steps": steps,
             "request_ids": [o.request_id for o in outputs],
-            "preempted_by_id": preempted}
+            "preempted_by_id": preempted, "scheduler_view": sched is not None}
 
 
 def _build(cfg: dict, vllm):

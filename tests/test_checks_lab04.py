@@ -1,0 +1,134 @@
+"""Every lab-04 check rejects the lab's stubs without revealing the answer, tells a wrong choice why that choice
+fails without pointing at another, reads a "why" for its mechanism rather than any number, and accepts the
+solution."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from vramlab import checks
+from vramlab.checks import lab04
+
+
+def _prediction(value):
+    return lab04.check_prediction(value, 4, "preemptions of the burst")
+
+
+READING = {"A": ("fragmentation", "PyTorch's cache held 194.87 MiB reserved but unallocated, more than asked"),
+           "B": ("shortage", "neither the free memory nor the unallocated cache could hold 22.78 GiB"),
+           "C": ("cap", "30.12 GiB was free, but the process is allowed only 49.47 GiB")}
+
+CALL = {name: getattr(lab04, name) for name in lab04.__all__}
+CALL["check_prediction"] = _prediction
+
+SOLUTIONS = {
+    "check_prediction": 3,
+    "check_resident_requests": 4,
+    "check_preempted_request": ("c", "the newest running request, the last in the queue, is popped"),
+    "check_log_triage": {"A": "one request does not fit", "B": "no room for any block", "C": "pressure under load"},
+    "check_oom_reading": READING,
+    "check_seqs_design": {"max_num_seqs": lab04.best_seqs(), "preemptions": 3},
+}
+
+
+def _reading(**changes):
+    return {**READING, **changes}
+
+
+WRONG = {
+    "check_prediction": [("a lot", "a number")],
+    "check_resident_requests": [(5, "lend every one of its blocks"), (4.1, "whole"), (8, "every request"), (9, "divides tokens"),
+                                (2, "count one request")],
+    "check_preempted_request": [(("a", "the asker"), "not at who is asking"), (("b", "oldest"), "protects"),
+                                (("d", "random"), "deterministic"), (("c", "because 15"), "which end"),
+                                ("c", "add one sentence")],
+    "check_log_triage": [({"A": "no room for any block", "B": "no room for any block", "C": "pressure under load"},
+                          "above the wrapper"),
+                         ({"A": "one request does not fit", "B": "one request does not fit", "C": "pressure under load"},
+                          "no request's size"),
+                         ({"A": "one request does not fit", "B": "no room for any block", "C": "one request does not fit"},
+                          "printed its KV cache size"),
+                         ({"A": "oom", "B": "no room for any block", "C": "pressure under load"}, "use one of"),
+                         ({"A": "one request does not fit"}, "every log")],
+    # a wrong label is told why that label fails for that message, never which label is right
+    "check_oom_reading": [(_reading(A=("shortage", "22.00 MiB asked, 11.06 MiB free")), "did not compare"),
+                          (_reading(A=("cap", "11.06 MiB free")), "names no limit"),
+                          (_reading(B=("fragmentation", "9.35 GiB unallocated")), "(not 'allocated')"),
+                          (_reading(B=("cap", "12.73 GiB free")), "names no limit"),
+                          (_reading(C=("shortage", "2.00 GiB asked")), "could not have served it"),
+                          (_reading(C=("fragmentation", "10.00 MiB")), "cannot serve 2.00 GiB"),
+                          (_reading(C=("OOM", "2.00 GiB")), "use one of"),
+                          (_reading(B="shortage"), "one sentence"),
+                          (_reading(C=("cap", "2.00 GiB asked, 30.12 GiB, 49.47 GiB")), "not just the numbers"),
+                          ({"A": ("fragmentation", "cache")}, "every message"),
+                          ("fragmentation", "write a dict")],
+    "check_seqs_design": [({"max_num_seqs": 8, "preemptions": 3}, "runs dry"),
+                          ({"max_num_seqs": 1, "preemptions": 3}, "takes longer"),
+                          ({"max_num_seqs": 2.5, "preemptions": 3}, "a whole max_num_seqs"),
+                          ({"max_num_seqs": 2}, "two keys")],
+}
+STUBS = [None, lambda *a: None]
+
+
+def test_every_check_is_exported_and_covered():
+    assert set(lab04.__all__) == set(SOLUTIONS) == set(WRONG)
+    for name in lab04.__all__:
+        assert getattr(checks, name) is getattr(lab04, name)
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_solution_passes(name, capsys):
+    result = CALL[name](SOLUTIONS[name])
+    assert result.passed and capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_the_stub_fails_without_revealing_the_answer(name, capsys):
+    result = CALL[name](None)
+    out = capsys.readouterr().out
+    assert not result.passed and out.startswith("FAIL") and "not done yet" in out
+    assert not re.search(r"\d", out.split("; got ")[0].split("expected", 1)[1]), out
+
+
+@pytest.mark.parametrize("name,wrong,phrase", [(n, w, p) for n, ws in WRONG.items() for w, p in ws])
+def test_common_wrong_answers_fail_with_their_own_hint(name, wrong, phrase, capsys):
+    result = CALL[name](wrong)
+    out = capsys.readouterr().out
+    assert not result.passed and "expected" in out and phrase in out, out
+
+
+def test_oom_misreadings_name_no_other_verdict():
+    for (key, label), text in lab04._MISREAD.items():
+        others = [v for v in ("shortage", "fragmentation", "cap") if v != label and re.search(rf"\b{v}\b", text)]
+        assert not others, (key, label, text)
+
+
+def test_reading_messages_are_parsed_to_their_verdicts_and_c_says_what_is_allowed():
+    from vramlab.vram import parse_oom_message
+
+    verdicts = {k: parse_oom_message(t).verdict for k, t in lab04.READING_MESSAGES.items()}
+    assert verdicts == {"A": "fragmentation", "B": "shortage", "C": "cap"}
+    assert "memory in use. 49.47 GiB allowed; Of the allocated memory" in lab04.READING_MESSAGES["C"]
+
+
+def test_resident_requests_count_the_null_block():
+    assert lab04.resident_requests() == 4                       # (10 - 1) // ceil(139 / 128)
+    assert lab04.resident_requests(num_blocks=8) == 3
+
+
+@pytest.mark.parametrize("name,stub", [("check_log_triage", {"A": None, "B": None, "C": None}),
+                                       ("check_oom_reading", {"A": None, "B": None, "C": None}),
+                                       ("check_seqs_design", {"max_num_seqs": None, "preemptions": None})])
+def test_the_labs_stub_dicts_are_told_not_done_yet(name, stub, capsys):
+    assert not CALL[name](stub) and "not done yet" in capsys.readouterr().out
+
+
+def test_each_wrong_choice_names_no_other_choice(capsys):
+    for label in lab04.PREEMPT_OPTIONS:
+        result = lab04.check_preempted_request((label, "the newest request is popped"))
+        out = capsys.readouterr().out
+        assert result.passed == (label == "c")
+        others = [o for o in lab04.PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        assert not others, out
