@@ -415,3 +415,29 @@ def test_replay_opens_at_the_peak_and_holds_every_category_visible():
     assert w.slider.value == tr.peak_index
     with pytest.raises(ValueError, match="frames"):
         replay_widget(tr, frames=0)
+
+
+def test_phases_read_each_mark_from_the_samples():
+    mon = VramMonitor(interval_s=0.05).start()
+    try:
+        mon.mark("small")
+        time.sleep(0.2)
+        mon.mark("big")
+        blob = bytearray(64 << 20)        # 64 MiB that the process really touches
+        blob[::4096] = b"x" * len(blob[::4096])
+        time.sleep(0.3)
+        mon.mark("free")
+        del blob
+        gc.collect()
+        time.sleep(0.2)
+    finally:
+        mon.stop()
+    phases = {p["label"]: p for p in mon.phases()}
+    assert list(phases) == ["small", "big", "free"]
+    if mon.mode == "GPU":
+        return
+    big = phases["big"]
+    assert big["peak"] - big["start"] >= 48 << 20 and big["peak"] >= big["end"] >= big["start"]
+    assert all(p["peak"] >= max(p["start"], p["end"]) for p in phases.values())
+    with pytest.raises(ValueError, match="column"):
+        mon.phases("t")
