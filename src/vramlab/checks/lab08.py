@@ -138,8 +138,7 @@ _CAP_CHOICES = {
     "a": "the message says many GiB of the device were free when the allocation failed, so the driver still "
          "had memory to give",
     "b": "PyTorch's allocator refuses to reserve past fraction x total for this process, whatever the device has "
-         "free: DeviceCachingAllocator::alloc_block compares total_allocated_memory + size with "
-         "allowed_memory_maximum before it calls cudaMalloc",
+         "free",
     "c": "memory in pieces shows as 'reserved but unallocated', and in this message that part is far smaller than "
          "the request",
     "d": "memory another process holds is not free: the message's free figure is read after the failure and still "
