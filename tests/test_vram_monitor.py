@@ -441,3 +441,13 @@ def test_phases_read_each_mark_from_the_samples():
     assert all(p["peak"] >= max(p["start"], p["end"]) for p in phases.values())
     with pytest.raises(ValueError, match="column"):
         mon.phases("t")
+
+
+def test_the_live_view_backs_off_when_a_redraw_is_slow():
+    """Issue 29: on busy cores a redraw (about 0.13 s of CPU) at 2 frames a second starved the cell it watched;
+    the next frame waits long enough that redrawing takes at most REDRAW_SHARE of the time."""
+    from vramlab.vram.widget import REDRAW_SHARE, next_wait
+
+    assert next_wait(0.5, 0.05) == 0.5                       # a quiet machine: the asked rate
+    slow = next_wait(0.5, 0.6)                                # a busy one: 0.6 s a frame
+    assert slow == pytest.approx(2.4) and 0.6 / (0.6 + slow) == pytest.approx(REDRAW_SHARE)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -117,6 +118,19 @@ def _toggle_icon(change) -> None:
     owner.description = "live" if change["new"] else "paused"
 
 
+#: A redraw may take at most this share of the kernel's time: the figure and its JSON cost about 0.13 s of CPU
+#: here, so at 2 frames a second on two shared cores (a browser run, issue 29) the redraw thread held the GIL
+#: for most of what the kernel got, and the cell it watched ran 4-20 times slower.
+REDRAW_SHARE = 0.2
+
+
+def next_wait(refresh_s: float, redraw_s: float) -> float:
+    """Seconds until the next frame: ``refresh_s``, or longer when the last redraw took ``redraw_s`` seconds,
+    so redrawing uses at most :data:`REDRAW_SHARE` of the time (a busy machine gets fewer frames, not a
+    slower cell)."""
+    return max(float(refresh_s), float(redraw_s) * (1 - REDRAW_SHARE) / REDRAW_SHARE)
+
+
 class VramWidget:
     """``VramWidget(monitor, refresh_s=0.5, window_s=60)``: display it (last expression of a cell or
     ``display(w)``) and it redraws every ``refresh_s`` seconds until :meth:`stop` (or the monitor stops).
@@ -202,13 +216,16 @@ class VramWidget:
     def _run(ref: "weakref.ref[VramWidget]", stop: threading.Event, refresh_s: float) -> None:
         # Holds the widget only weakly between frames, so a widget (and its monitor) that nothing else
         # references can be garbage-collected; the monitor's finalizer then stops its sampler.
-        while not stop.wait(refresh_s):
+        wait = refresh_s
+        while not stop.wait(wait):
             self = ref()
             if self is None:
                 return
             if self.live.value:
                 try:
+                    started = time.perf_counter()
                     self.redraw()
+                    wait = next_wait(refresh_s, time.perf_counter() - started)
                 except Exception as exc:  # noqa: BLE001 - keep the kernel alive, say why it stopped
                     self.status.value = f"<code>redraw stopped: {type(exc).__name__}: {exc}</code>"
                     return
