@@ -12,15 +12,25 @@ SOLUTIONS = {
     "check_reserved_prediction": {"default": 200, "expandable": 150},
     "check_cap_oom_reason": "b",
     "check_peak_terms": None,   # filled below: the lab's solution, arithmetic from SmolLM2's config
+    "check_t4_plan": None,      # filled below: the lab's capstone solution, arithmetic from the config and kernels
 }
 _TOKENS = 8 * 2048
 SOLUTIONS["check_peak_terms"] = {"weights": 134_515_008 * 2, "kv_cache": 2 * 30 * 3 * 64 * 2 * _TOKENS,
                                  "logits": _TOKENS * 49152 * 2, "activations": _TOKENS * 576 * 2}
+# The capstone's solution as the lesson writes it: SmolLM2's config, 4 x 4,096 tokens, bf16, a T4 under torch 2.13.
+_B, _L, _H = 4, 4096, 9
+_FIXED = 134_515_008 * 2 + 2 * 30 * 3 * 64 * 2 * _B * _L + (2 * 4 * 2**20 + 8 * 16 * 2**10)  # weights, cache, cuBLAS
+_SCORES = _B * _H * _L * _L                          # elements of one [B, H, L, S] tensor
+_MATH = _FIXED + _SCORES * (4 + 4 + 1) + _L * _L * 4 + 3 * _B * _H * _L * 64 * 4   # fp32 scores + softmax + bool,
+#                                                    # the float32 causal mask, q and the repeated k, v in float32
+_EAGER = _FIXED + _SCORES * (2 + 4 + 2) + _B * _L * _L * 2   # bf16 scores, fp32 softmax, its bf16 copy, bf16 mask
+SOLUTIONS["check_t4_plan"] = {"sdpa_mib": _MATH / 2**20, "eager_mib": _EAGER / 2**20, "choice": "eager"}
 WRONG = {
     "check_oom_numbers": {"tried_gib": 2.0, "free_gib": 406.38 / 1024, "reserved_gib": 11.18},  # allocated only
     "check_reserved_prediction": {"default": "256 MiB", "expandable": 140},                      # not a number
     "check_cap_oom_reason": "c",                                                                 # fragmentation
     "check_peak_terms": {**SOLUTIONS["check_peak_terms"], "logits": 2 * _TOKENS * 49152 * 2},   # float32 logits
+    "check_t4_plan": {**SOLUTIONS["check_t4_plan"], "choice": "sdpa"},                            # not the lower
 }
 # the lab's own stub first (notebook 08, exercise "read the OOM message"), then other untouched shapes
 STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
@@ -161,7 +171,7 @@ def test_peak_wrong_attempts_fail_without_the_answer(attempt, capsys):
     ("kv_cache", 3, "key/value heads only"),
     ("logits", 2, "float32 here? check the dtype"),
     ("logits", 1 / 2048, "every position"),
-    ("activations", 32, "never materialises the L x L"),
+    ("activations", 32, "is it still referenced at the moment of the peak"),
 ])
 def test_peak_each_term_is_judged_with_its_misconception(key, factor, words, capsys):
     result = checks.check_peak_terms({**PEAK, key: PEAK[key] * factor})
@@ -198,3 +208,75 @@ def test_peak_judges_against_the_trace_it_is_given(capsys):
     assert "logits" in capsys.readouterr().out
     with pytest.raises(TypeError, match="trace must be the MemoryTrace"):
         checks.check_peak_terms(PEAK, "trace")
+
+
+def test_peak_activation_hints_ask_and_do_not_tell(capsys):
+    """Issue 29: a first miss on the activations asks a question; it does not say what is alive at the peak."""
+    for factor in (32, 3, 0.1):
+        assert not checks.check_peak_terms({**PEAK, "activations": PEAK["activations"] * factor})
+        out = capsys.readouterr().out
+        assert "lm_head" not in out and "only what" not in out and "?" in out, out
+
+
+# --------------------------------------------------------------------------- Exercise 5: the T4 capstone
+T4 = SOLUTIONS["check_t4_plan"]
+
+
+def _t4_secrets() -> list[str]:
+    peaks = lab08._t4_peaks_mib()
+    return [f"{v:,.0f}" for v in peaks.values()] + [f"{v:.0f}" for v in peaks.values()]
+
+
+def test_t4_reference_is_the_dry_run_of_the_setup_on_the_math_kernel():
+    sdpa, eager = lab08.t4_reference("sdpa"), lab08.t4_reference("eager")
+    assert (sdpa.batch_size, sdpa.seq_len, sdpa.dtype, sdpa.gpu) == (4, 4096, "bfloat16", "T4")
+    assert sdpa.sdpa_kernel == "math" and eager.attn_implementation == "eager"
+    assert "self_attn" in sdpa.peak["module"] and "self_attn" in eager.peak["module"]
+    assert sdpa.peak_bytes > 1.05 * eager.peak_bytes     # the 5% bands do not overlap: the order is decided
+
+
+def test_t4_solution_is_close_and_the_answer_names_the_lower_one(capsys):
+    peaks = lab08._t4_peaks_mib()
+    for impl in ("sdpa", "eager"):
+        assert abs(T4[f"{impl}_mib"] / peaks[impl] - 1) < 0.03, (impl, T4, peaks)
+    assert lab08._t4_answer().startswith("{'sdpa_mib': ") and "'choice': 'eager'" in lab08._t4_answer()
+
+
+@pytest.mark.parametrize("attempt", [0, "eager", {"sdpa_mib": 1}, {**T4, "flash_mib": 1}, {**T4, "sdpa_mib": "6 GiB"},
+                                     {**T4, "choice": "flash"}, {**T4, "eager_mib": -5},
+                                     {**T4, "sdpa_mib": T4["sdpa_mib"] * 2}, {**T4, "eager_mib": T4["eager_mib"] / 2}])
+def test_t4_wrong_attempts_fail_without_the_answer(attempt, capsys):
+    result = checks.check_t4_plan(attempt)
+    out = capsys.readouterr().out
+    assert not result and not result.untouched and out.startswith("FAIL ") and "ANSWER" not in out, out
+    assert not any(s in out for s in _t4_secrets()), out
+
+
+def test_t4_a_flash_or_old_release_number_is_named_without_the_decision(capsys):
+    flash = lab08.t4_reference("sdpa", gpu="A100").peak_bytes / 2**20
+    assert not checks.check_t4_plan({**T4, "sdpa_mib": flash})
+    out = capsys.readouterr().out
+    assert "A100's kernel" in out and "eager ok" in out and "math" not in out, out
+    old = lab08.t4_reference("sdpa", torch_version="2.5").peak_bytes / 2**20
+    assert not checks.check_t4_plan({**T4, "sdpa_mib": old})
+    assert "torch 2.5" in capsys.readouterr().out
+    assert not checks.check_t4_plan({**T4, "eager_mib": T4["eager_mib"] * 2**20})
+    assert "the plan wants MiB" in capsys.readouterr().out
+
+
+def test_t4_choice_is_judged_on_the_learners_own_numbers_only_once_both_pass(capsys):
+    assert not checks.check_t4_plan({**T4, "sdpa_mib": 100.0, "choice": "sdpa"})
+    out = capsys.readouterr().out
+    assert "judged once both peaks are right" in out and "choice" not in out.split("Hint:")[1], out
+    assert not checks.check_t4_plan({**T4, "choice": "sdpa"})
+    assert "your own two numbers" in capsys.readouterr().out
+    assert checks.check_t4_plan({**T4, "choice": " Eager "})
+    out = capsys.readouterr().out
+    assert out.startswith("PASS a T4 plan (capstone): sdpa ") and ": eager" in out, out
+
+
+def test_t4_reveal_shows_the_answer(capsys):
+    result = checks.check_t4_plan({**T4, "choice": "sdpa"}, reveal=True)
+    verdict, answer = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert verdict.startswith("FAIL ") and answer.startswith("ANSWER ") and result.revealed
+    assert all(s in answer for s in _t4_secrets()[2:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -184,3 +185,26 @@ def test_round_size_and_options_refuse_bad_numbers():
         run_experiment("oom", chunk_bytes=0)
     with pytest.raises(ValueError, match="`cap_bytes` must be a positive"):
         run_experiment("oom", cap_bytes=-1)
+
+
+def test_tried_to_allocate_reads_the_segment_for_small_requests():
+    """Issue 28: the OOM message prints get_allocation_size(size), so a small tensor reads as its segment."""
+    assert allocation_size(4096) == 2 * MiB                      # "Tried to allocate 2.00 MiB"
+    assert allocation_size(5 * MiB) == 20 * MiB                  # "Tried to allocate 20.00 MiB"
+    assert allocation_size(33 * MiB) == 34 * MiB                 # large: the request rounded to 2 MiB
+
+
+def test_with_both_names_set_torch_keeps_the_old_one():
+    """What the lab teaches about the two environment variables, on the installed torch (2.13 here): with both
+    set to different values, PYTORCH_CUDA_ALLOC_CONF's is the one parsed (c10/core/AllocatorConfig.cpp)."""
+    import subprocess
+
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch._C, "_accelerator_getAllocatorSettings"):
+        pytest.skip("this torch has no _accelerator_getAllocatorSettings (before 2.9)")
+    env = {**os.environ, "PYTORCH_ALLOC_CONF": "garbage_collection_threshold:0.5",
+           "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:200"}
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch._C._accelerator_getAllocatorSettings())"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == "max_split_size_mb:200"

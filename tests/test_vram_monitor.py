@@ -387,3 +387,67 @@ def test_mig_slice_falls_back_to_mem_get_info(monkeypatch):
                         lambda i: types.SimpleNamespace(uuid="1234-abcd"))
     nv = monitor_mod._Nvml(0)
     assert not nv.ok and "MIG" in nv.why
+
+
+def test_replay_opens_at_the_peak_and_holds_every_category_visible():
+    """Issue 29 (what a learner met in a browser): the replay opens where the peak is, every category with any
+    bytes has a bar at every event and a marker at its largest moment, the stacked bands have no outlines, and
+    one sweep of the play button is about 60 steps, not one step per event."""
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("plotly")
+    from vramlab.vram.dryrun import dry_run
+    from vramlab.vram.widget import replay_widget
+
+    tr = dry_run("smollm2-135m", 2, 256)
+    w = replay_widget(tr)
+    assert w.slider.value == w.play.value == tr.peak_index and "the peak" in w.label.value
+    used = [c for c, ys in tr.categories_over_time().items() if any(ys)]
+    assert "logits" in used and list(w.bars(0).data[0].x) == used
+    at_peak = dict(zip(w.bars().data[0].x, w.bars().data[0].y))
+    assert at_peak["logits"] == tr.breakdown("peak")["logits"] / 2**20 > 0
+    markers = {t.name for t in w.figure().data if t.mode == "markers"}
+    assert markers == {f"largest {c}" for c in used}
+    assert all(t.line.width == 0 for t in w.figure().data if getattr(t, "stackgroup", None) == "alloc")
+    assert len(tr.events) // w.play.step <= 61
+    w.slider.value = 0
+    assert "the peak" not in w.label.value and len(w.out.outputs) == 1 and len(w.bars_out.outputs) == 1
+    w.peak_button.click()
+    assert w.slider.value == tr.peak_index
+    with pytest.raises(ValueError, match="frames"):
+        replay_widget(tr, frames=0)
+
+
+def test_phases_read_each_mark_from_the_samples():
+    mon = VramMonitor(interval_s=0.05).start()
+    try:
+        mon.mark("small")
+        time.sleep(0.2)
+        mon.mark("big")
+        blob = bytearray(64 << 20)        # 64 MiB that the process really touches
+        blob[::4096] = b"x" * len(blob[::4096])
+        time.sleep(0.3)
+        mon.mark("free")
+        del blob
+        gc.collect()
+        time.sleep(0.2)
+    finally:
+        mon.stop()
+    phases = {p["label"]: p for p in mon.phases()}
+    assert list(phases) == ["small", "big", "free"]
+    if mon.mode == "GPU":
+        return
+    big = phases["big"]
+    assert big["peak"] - big["start"] >= 48 << 20 and big["peak"] >= big["end"] >= big["start"]
+    assert all(p["peak"] >= max(p["start"], p["end"]) for p in phases.values())
+    with pytest.raises(ValueError, match="column"):
+        mon.phases("t")
+
+
+def test_the_live_view_backs_off_when_a_redraw_is_slow():
+    """Issue 29: on busy cores a redraw (about 0.13 s of CPU) at 2 frames a second starved the cell it watched;
+    the next frame waits long enough that redrawing takes at most REDRAW_SHARE of the time."""
+    from vramlab.vram.widget import REDRAW_SHARE, next_wait
+
+    assert next_wait(0.5, 0.05) == 0.5                       # a quiet machine: the asked rate
+    slow = next_wait(0.5, 0.6)                                # a busy one: 0.6 s a frame
+    assert slow == pytest.approx(2.4) and 0.6 / (0.6 + slow) == pytest.approx(REDRAW_SHARE)

@@ -167,6 +167,25 @@ def test_allowed_and_process_numbers():
     assert t.allowed_bytes is None
 
 
+# set_per_process_memory_fraction(1.0): PyTorch still prints "<Y> allowed; " (the clause depends only on a fraction
+# being set), and Y is the total capacity. The same real format as CAPPED (round numbers, not a measurement).
+FRACTION_ONE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                "15.77 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 14.66 GiB memory "
+                "in use. 15.77 GiB allowed; Of the allocated memory 12.20 GiB is allocated by PyTorch, and 2.05 GiB is "
+                "reserved by PyTorch but unallocated.")
+
+
+def test_allowed_equal_to_the_total_is_not_a_cap():
+    r = parse_oom_message(FRACTION_ONE)
+    assert r.allowed_bytes == r.total_bytes == round(15.77 * GiB) and not r.capped
+    assert r.verdict == "fragmentation"          # 2.05 GiB cached unused >= the 2 GiB request
+    assert parse_oom_message(FRACTION_ONE.replace("2.05 GiB is reserved", "0.50 GiB is reserved")).verdict == "shortage"
+    # a cap just below the total (a fraction of 0.9) is a cap; one the two-decimal rounding could hide is not
+    assert parse_oom_message(FRACTION_ONE.replace("15.77 GiB allowed", "14.19 GiB allowed")).verdict == "cap"
+    assert not parse_oom_message(FRACTION_ONE.replace("15.77 GiB allowed", "15.76 GiB allowed")).capped
+    assert parse_oom_message(CAPPED).capped and not parse_oom_message(TORCH_21).capped
+
+
 # PyTorch 1.8-1.13's message under set_per_process_memory_fraction: "<F> free; <Y> allowed; <V> reserved in total
 # by PyTorch)" (format string of c10/cuda/CUDACachingAllocator.cpp in that series; round numbers, not a
 # measurement). A 1 GiB cap prints as "1024.00 MiB": format_size switches to GiB only above 1 GiB.

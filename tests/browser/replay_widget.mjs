@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Browser test for notebook 08's dry-run replay widget (section 8, "Predict, dry-run, measure";
+// Browser test for notebook 08's dry-run replay widget (section 7, "Predict, dry-run, measure";
 // vramlab.vram.widget.replay_widget). Manual / optional, not run by pytest. One command:
 //
 //   NODE_PATH=/tmp/pw/node_modules node tests/browser/replay_widget.mjs [notebooks/08_watch_vram.ipynb]
@@ -10,11 +10,11 @@
 //   * waits until the replay widget (.vramlab-replay-widget) shows a drawn plotly figure, and for Run All
 //     to finish (the kernel must be idle to answer the slider);
 //   * checks that the widget shows "dry run: computed on the meta device, no GPU" (visible, in the widget);
-//   * screenshots the widget at event 0 (step-0.png), then moves the IntSlider to its last event (End key on
+//   * screenshots the widget where it opens, at the peak (step-0.png), then moves the IntSlider to its last event (End key on
 //     the focused slider handle; if that does nothing, types the step into the slider's readout; then
 //     clicks the far end of the slider's track) and fails unless the screenshot bytes AND the widget's
 //     event line ("event i: phase · module · op ...") both changed; keeps step-N.png;
-//   * fails on a Python traceback, "Error displaying widget" or a code cell that did not run in section 8.
+//   * fails on a Python traceback, "Error displaying widget" or a code cell that did not run in section 7.
 // Screenshots and the server log go to REPLAY_OUT (default /tmp/vramlab-replay-widget). Then it shuts the
 // kernel and the server down and removes the checkpoint and workspace it created.
 // Environment: REPLAY_PORT, REPLAY_OUT, REPLAY_TIMEOUT_S (Run All, default 600), CHROMIUM (default
@@ -42,7 +42,7 @@ const TOKEN = crypto.randomBytes(12).toString('hex');
 const BASE = `http://127.0.0.1:${PORT}`;
 // the MemoryTrace.source of a meta-device dry run (src/vramlab/vram/dryrun.py), shown in the widget's event line
 const DRY_RUN_LABEL = 'dry run: computed on the meta device, no GPU';
-const SECTION = /^8\.\s*Predict, dry-run, measure/;
+const SECTION = /^7\.\s*Predict, dry-run, measure/;
 const log = (...a) => console.log(`[${new Date().toISOString().slice(11, 19)}]`, ...a);
 
 if (!fs.existsSync(path.join(REPO, NB))) {

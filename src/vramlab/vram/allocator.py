@@ -12,7 +12,29 @@ Two halves:
   (no ``empty_cache``). With ``expandable_segments:True`` there is one segment that grows by mapping
   20 MiB pages (the large pool's page, "Note [Expandable Segments]") at its end, so freed memory
   always merges. Simplified: one stream, no small pool, no OOM retry, no ``max_split_size_mb``,
-  no ``roundup_power2_divisions``.
+  no ``garbage_collection_threshold``, no ``roundup_power2_divisions``.
+
+What the model leaves out, as the real allocator does it (issue 28's review; each taught in notebook 08):
+
+* **"Tried to allocate" is the segment, not the tensor, for small requests.** ``DeviceCachingAllocator::malloc``
+  prints ``format_size(alloc_size)`` with ``alloc_size = get_allocation_size(size)`` (the same file, @ 001074d2):
+  a tensor of 1 MiB or less that needs a new segment reads "Tried to allocate 2.00 MiB", one under 10 MiB reads
+  "Tried to allocate 20.00 MiB" (:func:`allocation_size`).
+* **Expandable segments need the CUDA driver API.** ``CUDAAllocatorConfig::expandable_segments()``
+  (``c10/cuda/CUDAAllocatorConfig.h`` as shipped in the torch 2.13.0 wheel) returns false and warns once
+  "expandable_segments not supported on this platform" when the build lacks ``PYTORCH_C10_DRIVER_API_SUPPORTED``
+  (Windows builds; ROCm before 7.0), so the setting is ignored there.
+* **One expandable segment per stream and per pool**, not one per process: small requests (<= 1 MiB) get their
+  own with 2 MiB pages (``kSmallBuffer``); the large pool's page is 20 MiB, which torch 2.13 makes configurable
+  as ``large_segment_size_mb`` (``AcceleratorAllocatorConfig::large_segment_size_``, default 20971520,
+  ``c10/core/AllocatorConfig.h`` of the 2.13.0 wheel; the parser's message "CachingAllocator option
+  large_segment_size_mb must be > " is in that wheel's libc10.so).
+* **Cached is not always "until empty_cache()".** Besides ``empty_cache()`` and the free-and-retry after a failed
+  ``cudaMalloc`` (``release_cached_blocks``), ``max_split_size_mb`` lets ``release_available_cached_blocks`` free
+  cached blocks larger than it before a retry, and ``garbage_collection_threshold`` (with a per-process fraction
+  set) frees cached blocks that have not been reused once reserved memory passes that share of the cap, without
+  a device synchronisation (pytorch/pytorch#74261, which added it; pytorch#134338 keeps both away from
+  expandable segments).
 * :func:`run_experiment` - runs one experiment in a fresh Python process, because
   ``PYTORCH_CUDA_ALLOC_CONF`` / ``PYTORCH_ALLOC_CONF`` (both are set: :func:`alloc_conf_env`) is parsed when the
   allocator starts, so setting it later in a running kernel changes nothing (torch's private
@@ -220,9 +242,14 @@ class ExperimentRun:
 # The allocator settings' two names. PyTorch before 2.8 reads only the old one. From 2.8 the new one exists and
 # 2.8-2.11 warn "PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead" (AllocatorConfig.cpp) when
 # the old one is set, yet torch 2.9.1 silently ignores PYTORCH_ALLOC_CONF=expandable_segments:True for CUDA
-# (pytorch/pytorch#183387; fixed by 2.11). torch 2.13's CUDAAllocatorConfig::instance()
-# (torch/include/c10/cuda/CUDAAllocatorConfig.h) reads PYTORCH_CUDA_ALLOC_CONF first and PYTORCH_ALLOC_CONF
-# only when the old name is unset. So: set both to the same value; every release then uses it.
+# (pytorch/pytorch#183387; fixed by 2.11). In torch 2.13 the device allocator's settings (expandable_segments,
+# max_split_size_mb, garbage_collection_threshold, large_segment_size_mb) live in AcceleratorAllocatorConfig,
+# parsed in c10/core/AllocatorConfig.cpp; its header's comment calls PYTORCH_ALLOC_CONF "primary", yet with both
+# names set the 2.13.0 build keeps PYTORCH_CUDA_ALLOC_CONF's value and drops the other entirely
+# (torch._C._accelerator_getAllocatorSettings() with PYTORCH_ALLOC_CONF=garbage_collection_threshold:0.5 and
+# PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:200 returns 'max_split_size_mb:200'; run for this lab on
+# 2.13.0+cpu). CUDAAllocatorConfig::instance() (c10/cuda/CUDAAllocatorConfig.h) reads the old name first too.
+# So: set both to the same value; every release then uses it.
 ALLOC_CONF_NAMES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 

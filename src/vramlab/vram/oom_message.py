@@ -84,6 +84,9 @@ _CURRENT = _L("has a total ") + r"capa ?c? ?i? ?t ?y"   # 2.1 printed "capacty"
 
 
 VERDICTS = ("cap", "fragmentation", "shortage")
+# format_size prints two decimals of the unit it picks: "15.77 GiB" is off by up to 0.005 GiB, 0.03%; 0.5% is
+# far above that and far below any cap a user sets on purpose (a fraction of 0.995 or less).
+_ROUNDING = 0.005
 
 
 @dataclass
@@ -109,18 +112,31 @@ class OOMReport:
         return self.allocated_bytes + self.reserved_unallocated_bytes
 
     @property
+    def capped(self) -> bool:
+        """True when the message names a per-process cap below the device's capacity.
+
+        PyTorch prints ``"<Y> allowed; "`` whenever ``set_per_process_memory_fraction`` was called, with
+        ``Y = fraction x total`` (``allowed_memory_maximum`` in ``DeviceCachingAllocator::setMemoryFraction``,
+        ``c10/cuda/CUDACachingAllocator.cpp``, read at commit 001074d2, 2.x; the 1.8-1.13 message has the same
+        clause). A fraction of 1.0 prints the total capacity itself: that limits nothing, so such a message is judged on its free and cached numbers like any other. Both
+        sizes pass through ``format_size`` (two decimals), so "equal" allows that rounding (0.5%)."""
+        if self.allowed_bytes is None:
+            return False
+        if self.total_bytes is None:
+            return True
+        return self.allowed_bytes < self.total_bytes * (1 - _ROUNDING)
+
+    @property
     def verdict(self) -> str | None:
-        """``"cap"`` when a per-process limit refused the allocation (the message prints "X allowed",
+        """``"cap"`` when a per-process limit refused the allocation (the message prints "X allowed" with X
+        below the total capacity: :attr:`capped`),
         or, in the current format, the device had at least the requested size free), ``"fragmentation"``
         when the cache already holds at least the requested size unused (not in one piece), else
         ``"shortage"``; None if unknown. The rule is :func:`oom_verdict`'s; the older
         formats predate per-process caps (PyTorch 1.8), so their free figure is not read as a cap."""
         if self.tried_bytes is None or self.reserved_unallocated_bytes is None:
             return None
-        # c10/cuda/CUDACachingAllocator.cpp prints "X allowed; " whenever set_per_process_memory_fraction was called
-        # (``set_fraction``), X = fraction x total: a fraction of 1.0 prints the whole capacity, which caps nothing.
-        # Both are formatted to two decimals, so "allowed" at or above the printed total is no cap.
-        if self.allowed_bytes is not None and not (self.total_bytes and self.allowed_bytes >= self.total_bytes):
+        if self.capped:
             return "cap"
         free = self.free_bytes if self.format == "current" else None
         return oom_verdict(self.tried_bytes, free, self.reserved_unallocated_bytes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -117,6 +118,19 @@ def _toggle_icon(change) -> None:
     owner.description = "live" if change["new"] else "paused"
 
 
+#: A redraw may take at most this share of the kernel's time: the figure and its JSON cost about 0.13 s of CPU
+#: here, so at 2 frames a second on two shared cores (a browser run, issue 29) the redraw thread held the GIL
+#: for most of what the kernel got, and the cell it watched ran 4-20 times slower.
+REDRAW_SHARE = 0.2
+
+
+def next_wait(refresh_s: float, redraw_s: float) -> float:
+    """Seconds until the next frame: ``refresh_s``, or longer when the last redraw took ``redraw_s`` seconds,
+    so redrawing uses at most :data:`REDRAW_SHARE` of the time (a busy machine gets fewer frames, not a
+    slower cell)."""
+    return max(float(refresh_s), float(redraw_s) * (1 - REDRAW_SHARE) / REDRAW_SHARE)
+
+
 class VramWidget:
     """``VramWidget(monitor, refresh_s=0.5, window_s=60)``: display it (last expression of a cell or
     ``display(w)``) and it redraws every ``refresh_s`` seconds until :meth:`stop` (or the monitor stops).
@@ -202,13 +216,16 @@ class VramWidget:
     def _run(ref: "weakref.ref[VramWidget]", stop: threading.Event, refresh_s: float) -> None:
         # Holds the widget only weakly between frames, so a widget (and its monitor) that nothing else
         # references can be garbage-collected; the monitor's finalizer then stops its sampler.
-        while not stop.wait(refresh_s):
+        wait = refresh_s
+        while not stop.wait(wait):
             self = ref()
             if self is None:
                 return
             if self.live.value:
                 try:
+                    started = time.perf_counter()
                     self.redraw()
+                    wait = next_wait(refresh_s, time.perf_counter() - started)
                 except Exception as exc:  # noqa: BLE001 - keep the kernel alive, say why it stopped
                     self.status.value = f"<code>redraw stopped: {type(exc).__name__}: {exc}</code>"
                     return
@@ -261,35 +278,69 @@ __all__ = ["VramWidget", "monitor_figure", "live_view"]
 class ReplayWidget:
     """``ReplayWidget(trace)``: an ipywidgets ``Play`` + ``IntSlider`` over the events of a
     :class:`~vramlab.vram.dryrun.MemoryTrace`, a plotly figure of allocated memory stacked by category
-    (and the allocator model's reserved memory) with a marker at the current event, and a line of
-    text naming that event's phase, module, op and bytes. Nothing runs on a GPU: the title says so.
+    (and the allocator model's reserved memory) with a marker at the current event, a bar per category of what
+    is alive at that event, and a line of text naming that event's phase, module, op and bytes. Nothing runs on
+    a GPU: the title says so.
+
+    What a learner met in a browser (issue 29) shaped it: it opens **at the peak** (a short-lived term such as the
+    logits, alive for 3 of 2,718 events, is invisible at the timeline's default zoom, so the bars show every
+    category at the current event and the timeline marks each category's largest moment); the stacked bands
+    have no outlines (the top band's outline traced every spike below it in its own colour); and ▶ sweeps the
+    whole forward in about ``frames`` steps (2,718 events one by one took 78 s to reach the peak).
     """
 
-    def __init__(self, trace, interval_ms: int = 200):
+    def __init__(self, trace, interval_ms: int = 250, frames: int = 60):
         import ipywidgets as widgets
 
         from vramlab.vram.dryrun import MemoryTrace, trace_figure
 
         if not isinstance(trace, MemoryTrace) or not trace.events:
             raise ValueError("`trace` must be a MemoryTrace with events (from vramlab.vram.dryrun.dry_run).")
+        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+            raise ValueError(f"`frames` must be a whole number of steps >= 1 for one sweep (got {frames!r}).")
         self.trace = trace
-        self._base = trace_figure(trace)
+        self._per_cat = trace.categories_over_time()
+        self._base = self._timeline(trace_figure(trace))
         n = len(trace.events)
-        self.slider = widgets.IntSlider(value=0, min=0, max=n - 1, description="event", continuous_update=False,
+        start = trace.peak_index
+        self.slider = widgets.IntSlider(value=start, min=0, max=n - 1, description="event", continuous_update=False,
                                         layout=widgets.Layout(width="520px"))
-        self.play = widgets.Play(value=0, min=0, max=n - 1, step=max(1, n // 200), interval=interval_ms)
+        self.play = widgets.Play(value=start, min=0, max=n - 1, step=max(1, n // frames), interval=interval_ms)
         widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.peak_button = widgets.Button(description="go to the peak", layout=widgets.Layout(width="130px"))
+        self.peak_button.on_click(lambda _: setattr(self.slider, "value", trace.peak_index))
         self.label = widgets.HTML()
         self.out = widgets.Output(layout=widgets.Layout(min_height="390px"))
+        self.bars_out = widgets.Output(layout=widgets.Layout(min_height="300px"))
         self.slider.observe(self._on_step, names="value")
-        self.box = widgets.VBox([widgets.HBox([self.play, self.slider]), self.label, self.out])
+        self.box = widgets.VBox([widgets.HBox([self.play, self.slider, self.peak_button]), self.label, self.out,
+                                 self.bars_out])
         self.box.add_class("vramlab-replay-widget")
-        self.show(0)
+        self.show(start)
+
+    def _timeline(self, fig):
+        """The dry run's figure, with fills only and a marker at each category's largest moment."""
+        from vramlab.vram.dryrun import CATEGORIES, COLOURS
+
+        fig.update_traces(line_width=0, selector=dict(stackgroup="alloc"))
+        events = self.trace.events
+        for c in CATEGORIES:
+            ys = self._per_cat[c]
+            if not any(ys):
+                continue
+            i = max(range(len(ys)), key=ys.__getitem__)
+            fig.add_scatter(x=[events[i]["i"]], y=[events[i]["live"] / MiB], mode="markers",
+                            marker=dict(color=COLOURS[c], size=11, symbol="triangle-down",
+                                        line=dict(color="#000000", width=1)),
+                            name=f"largest {c}", showlegend=False,
+                            hovertemplate=f"largest {c}: {ys[i] / MiB:,.1f} MiB at event {events[i]['i']}<extra></extra>")
+        return fig
 
     def _on_step(self, change) -> None:
         self.show(change["new"])
 
     def figure(self, i: int | None = None):
+        """The timeline with a dotted line at event ``i``."""
         import plotly.graph_objects as go
 
         i = self.slider.value if i is None else i
@@ -297,16 +348,34 @@ class ReplayWidget:
         fig.add_vline(x=i, line_dash="dot", line_color="#d62728")
         return fig
 
+    def bars(self, i: int | None = None):
+        """What is alive at event ``i``, one bar per category (MiB), on a fixed scale up to the peak."""
+        import plotly.graph_objects as go
+
+        from vramlab.vram.dryrun import CATEGORIES, COLOURS
+
+        i = self.slider.value if i is None else i
+        cats = [c for c in CATEGORIES if any(self._per_cat[c])]
+        mib = [self._per_cat[c][i] / MiB for c in cats]
+        fig = go.Figure(go.Bar(x=cats, y=mib, marker_color=[COLOURS[c] for c in cats],
+                               text=[f"{v:,.0f}" for v in mib], textposition="outside", cliponaxis=False))
+        fig.update_layout(title=f"alive at event {i} (MiB)", xaxis_title="category", yaxis_title="memory (MiB)",
+                          yaxis_range=[0, 1.15 * self.trace.peak_bytes / MiB], height=300, width=560,
+                          margin=dict(l=60, r=20, t=50, b=50))
+        return fig
+
     def label_text(self, i: int) -> str:
         e = self.trace.events[i]
+        at_peak = " &middot; <b>the peak</b>" if i == self.trace.peak_index else ""
         return (f"<code>event {i}: {e['phase']} &middot; {e['module'] or '(top level)'} &middot; {e['op']} &middot; "
                 f"{e['category']} {e['bytes'] / MiB:+,.2f} MiB &middot; allocated {e['live'] / MiB:,.1f} MiB "
-                f"(peak {self.trace.peak_bytes / MiB:,.1f} MiB) &middot; {self.trace.source}</code>")
+                f"(peak {self.trace.peak_bytes / MiB:,.1f} MiB){at_peak} &middot; {self.trace.source}</code>")
 
     def show(self, i: int) -> None:
         """Draw event ``i`` (what the slider and Play call)."""
         self.label.value = self.label_text(i)
         self.out.outputs = (_display_output(self.figure(i)),)
+        self.bars_out.outputs = (_display_output(self.bars(i)),)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -314,9 +383,9 @@ class ReplayWidget:
         display(self.box)
 
 
-def replay_widget(trace, interval_ms: int = 200) -> ReplayWidget:
+def replay_widget(trace, interval_ms: int = 250, frames: int = 60) -> ReplayWidget:
     """Shorthand: ``replay_widget(dry_run("smollm2-135m", 8, 2048))`` as the last line of a cell."""
-    return ReplayWidget(trace, interval_ms)
+    return ReplayWidget(trace, interval_ms, frames)
 
 
 VramWidget.replay = staticmethod(replay_widget)   # VramWidget.replay(trace) is the same thing
