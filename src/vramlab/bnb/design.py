@@ -18,6 +18,7 @@ Facts it rests on (transformers 5.25, bitsandbytes 0.50.2):
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import time
@@ -120,6 +121,7 @@ def measure_design(design, windows) -> dict:
            "quantized": len(quantized_linears(model)), "lm_head": type(model.lm_head).__name__,
            "seconds": round(time.perf_counter() - t0, 1)}
     del model
+    gc.collect()   # the next design's load should not meet this one's bytes
     return out
 
 
