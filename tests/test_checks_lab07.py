@@ -1,13 +1,13 @@
-"""Every lab-07 check rejects the lab's stubs and a typical wrong answer, and accepts the solution."""
+"""Every lab-07 check rejects the lab's stubs and typical wrong answers, and accepts the solution; the capstone's
+design check measures each design once; the part-2 capstone judges the evidence line and the fix."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
 from vramlab import checks
 from vramlab.checks import lab07
+from vramlab.checks._core import reset_tries
 
 ACTUAL, FP32 = 166_471_168, 538_060_288  # get_memory_footprint() of nf4 and fp32 SmolLM2 (benchmarks/bnb.py)
 
@@ -16,23 +16,61 @@ def _raises(*args):
     raise NotImplementedError
 
 
-RANKING = {"bytes": ["nf4+dq", "nf4", "fp4", "int8"], "perplexity": ["int8", "nf4+dq", "nf4", "fp4"]}
+def _log_line(mark: str) -> str:
+    from vramlab.bnb import logs
+
+    return next(ln.strip() for ln in logs.corpus_entry(lab07.DIAGNOSIS_LOG)["text"].splitlines() if mark in ln)
+
+
 SOLUTIONS = {
     "check_log_label": "binary_missing_for_cuda_version",
     "check_log_fix": "c",
-    "check_quant_ranking": RANKING,
 }
 WRONG = {
     "check_log_label": "compute_capability_low",                       # a symptom (7.0 only warns)
     "check_log_fix": "a",                                              # bitsandbytes' own advice: the symptom
-    "check_quant_ranking": dict(RANKING, perplexity=["int8", "fp4", "nf4", "nf4+dq"]),  # FP4 before NF4
 }
 STUBS = [None, lambda *a: None, _raises]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_tries():
+    reset_tries()
+    yield
+    reset_tries()
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """The capstone check with a fake measurement: ``{design key: (bytes, perplexity)}`` set by the test; every
+    real load would take 20-40 s (one real measurement is held in test_the_reference_design_is_real)."""
+    from vramlab.bnb import design as bnb_design
+
+    table: dict[str, tuple[int, float]] = {}
+    calls: list[str] = []
+
+    def fake(design, windows):
+        key = bnb_design.design_key(design)
+        calls.append(key)
+        if key not in table:
+            raise AssertionError   # what bitsandbytes raises for a quantized tied lm_head
+        b, p = table[key]
+        d = bnb_design.normalize_design(design)
+        skipped = [s for s in (d["skip"] or []) if s != "lm_head"]
+        return {"design": d, "bytes": b, "footprint_bytes": b, "quant_state_bytes": 0, "ppl": p,
+                "window_nll": [0.0], "quantized": 210 - 30 * len(skipped), "lm_head": "Linear", "seconds": 0.0}
+
+    monkeypatch.setattr(bnb_design, "measure_design", fake)
+    monkeypatch.setattr(lab07, "_tokenizer", lambda: None)
+    monkeypatch.setattr("vramlab.data.token_windows", lambda tok, n_windows, length: None)
+    monkeypatch.setattr(lab07, "_MEASURED", {})
+    return table, calls, bnb_design.design_key
+
+
 def test_every_check_is_exported_and_covered():
-    assert set(lab07.__all__) == set(SOLUTIONS) | {"check_4bit_prediction"}
-    assert not hasattr(lab07, "check_missing_symbol")   # the regex drill is gone (issue 19)
+    assert set(lab07.__all__) == {"check_4bit_prediction", "check_cheapest_design", "check_log_label",
+                                  "check_log_fix", "check_diagnosis"}
+    assert not hasattr(lab07, "check_quant_ranking")   # the old capstone restated a table; it is gone
     for name in lab07.__all__:
         assert getattr(checks, name) is getattr(lab07, name)
 
@@ -50,14 +88,13 @@ def test_wrong_answer_fails_with_a_hint(name, capsys):
     assert not result.passed and out.startswith("FAIL") and "Hint:" in out
 
 
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+@pytest.mark.parametrize("name", sorted(SOLUTIONS) + ["check_cheapest_design", "check_diagnosis"])
 @pytest.mark.parametrize("stub", range(len(STUBS)))
 def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
     result = getattr(lab07, name)(STUBS[stub])
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
-    if name == "check_log_label":
-        assert "expected binary_missing" not in out  # the stub does not reveal the answer
+    assert "expected binary_missing" not in out and "v_proj" not in out and "No compatible" not in out
 
 
 def test_log_label_hints_name_the_symptom(capsys):
@@ -67,49 +104,121 @@ def test_log_label_hints_name_the_symptom(capsys):
     assert "one of:" in capsys.readouterr().out
 
 
-def test_log_fix_teaches_each_wrong_letter(capsys):
+def test_log_fix_tells_each_wrong_letter_why_it_fails_and_nothing_about_the_others(capsys):
     from vramlab.bnb import logs
 
     text = logs.corpus_entry(lab07.FIX_EXERCISE_LOG)["text"]
     # the log is real-format and says what the exercise claims: the override, then the missing CUDA 12 runtime
     assert "BNB_CUDA_VERSION=128 environment variable detected" in text and "Missing dependency: libcudart.so.12" in text
     assert logs.explain_log(text).label == "bnb_cuda_version_override"
-    hints = {"a": "bitsandbytes' own advice", "b": "does not", "d": "cuda130", "e": "digits"}
-    for letter, words in hints.items():
+    reasons = {"a": "own advice", "b": "does not search", "d": "cuda130", "e": "digits"}
+    for letter, words in reasons.items():
+        reset_tries()
         result = lab07.check_log_fix(letter)
         out = capsys.readouterr().out
-        assert not result.passed and words in out and "unset BNB_CUDA_VERSION" not in out.split("Hint:")[1], out
+        hint = out.split("Hint:")[1]
+        assert not result.passed and words in hint, out
+        # nothing that points at the right choice: not its command, not its cause, not a question
+        for giveaway in ("unset", "leftover", "override", "?", "BNB_CUDA_VERSION=128"):
+            assert giveaway not in hint, (letter, giveaway, out)
     assert lab07.check_log_fix(" C ")
-    assert not lab07.check_log_fix("f") and "one of the letters" in capsys.readouterr().out
+    assert not lab07.check_log_fix("f") and "not one of the choices" in capsys.readouterr().out
 
 
-def test_ranking_ties_pass_in_either_order_and_hints_name_the_misconception(capsys):
-    from vramlab.bnb import quantized
+def test_diagnosis_judges_the_evidence_line_and_the_fix(capsys):
+    from vramlab.bnb import logs
 
-    table = quantized.load_table()
-    rows = {k: quantized.table_row(table, k) for k in lab07.RANK_KINDS}
-    # the ties the check allows are real measured ties: fp4 and nf4 hold the same bytes, nf4 / nf4+dq within 1%
-    assert lab07.device_bytes(rows["fp4"]) == lab07.device_bytes(rows["nf4"])
-    assert abs(rows["nf4"]["ppl"] - rows["nf4+dq"]["ppl"]) < 0.01 * rows["nf4"]["ppl"]
-    swapped = {"bytes": ["nf4+dq", "fp4", "nf4", "int8"], "perplexity": ["int8", "nf4", "nf4+dq", "fp4"]}
-    assert lab07.check_quant_ranking(swapped)
+    cause = _log_line("bitsandbytes library load error")
+    assert "libbitsandbytes_cuda102.so" in cause
+    # the log is one the lab shows nowhere before its exercise, and the doctor agrees with the check
+    assert logs.explain_log(logs.corpus_entry(lab07.DIAGNOSIS_LOG)["text"]).label == "binary_missing_for_cuda_version"
+    assert lab07.check_diagnosis({"evidence": cause, "fix": "e"})
+    assert lab07.check_diagnosis({"evidence": "  " + _log_line("Original error:") + " ", "fix": " E"})
     capsys.readouterr()
-    cases = {  # a wrong ranking -> words its hint must contain
-        "footprint only": (dict(RANKING, bytes=["nf4", "fp4", "nf4+dq", "int8"]), "per-block scales"),
-        "int8 smallest": (dict(RANKING, bytes=["int8", "nf4+dq", "nf4", "fp4"]), "twice"),
-        "fp4 best": (dict(RANKING, perplexity=["fp4", "int8", "nf4", "nf4+dq"]), "quantiles"),
-        "int8 worst": (dict(RANKING, perplexity=["nf4", "nf4+dq", "fp4", "int8"]), "256 levels"),
+    wrong_lines = {  # a line that is not the cause -> words of why
+        "Attempted to use bitsandbytes native library": "first call",
+        "checked the code out from source": "guess",
+        "COMPILE FROM SOURCE": "advice",
+        "Native code method attempted": "noticed",
+        "python -m bitsandbytes": "states no cause",
     }
-    for name, (ranking, words) in cases.items():
-        result = lab07.check_quant_ranking(ranking)
+    for mark, words in wrong_lines.items():
+        reset_tries()
+        result = lab07.check_diagnosis({"evidence": _log_line(mark), "fix": "e"})
         out = capsys.readouterr().out
-        assert not result.passed and words in out, (name, out)
-        assert "tied" not in out, out   # the measured order is not printed on a wrong attempt
-    for bad, words in (({"bytes": RANKING["bytes"]}, "keys"), (dict(RANKING, bytes=["int8", "nf4"]), "exactly once"),
-                       ("int8 < nf4", "keys")):
-        assert not lab07.check_quant_ranking(bad) and words in capsys.readouterr().out
-    untouched = lab07.check_quant_ranking({"bytes": None, "perplexity": None})
-    assert untouched.untouched and "not done" in capsys.readouterr().out
+        assert not result.passed and words in out and "CUDA 10" not in out and "cuda102" not in out, (mark, out)
+    for letter, words in {"a": "CPU-only", "b": "LD_LIBRARY_PATH", "c": "two runtimes", "d": "newer"}.items():
+        reset_tries()
+        result = lab07.check_diagnosis({"evidence": cause, "fix": letter})
+        out = capsys.readouterr().out
+        assert not result.passed and words in out.split("Hint:")[1] and "PyTorch built" not in out, (letter, out)
+    for bad, words in (({"evidence": "no such line", "fix": "e"}, "copy one whole line"),
+                       ({"evidence": cause, "fix": "z"}, "one of the letters"),
+                       ({"evidence": cause}, "exactly the keys"), ("e", "exactly the keys"),
+                       ({"evidence": 42, "fix": "e"}, "copy one whole line")):
+        assert not lab07.check_diagnosis(bad) and words in capsys.readouterr().out, bad
+
+
+def test_cheapest_design_passes_the_target_in_the_fewest_bytes_and_measures_once(measured, capsys):
+    table, calls, key = measured
+    ref = lab07.REFERENCE_DESIGN
+    table[key(ref)] = (lab07.REFERENCE_BYTES, 17.61)
+    assert lab07.check_cheapest_design(ref, {"bytes": 1.2e8, "perplexity": 17.0})
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "you predicted 120,000,000 bytes, 17.00" in out
+    # a design within 1% of the fewest bytes passes too (the layer-29 variant measured 116.9 M)
+    l29 = dict(ref, skip=["lm_head", "model.layers.29"])
+    table[key(l29)] = (int(lab07.REFERENCE_BYTES * 1.004), 17.71)
+    assert lab07.check_cheapest_design(l29)
+    capsys.readouterr()
+    # the same design again: answered from the cache, never measured twice
+    n = len(calls)
+    assert lab07.check_cheapest_design(dict(ref, skip=["v_proj", "lm_head"]))
+    assert len(calls) == n
+    capsys.readouterr()
+
+
+def test_cheapest_design_failures_say_what_is_wrong_and_never_the_design(measured, capsys):
+    table, calls, key = measured
+    cases = {  # design -> (bytes, perplexity), words the FAIL line must contain
+        "int8": ({"bits": 8}, (163_484_032, 14.62), "fewer bytes meets it too"),
+        "nf4 plain": ({"bits": 4, "quant_type": "nf4", "double_quant": True}, (111_692_152, 18.70), "above the target"),
+        "no dq": ({"bits": 4, "skip": ["lm_head", "v_proj"]}, (121_194_112, 17.67), "fewer bytes meets it too"),
+    }
+    for label, (design, numbers, words) in cases.items():
+        table[key(design)] = numbers
+        result = lab07.check_cheapest_design(design)
+        out = capsys.readouterr().out
+        assert not result.passed and words in out, (label, out)
+        for secret in ("116,583,352", "116583352", "17.61", "layers.29"):   # the reference, never shown
+            assert secret not in out, (label, secret, out)
+        assert "v_proj" not in out or "v_proj" in str(design), (label, out)
+    # lm_head quantized (a skip list without it): the tied-weight failure in one sentence
+    result = lab07.check_cheapest_design({"bits": 4, "skip": ["v_proj"]})
+    out = capsys.readouterr().out
+    assert not result.passed and "tied" in out and "Traceback" not in out
+    # a pattern that matches no linear ("self_attn": their names end in q_proj ...)
+    table[key({"bits": 4, "skip": ["lm_head", "self_attn"]})] = (116_426_752, 18.70)
+    result = lab07.check_cheapest_design({"bits": 4, "skip": ["lm_head", "self_attn"]})
+    out = capsys.readouterr().out
+    assert not result.passed and "'self_attn' matched no linear" in out
+    for bad, words in (({"bits": 3}, "'bits' must be 8"), ({"bits": 4, "quant_type": "int4"}, "'quant_type'"),
+                       ({"bits": 4, "skip": "v_proj"}, "'skip' must be None or a list"),
+                       ({"bits": 4, "colour": 1}, "unknown key"), ([4], "a design is a dict"),
+                       ({"bits": 4, "compute_dtype": "int8"}, "'compute_dtype'")):
+        assert not lab07.check_cheapest_design(bad) and words in capsys.readouterr().out, bad
+
+
+@pytest.mark.slow
+def test_the_reference_design_is_real_and_meets_the_target(capsys):
+    """One real measurement (about 30 s): the reference design's bytes are exact and it meets the target."""
+    lab07._MEASURED.clear()
+    result = lab07.check_cheapest_design(lab07.REFERENCE_DESIGN)
+    out = capsys.readouterr().out
+    m = lab07.measure_design_once(lab07.REFERENCE_DESIGN)
+    assert result.passed, out
+    assert m["bytes"] == lab07.REFERENCE_BYTES and m["quantized"] == 180 and m["lm_head"] == "Linear"
+    assert abs(m["ppl"] - lab07.REFERENCE_PPL) < 0.05 and m["ppl"] <= lab07.TARGET_PPL - 0.1
 
 
 def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
@@ -118,7 +227,8 @@ def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
         assert capsys.readouterr().out.startswith("FAIL")
     assert lab07.check_4bit_prediction(FP32 / 8, ACTUAL, FP32)
     out = capsys.readouterr().out
-    assert out.startswith("PASS") and "0.40x" in out and "embedding" in out
+    assert out.startswith("PASS") and "0.40x" in out and "21% of the parameters, 68% of the 4-bit footprint" in out
+    assert "40% of this model" not in out
     assert lab07.check_4bit_prediction(160, ACTUAL, FP32)
     assert "bytes" in capsys.readouterr().out
     assert lab07.check_4bit_prediction(1.7e8, ACTUAL)
@@ -128,3 +238,12 @@ def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
     out = capsys.readouterr().out
     assert out.startswith("PASS") and "stored" in out and f"{ACTUAL:,}" not in out
     assert not lab07.check_4bit_prediction(None)
+
+
+def test_the_embedding_shares_match_the_model(smollm2):
+    """The numbers the 4-bit message teaches: the tied embedding is 21% of the parameters, 68% of the NF4 footprint."""
+    model, _ = smollm2
+    emb = model.model.embed_tokens.weight.numel()
+    total = sum(p.numel() for p in model.parameters())
+    assert round(100 * emb / total) == 21
+    assert round(100 * emb * 4 / ACTUAL) == 68

@@ -25,7 +25,7 @@ LABS = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"
 DOC = (ROOT / "docs" / "instructor.md").read_text()
 NOTES_DIR = ROOT / "docs" / "instructor"
 # The lab times everyone agreed (issue 19): the notebooks' headers, the per-lab notes and the agendas.
-LAB_TIMES = {"00": 20, "01": 80, "02": 60, "03": 60, "04": 55, "05": 70, "06": 60, "07": 55, "08": 70}
+LAB_TIMES = {"00": 20, "01": 80, "02": 60, "03": 60, "04": 55, "05": 70, "06": 60, "07": 80, "08": 70}
 REALISTIC = {"01": (75, 90), "03": (50, 75), "04": (45, 70)}
 
 

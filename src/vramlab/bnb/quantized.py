@@ -201,12 +201,16 @@ def outlier_columns(model, input_ids, layer: int | None = None, module: str = "m
 
 
 def columns_above(x, threshold: float = LLM_INT8_THRESHOLD) -> list[int]:
-    """Columns of an activation matrix ``x`` ``[tokens, channels]`` whose ``max |x|`` exceeds ``threshold``
-    (in float16, as LLM.int8() sees them): the reference for :func:`outlier_columns`."""
+    """Columns of an activation matrix ``x`` ``[tokens, channels]`` where some ``|x| >= threshold`` (in
+    float16, as LLM.int8() sees them): the reference for :func:`outlier_columns`.
+
+    The test is ``>=``, as bitsandbytes 0.50.2 writes it (``backends/default/ops.py`` and
+    ``backends/cuda/ops.py``, ``int8_vectorwise_quant``: ``outliers = A.abs() >= threshold``), so a column
+    whose largest value is exactly the threshold is kept in 16-bit."""
     import torch
 
     xa = x.detach().to(torch.float16).abs().amax(dim=0)
-    return sorted(int(i) for i in torch.nonzero(xa > threshold).flatten().tolist())
+    return sorted(int(i) for i in torch.nonzero(xa >= threshold).flatten().tolist())
 
 
 # --------------------------------------------------------------------------- the cached table

@@ -2,7 +2,8 @@
 
 Every ``Linear8bitLt`` keeps its threshold in ``layer.state.threshold`` and bitsandbytes reads it at
 each forward (0.50.2 ``autograd/_functions.py`` ``MatMul8bitLt.forward``: ``int8_vectorwise_quant(A,
-threshold=state.threshold)`` marks the input columns where some ``|x|`` exceeds it, and ``if
+threshold=state.threshold)`` marks the input columns where some ``|x| >= threshold``, the test in
+``backends/default/ops.py`` and ``backends/cuda/ops.py``, and ``if
 state.threshold > 0.0`` routes them through ``int8_mixed_scaled_mm``). So one loaded model can be run
 at several thresholds without reloading: set the attribute on every layer, run a window, read
 ``state.idx`` (the columns kept) and the loss. What those columns cost: in ``int8_mixed_scaled_mm``
