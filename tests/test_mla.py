@@ -194,10 +194,9 @@ def test_cached_points_keep_each_window_and_add_up():
 
 def test_live_point_reproduces_the_cached_windows(smollm2, windows):
     """Re-measure one cached point (PCA, rank 128) on the first window: the same NLL, within the float32
-    kernel-path spread (issue 26). Measured: the unconverted model's NLL moves by 3.4e-6 relative between
-    ATEN_CPU_CAPABILITY=avx2 and avx512 (results/kernel_spread.json, FP32 row: 17.234848 vs 17.235013 ppl), and
-    the conversion adds float32 covariance and PCA steps whose own spread was not measured separately: the bound
-    is 10x the measured one."""
+    kernel-path spread (issue 26). Measured on one AVX-512 EPYC, 1 thread, against the cached 1663.96374:
+    avx512 -1.5e-7, avx2 and default -2.93e-6 relative (the old 1e-6 bound failed on avx2 and default). The
+    bound is 10x the largest measured difference; 2 threads were not measured for this point."""
     from vramlab.data import token_windows
 
     model, tok = smollm2
@@ -207,7 +206,7 @@ def test_live_point_reproduces_the_cached_windows(smollm2, windows):
     covs = mla.collect_input_covariance(model, calib)
     live = mla.conversion_point(model, windows[:1], 128, "activations", covs)
     cached = [p for p in results["points"] if p["method"] == "activations" and p["rank"] == 128][0]
-    assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=3.4e-5)
+    assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=3e-5)
 
 
 def test_position_ids_one_row_for_all_and_bad_shape_named():
