@@ -52,6 +52,7 @@ from vramlab.quarot import quant
 from vramlab.data import token_windows
 from vramlab.eval import perplexity
 from vramlab.models import MODEL_NAME, load_smollm2
+from vramlab.numerics import machine_difference, machine_record, reproducible
 from vramlab.quarot.rotate import rotate_model
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "vramlab" / "results" / "quarot_table.json"
@@ -65,6 +66,9 @@ SETTINGS = {  # name: (w_bits, a_bits, kv_bits)
     "W4A4KV4": (4, 4, 4),
 }
 ROTATIONS = ("none", "hadamard", "random")
+# A float32 table's W4A4KV4 row, recomputed on another kernel path or thread count, moved by up to 8.7%
+# (issue 26: 78.52 in the table, 85.39 on an AVX-512 EPYC); the bound leaves room above that.
+FLOAT32_LIVE_TOLERANCE = 0.15
 PHASES = ("rtn", "gptq4", "seeds_rtn", "seeds_gptq", "group128", "gptq8")
 
 
@@ -78,6 +82,11 @@ def parse_args(argv=None):
                    help="activation clip ratio for A8 (QuaRot's default a_clip_ratio is 1.0; 0.9 clips the "
                         "unrotated outlier channels: W8A8 16.2 vs 14.8 on 2 windows)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: the CPU is shared)")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                   help="float64: the reproducible path (vramlab.numerics.reproducible: the model in float64 up to "
+                        "each quantizer, about 1.5x the CPU time); float32: the fast path, whose 4-bit rows move by several "
+                        "percent between kernel paths (issue 26). Not yet reproducible on float64: the weight MSE "
+                        "clip search and GPTQ's Hessian still compute in float32 inside quant.py")
     p.add_argument("--budget-min", type=float, default=0,
                    help="stop starting new phases after this many minutes (0 = no limit); skipped phases are listed")
     p.add_argument("--kv-clip", type=float, default=0.95)
@@ -148,8 +157,7 @@ class Table:
             "git": args.git["commit"],
             "dirty": args.git["dirty"] or None,
             "code_fingerprint": quant.code_fingerprint(),
-            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                        "torch_threads": torch.get_num_threads(), "device": "cpu", "dtype": "float32"},
+            "machine": {**machine_record(), "device": "cpu", "dtype": args.dtype},
             "model": MODEL_NAME + " - weights were Q4_1 in the GGUF, so W4 re-quantizes 4-bit weights",
             "windows": {"text": "Python 3.11.7 pydoc topics frozen in the package (vramlab.data.token_windows)", "n": args.windows, "length": 512,
                         "offset_tokens": 0},
@@ -237,13 +245,25 @@ def check(args) -> int:
     print(f"table: {args.out}\n  commit {table.get('git')}, {len(table['rows'])} rows, complete: {table.get('complete')}")
     print(f"  fingerprint: table {(table.get('code_fingerprint') or {}).get('sha256')}\n"
           f"               code  {quant.code_fingerprint()['sha256']}")
+    # Two different things (issue 26): the code changed (the table must be regenerated: a PROBLEM), or this
+    # machine computes float32 differently (expected, not a problem: the spread is stated).
+    dtype = (table.get("machine") or {}).get("dtype", "float32")
+    machine = machine_difference(table.get("machine"))
+    tolerance = 1e-6 if dtype == "float64" else FLOAT32_LIVE_TOLERANCE
+    if machine:
+        print(f"  MACHINE: {machine}. " + (
+            "The table is on the reproducible float64 path: it still reproduces to 1e-6." if dtype == "float64" else
+            f"The table is on the float32 path: expect its 4-bit rows to differ here by up to "
+            f"{FLOAT32_LIVE_TOLERANCE:.0%} (the kernel-path spread, vramlab/results/kernel_spread.json); "
+            f"regenerating on the float64 path (the default) removes it."))
     if args.live:
         torch.set_num_threads(args.threads)
         stored, live = live_row(table)
         rel = abs(live - stored) / stored
-        print(f"  live W4A4KV4 hadamard RTN seed 0: table {stored:.4f}, recomputed {live:.4f} (rel diff {rel:.1e})")
-        if rel > 1e-3:
-            problems.append(f"the recomputed row differs by {rel:.1e} relative (> 1e-3)")
+        print(f"  live W4A4KV4 hadamard RTN seed 0 ({dtype}): table {stored:.4f}, recomputed {live:.4f} "
+              f"(rel diff {rel:.1e}, tolerance {tolerance:.0e})")
+        if rel > tolerance:
+            problems.append(f"the recomputed row differs by {rel:.1e} relative (> {tolerance:.0e})")
     for p in problems:
         print("  PROBLEM:", p)
     print("OK: the table matches the current code" if not problems else "NOT OK")
@@ -299,6 +319,8 @@ def live_row(table: dict, setting: str = "W4A4KV4", rotation: str = "hadamard", 
                and r["weights"] == weights and r.get("seed") == seed and r.get("group_size") is None)
     st = table["settings"]
     model, tok = load_smollm2()
+    if (table.get("machine") or {}).get("dtype") == "float64":
+        model = reproducible(model)
     windows = token_windows(tok, table["windows"]["n"], table["windows"]["length"])
     base = rotate_model(model, rotation, seed=seed) if rotation != "none" else model
     a = row["a_bits"]
@@ -328,6 +350,8 @@ def main(argv=None) -> int:
     if args.append and args.out.exists():
         table.load_previous()
     model, tok = load_smollm2()
+    if args.dtype == "float64":
+        model = reproducible(model)
     windows = token_windows(tok, args.windows, 512)
     calib = quant.calibration_windows(tok, args.calib)
     seed0 = args.seeds[0]

@@ -87,7 +87,9 @@ def test_nf4_double_quant_live_matches_the_table(windows):
     assert model.get_memory_footprint() == row["footprint_bytes"]
     assert quantized.quant_state_bytes(model) == row["quant_state_bytes"]
     nll = quantized.window_nlls(model, windows[:1])[0]
-    assert abs(nll - row["window_nll"][0]) < 1e-3
+    # float32 kernel-path spread (issue 26), measured on one AVX-512 EPYC, 1 thread: avx2 3.156458 against the
+    # table's 3.157833 (1.37e-3: the old 1e-3 bound failed), default and avx512 within 1e-3. Bound: ~3.5x that.
+    assert abs(nll - row["window_nll"][0]) < 5e-3
     assert "Paris" in quantized.generate(model, tok)
 
 

@@ -193,7 +193,10 @@ def test_cached_points_keep_each_window_and_add_up():
 
 
 def test_live_point_reproduces_the_cached_windows(smollm2, windows):
-    """Re-measure one cached point (PCA, rank 128) on the first window: the same NLL."""
+    """Re-measure one cached point (PCA, rank 128) on the first window: the same NLL, within the float32
+    kernel-path spread (issue 26). Measured on one AVX-512 EPYC, 1 thread, against the cached 1663.96374:
+    avx512 -1.5e-7, avx2 and default -2.93e-6 relative (the old 1e-6 bound failed on avx2 and default). The
+    bound is 10x the largest measured difference; 2 threads were not measured for this point."""
     from vramlab.data import token_windows
 
     model, tok = smollm2
@@ -203,7 +206,7 @@ def test_live_point_reproduces_the_cached_windows(smollm2, windows):
     covs = mla.collect_input_covariance(model, calib)
     live = mla.conversion_point(model, windows[:1], 128, "activations", covs)
     cached = [p for p in results["points"] if p["method"] == "activations" and p["rank"] == 128][0]
-    assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=1e-6)
+    assert live["window_nll"][0] == pytest.approx(cached["window_nll"][0], rel=3e-5)
 
 
 def test_position_ids_one_row_for_all_and_bad_shape_named():

@@ -227,9 +227,13 @@ def test_real_model_w8a8_close_to_fp32_and_w16a4_breaks(smollm2, windows):
     # act clip 1.0 (QuaRot default for 8 bits; 0.9 clips the outlier channels). Absmax weight scales
     # (w_clip=False): the MSE clip search costs ~45 s on one thread for every 8-bit weight and is tested on
     # Gaussian weights above and on the real model by the QuaRot table's live row (test_quarot_results.py).
-    # 3.3% here (MSE: 4.0%).
+    # This runs on the float32 path, whose 8-bit activation codes follow the CPU kernel's rounding (issue 26).
+    # Measured W8A8/FP32 on these 2 windows, one AVX-512 EPYC, 1 thread: avx512 1.0521, avx2 1.0493, and with
+    # MKL_CBWR=COMPATIBLE 1.0327 (avx512), 1.0312 (avx2), 1.0405 (default): a spread of 2.1 points; another
+    # machine's run gave 1.033. Bound: the largest measured + 3x that spread, rounded up. The exact number is
+    # held to 1e-6 on the reproducible float64 path (test_quarot_results.py).
     w8a8 = perplexity(quant.quantize_model(model, 8, 8, 16, act_clip=1.0, w_clip=False), two)
-    assert abs(w8a8 / fp32 - 1) < 0.05, (w8a8, fp32)
+    assert abs(w8a8 / fp32 - 1) < 0.12, (w8a8, fp32)
     a4 = perplexity(quant.quantize_model(model, 16, 4, 16), windows[:1])
     assert a4 > 10 * fp32  # unrotated 4-bit activations break on SmolLM2's outlier channels
     x = quant.capture_inputs(model, windows[0, :128], ["model.layers.29.mlp.down_proj"])

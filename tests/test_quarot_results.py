@@ -8,6 +8,9 @@ one row live so that the cached numbers cannot drift from what the code does.
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+
 import pytest
 
 from vramlab.quarot import quant
@@ -68,21 +71,67 @@ def test_fingerprint_notices_a_changed_file(monkeypatch):
 
 
 @pytest.mark.slow
-def test_live_quantized_row_matches_the_table_to_1e_3(smollm2, windows):
+def test_live_quantized_row_matches_the_table(smollm2, windows):
     """Recompute W4A4KV4, Hadamard seed 0, RTN weights (every quantizer and the rotation) on the 8
-    evaluation windows with the settings recorded in the table: within 1e-3 relative of the table."""
+    evaluation windows with the settings recorded in the table, on the table's path: within 1e-6 relative
+    of a float64 table (the reproducible path), within the measured kernel-path spread of a float32 one."""
     from vramlab.eval import perplexity
+    from vramlab.numerics import reproducible
     from vramlab.quarot.rotate import rotate_model
 
     row = next(r for r in TABLE["rows"] if (r["setting"], r["rotation"], r["weights"], r["seed"],
                                             r["group_size"]) == ("W4A4KV4", "hadamard", "rtn", 0, None))
     st = TABLE["settings"]
     model, _ = smollm2
+    float64 = TABLE["machine"].get("dtype") == "float64"
+    # float32: 78.52 in the table, 85.39 recomputed on an AVX-512 EPYC (+8.7%, issue 26) -> 15%.
+    tolerance = 1e-6 if float64 else _benchmark_module().FLOAT32_LIVE_TOLERANCE
     assert (TABLE["windows"]["n"], TABLE["windows"]["length"]) == tuple(windows.shape)
-    q = quant.quantize_model(rotate_model(model, "hadamard", seed=0), 4, 4, 4, weight_method="rtn",
+    base = reproducible(model) if float64 else model
+    q = quant.quantize_model(rotate_model(base, "hadamard", seed=0), 4, 4, 4, weight_method="rtn",
                              act_clip=st["act_clip"], kv_clip=st["kv_clip"], progress=False)
     live = perplexity(q, windows)
-    assert abs(live - row["ppl"]) / row["ppl"] < 1e-3, (live, row["ppl"])
+    assert abs(live - row["ppl"]) / row["ppl"] < tolerance, (live, row["ppl"], tolerance)
+
+
+def _spread_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_spread.py"
+    spec = importlib.util.spec_from_file_location("_kernel_spread_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SPREAD = json.loads((resources.files("vramlab") / "results" / "kernel_spread.json").read_text(encoding="utf-8"))
+
+
+def test_kernel_spread_record_matches_the_code_and_is_reproducible_on_float64():
+    """The measured spread (benchmarks/kernel_spread.py) is the current code's, ran on more than one kernel
+    path, and shows the float64 path agreeing to 1e-6 where float32 4-bit rows do not."""
+    assert SPREAD["code_fingerprint"]["files"] == quant.code_fingerprint()["files"], \
+        "the quantization code changed: rerun python benchmarks/kernel_spread.py (see its docstring)"
+    assert len({(r["path"], r["threads"]) for r in SPREAD["runs"]}) >= 2
+    for row in ("FP32", "W8A8", "W4A4KV4-absmax"):
+        assert SPREAD["summary"][f"fp64/{row}"]["rel_spread"] < 1e-6, row
+
+
+@pytest.mark.slow
+def test_reproducible_rows_match_the_reference_to_1e_6(smollm2):
+    """On the float64 path, W8A8 and the W4A4KV4 Hadamard RTN row (absmax weight scales: the MSE clip search
+    sums in float32, see benchmarks/kernel_spread.py) give the numbers measured on the other kernel paths and
+    thread counts to 1e-6 relative (tests/kernel_paths.sh runs this under each path)."""
+    from vramlab.data import token_windows
+    from vramlab.numerics import reproducible
+
+    model, tok = smollm2
+    windows = token_windows(tok, SPREAD["windows"]["n"], SPREAD["windows"]["length"])
+    live = _spread_module().rows_ppl(reproducible(model), windows, ("W8A8", "W4A4KV4-absmax"))
+    for row, value in live.items():
+        ref = SPREAD["summary"][f"fp64/{row}"]["min"]
+        assert abs(value / ref - 1) < 1e-6, (row, value, ref)
 
 
 def test_live_w16a4_rotation_wins_on_one_window(smollm2, windows):
@@ -172,3 +221,29 @@ def test_benchmark_merges_two_parts_of_one_run_only(tmp_path):
     merged = json.loads(pa.read_text())
     assert merged["complete"] and len(merged["rows"]) == 2 and len(merged["runs"]) == 2
     assert {r["setting"] for r in merged["summary"]} == {"FP32", "W16A4"}
+
+
+def test_benchmark_check_tells_a_code_change_from_another_machine(capsys, tmp_path):
+    """Another machine (same code) is stated with the expected spread and is not a problem; changed code is a
+    problem that asks for a regeneration."""
+    from vramlab.numerics import machine_record
+
+    bench = _benchmark_module()
+    other = {**TABLE, "complete": True, "dirty": None, "code_fingerprint": quant.code_fingerprint(),
+             "machine": {**machine_record(), "cpu_capability": "XYZ", "dtype": "float32"}}
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(other))
+    assert bench.main(["--check", "--out", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "MACHINE: this machine differs from the table's: cpu_capability 'XYZ' there" in out
+    assert "expect its 4-bit rows to differ here by up to 15%" in out and "OK: the table matches" in out
+    path.write_text(json.dumps({**other, "machine": {**other["machine"], "dtype": "float64"}}))
+    assert bench.main(["--check", "--out", str(path)]) == 0
+    assert "reproducible float64 path: it still reproduces to 1e-6" in capsys.readouterr().out
+    stale = quant.code_fingerprint()
+    stale["files"]["quarot/quant.py"] = "0" * 64
+    path.write_text(json.dumps({**other, "machine": machine_record(), "code_fingerprint": stale}))
+    assert bench.main(["--check", "--out", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM: quarot/quant.py changed since the table was computed; regenerate it" in out
+    assert "MACHINE" not in out

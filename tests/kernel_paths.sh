@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Run the numeric tests that depend on PyTorch's CPU kernel path under every path this CPU offers
+# (ATEN_CPU_CAPABILITY=default, avx2, avx512), and print which ran. Issue 26: a float32 quantized result
+# follows the kernel path's rounding, so a bound must hold on every path, and the reproducible (float64)
+# path must give the same number to 1e-6 on each. Roughly a minute of CPU per path (estimated from the CPU
+# seconds of its parts in benchmarks/kernel_spread.py; not yet timed on a quiet machine).
+#
+#   tests/kernel_paths.sh                 # every path the CPU has, one thread each
+#   PATHS="default avx2" THREADS="1 2" tests/kernel_paths.sh
+#   PYTHON=/path/to/python tests/kernel_paths.sh   (default: .venv/bin/python, else python3)
+set -u
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+if [ -z "${PATHS:-}" ]; then
+    PATHS=$(PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} "$PY" -c \
+        "from vramlab.numerics import available_kernel_paths as a; print(' '.join(a()))") || exit 1
+fi
+THREADS=${THREADS:-1}
+# The tests whose numbers move with the kernel path, or must not (the float64 rows). The 8-window live row
+# (test_live_quantized_row_matches_the_table, ~1 min) runs in `make test` on the machine's own path only.
+TESTS=(
+    "tests/test_numerics.py"
+    "tests/test_quant.py::test_real_model_w8a8_close_to_fp32_and_w16a4_breaks"
+    "tests/test_quarot_results.py::test_reproducible_rows_match_the_reference_to_1e_6"
+)
+status=0
+ran=()
+for path in $PATHS; do
+    for threads in $THREADS; do
+        echo "== kernel path: ATEN_CPU_CAPABILITY=$path, $threads thread(s)"
+        start=$(date +%s)
+        if ATEN_CPU_CAPABILITY=$path OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads \
+            PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} "$PY" -m pytest -p no:cacheprovider -n 0 -q \
+            -o addopts="" "${TESTS[@]}"; then
+            ran+=("$path/${threads}t: passed ($(( $(date +%s) - start )) s)")
+        else
+            ran+=("$path/${threads}t: FAILED")
+            status=1
+        fi
+    done
+done
+echo "== kernel paths run: ${ran[*]}"
+exit $status
