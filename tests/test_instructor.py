@@ -315,7 +315,7 @@ def test_parser_reports_each_broken_rule(tmp_path, capsys):
     assert "stretch questions: at least 2" in text and "talking points: 3 bullets" in text
     notes = _write(tmp_path, "lab01.md", GOOD.replace("Lab 02", "Lab 01").replace("### Ex 1\n", "### Ex 9\n"))
     text = "\n".join(problems(notes, "01", 60, [], "513.1 MiB"))
-    assert "lab 01 must state 75-90 minutes" in text and "add '### Ex 1' with a ```python block" in text
+    assert "lab 01 must state 75-100 minutes" in text and "add '### Ex 1' with a ```python block" in text
 
 
 def test_parser_survives_a_pipe_in_backticks_and_a_missing_section(tmp_path):
