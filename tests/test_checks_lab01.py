@@ -416,3 +416,12 @@ def test_online_block_check_teaches_without_telling(down29, capsys):
     assert not lab01.check_online_block("3", down29) and "not one of the choices" in capsys.readouterr().out
     result = lab01.check_online_block("8", down29, reveal=True)
     assert result.revealed and result.answer.startswith("'256'")
+
+
+def test_a_predicted_design_is_stored_as_one_of_the_labels(capsys):
+    assert lab01.check_prediction_stored("128", choices=lab01.BLOCK_CHOICES)
+    assert lab01.check_prediction_stored(512, choices=lab01.BLOCK_CHOICES)
+    assert "'512'; now measure" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored("huge", choices=lab01.BLOCK_CHOICES)
+    assert "not one of them" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored(None, choices=lab01.BLOCK_CHOICES)

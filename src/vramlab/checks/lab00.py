@@ -51,7 +51,11 @@ def _fp16_hint(value: float | None, params: int, tied: int, model=None) -> str:
             return hint
     if tied and math.isclose(value, 2 * (params - tied), rel_tol=1e-3):
         return "the embedding is missing: lm_head shares it, but it is still stored once"
+    from vramlab.checks._core import DIRECTION_TRIES, tries
+
     side = "too high" if value > 2 * params else "too low"
+    if tries("fp16 weight bytes") >= DIRECTION_TRIES:   # a third wrong try is told no direction (no bisection)
+        side = "not it"
     return (f"{side}: go through one decoder layer's weights (print(model.model.layers[0]) shows their shapes), "
             "then what sits outside the layers, and how many bytes one float16 value takes")
 
@@ -177,11 +181,16 @@ def _peak_hint(value: float, peak: float, parts: dict) -> str:
     if math.isclose(value * mib, peak + 15 * weights, rel_tol=0.05):
         return ("everything looks scaled by 16, the weights too: the weights do not grow with the batch or the "
                 "prompt length; only what holds values per token does")
+    from vramlab.checks._core import DIRECTION_TRIES, tries
+
+    if tries("peak of one forward") >= DIRECTION_TRIES:   # no direction from the third wrong try (no bisection)
+        return "not it: go through the categories of the 1 x 512 breakdown one by one"
+    # a bare "26x too high" names no mistake and is one division from the answer: only the side is told
     if ratio >= 1.5:
-        return (f"about {ratio:.0f}x too high: which categories of the breakdown above grow with batch x tokens, "
+        return ("far too high: which categories of the breakdown above grow with batch x tokens, "
                 "and which stay as they are?")
     if ratio <= 1 / 1.5:
-        return (f"about {1 / ratio:.0f}x too low: scale each category of the 1 x 512 breakdown above by what "
+        return ("far too low: scale each category of the 1 x 512 breakdown above by what "
                 "changes (batch, tokens, bytes per value)")
     return ("too high: which part did you make too big, or count twice?" if ratio > 1 else
             "too low: which category of the breakdown did you leave out or not scale?")

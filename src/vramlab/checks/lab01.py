@@ -189,12 +189,21 @@ def _measured_answer(measured=None, **_) -> str:
 
 
 @exercise("lab01", None, _measured_answer, prediction=True)
-def check_prediction_stored(predicted, low: float | None = None, high: float | None = None) -> CheckResult:
-    """The prediction cell's check: a number (within ``[low, high]`` when given) was stored.
+def check_prediction_stored(predicted, low: float | None = None, high: float | None = None,
+                            choices: tuple[str, ...] | None = None) -> CheckResult:
+    """The prediction cell's check: a number (within ``[low, high]`` when given) was stored, or with
+    ``choices`` one of those labels (a design predicted before it is measured).
 
     Reveals nothing about the measurement; the cell that measures compares afterwards.
     """
     name = "prediction stored"
+    if choices is not None and not (predicted is None or predicted is Ellipsis):
+        label = str(predicted).strip().strip("'\"").strip().lower()
+        if label not in [str(c).lower() for c in choices]:
+            return report(name, False, "one of the designs' labels", f"{str(predicted)[:60]!r} (not one of them)",
+                          hint="store one of the labels of the table above, as a string")
+        return report(name, True, "", f"{label!r}; now measure the designs in the next cell.",
+                      result_class=PredictionResult)
     failed = _no_prediction(name, predicted, "the quantity asked for")
     if failed is not None:
         return failed
