@@ -65,8 +65,16 @@ endif
 model: $(VENV)/.installed
 	$(VENV)/bin/vramlab fetch-model
 
-# Rooted at the repository (notebooks/, the complete lessons, are one click away), with lab 00 open.
+# Rooted at the repository (notebooks/, the complete lessons, are one click away), with lab 00 open. Each kernel
+# gets the thread share the tests and a workshop room give theirs (vramlab.device.thread_share): this machine's
+# CPUs split over LAB_KERNELS kernels, in OMP/MKL/OpenBLAS_NUM_THREADS (kernels inherit the server's environment;
+# a value you set yourself wins). Unpinned, one other busy process ran lab 01's cells 4-20x slower (issue 29).
+LAB_KERNELS ?= 2
 lab: setup
+	@share=$$($(PY) -c "from vramlab.device import thread_share; print(thread_share($(LAB_KERNELS)))") && \
+	echo "make lab: $$share thread(s) per kernel (this machine's CPUs over LAB_KERNELS=$(LAB_KERNELS) kernels)" && \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$share} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-$$share} \
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-$$share} \
 	$(VENV)/bin/jupyter lab $(JUPYTER_ARGS) --port $(PORT) --ServerApp.root_dir="$(CURDIR)" labs/00_start_here.ipynb
 
 test: setup

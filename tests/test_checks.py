@@ -227,9 +227,20 @@ def _call(name: str, attempt, extra, **kwargs):
     return getattr(checks, name)(attempt, *extra, **kwargs)
 
 
-def _extra(name: str, model) -> tuple:
+_CAPTURED: dict = {}
+
+
+def _extra(name: str, model, tokenizer=None) -> tuple:
     if name == "check_fp16_weight_bytes":
         return (model,)
+    if name == "check_online_block":   # lab 01's capstone judges a captured activation (once per session)
+        if "down29" not in _CAPTURED:
+            from vramlab.data import token_windows
+            from vramlab.quarot import outliers
+
+            _CAPTURED["down29"] = outliers.capture(model, token_windows(tokenizer, 1, 512)[0],
+                                                   layer=29, site="down_in")
+        return (_CAPTURED["down29"],)
     return PREDICTION_ARGS.get(name, ())
 
 
@@ -283,7 +294,7 @@ def test_a_wrong_attempt_never_reveals_the_answer(name, smollm2, capsys):
     """Wrong values (0, 1e12, -1, a wrong label), functions returning them and a function raising
     ValueError: the check fails, says what is wrong, and prints neither the answer nor its numbers."""
     entry = EXERCISES[name]
-    extra = _extra(name, smollm2[0])
+    extra = _extra(name, *smollm2)
     params = list(inspect.signature(getattr(checks, name)).parameters)[1:]
     context = dict(zip(params, extra))
     secrets = _secrets(answer_text(name, **context))
@@ -315,7 +326,7 @@ def test_a_wrong_attempt_never_reveals_the_answer(name, smollm2, capsys):
 
 @pytest.mark.parametrize("name", _exported_checks())
 def test_reveal_true_shows_the_answer_and_records_it(name, smollm2, capsys):
-    extra = _extra(name, smollm2[0])
+    extra = _extra(name, *smollm2)
     attempt = _attempts(name)[0]
     result = _call(name, attempt, extra, reveal=True)
     out = capsys.readouterr().out
@@ -461,7 +472,7 @@ def test_a_bisecting_learner_never_narrows_an_answer_below_four_candidates(name,
     at any tolerance a check uses) are still open, and the answer was not found by bisection."""
     from vramlab.checks._core import DIRECTION_TRIES
 
-    outcome = _bisect(name, _extra(name, smollm2[0]), capsys)
+    outcome = _bisect(name, _extra(name, *smollm2), capsys)
     assert outcome[0] != "found", f"{name}: a bisecting learner found the answer in {outcome[1]} tries"
     assert outcome[0] != "factor", f"{name}: a bare factor message gives the answer away: {outcome[1]}"
     lo, hi, directed = outcome
@@ -478,7 +489,7 @@ def test_a_wrong_choice_is_told_why_it_fails_and_names_no_other_choice(name, smo
     """Every label of a multiple-choice check: the right ones pass; a wrong one fails with a reason that
     names no other label, so trying the choices one by one never narrows them more than the tries themselves."""
     labels = EXERCISES[name].choices
-    extra = _extra(name, smollm2[0])
+    extra = _extra(name, *smollm2)
     passed = []
     for label in labels:
         result = _call(name, label, extra)
@@ -490,6 +501,31 @@ def test_a_wrong_choice_is_told_why_it_fails_and_names_no_other_choice(name, smo
         named = [other for other in labels if other != label and _quoted(other).search(out)]
         assert not named, f"{name}({label!r}) names the other choices {named}: {out}"
     assert passed and len(passed) < len(labels), (name, passed)
+
+
+@pytest.mark.parametrize("name", [n for n in _exported_checks() if EXERCISES[n].choices])
+def test_a_sequence_of_wrong_choices_never_points_to_the_answer(name, smollm2, capsys):
+    """Issue 29: a learner who tries the wrong labels one after another (the tries counted, so the later lines
+    change) is never shown the right label, in any order; only elimination narrows the choice, and the right
+    label still passes at the end."""
+    from vramlab.checks._core import reset_tries
+
+    labels = EXERCISES[name].choices
+    extra = _extra(name, *smollm2)
+    right = [label for label in labels if _call(name, label, extra).passed]
+    capsys.readouterr()
+    assert right, f"{name}: no label passes"
+    wrong = [label for label in labels if label not in right]
+    for order in (wrong, wrong[::-1]):
+        reset_tries()
+        for label in order:
+            result = _call(name, label, extra)
+            out = capsys.readouterr().out
+            assert not result, (name, label, out)
+            shown = [r for r in right if _quoted(r).search(out)]
+            assert not shown, f"{name}: trying {label!r} shows the right label {shown}: {out}"
+        assert _call(name, right[0], extra).passed
+        capsys.readouterr()
 
 
 def _answer_values(answer: str) -> list[str]:
@@ -534,7 +570,7 @@ def test_no_answer_value_is_on_screen_before_its_exercise(name, smollm2):
     lab, number = _notebook_exercises()[name]
     path = next(NOTEBOOKS.glob(f"{lab[3:]}_*.ipynb"))
     params = list(inspect.signature(getattr(checks, name)).parameters)[1:]
-    answer = answer_text(name, **dict(zip(params, _extra(name, smollm2[0]))))
+    answer = answer_text(name, **dict(zip(params, _extra(name, *smollm2))))
     start, shown = _lab_screen_before(path, number)
     early = [v for v in _answer_values(answer) if re.search(rf"(?<![\d.,]){re.escape(v)}(?![\d])", shown)]
     assert not early, f"{path.name}: {early} (the answer of {name}) is on screen before Exercise {number} (cell {start})"

@@ -73,7 +73,7 @@ def test_peak_solution_passes_and_the_case_is_what_the_notebook_asks():
     (lambda p, d: (p - d["kv_cache"]) / 2**20, "grows with batch x tokens besides the logits"),
     (lambda p, d: (p - d["logits"]) / 2**20, "the logits are missing"),
     (lambda p, d: (p + 15 * d["weights"]) / 2**20, "the weights too"),
-    (lambda p, d: p / 2**20 * 10, "about 10x too high"),
+    (lambda p, d: p / 2**20 * 10, "far too high"),
     (lambda p, d: p / 2**20 * 1.3, "too high"),
     (lambda p, d: p / 2**20 * 0.9, "too low"),
 ])
@@ -100,3 +100,67 @@ def test_peak_reveal_gives_the_measurement(capsys):
     assert result.revealed and result.answer.startswith(f"{peak / 2**20:,.1f} MiB")
     assert "logits" in capsys.readouterr().out
     assert checks.check_forward_peak_mib is lab00.check_forward_peak_mib
+
+
+# --- Exercise 0.3 (capstone: a design and a batch under a 1,024 MiB budget) --------------------------
+
+def test_serving_designs_and_the_winner():
+    """The dry run of each design: C (generate, bfloat16, SDPA) serves the most prompts; the others fewer for
+    the reason their message names (logits of every position, eager scores, float32)."""
+    largest = {d: lab00.serve_max_batch(d) for d in lab00.SERVE_DESIGNS}
+    assert max(largest, key=largest.get) == lab00.SERVE_BEST == "C"
+    assert largest == {"A": 6, "B": 7, "C": 20, "D": 3}, largest
+    for d, n in largest.items():
+        assert lab00.serve_peak_mib(d, n) <= lab00.SERVE_BUDGET_MIB < lab00.serve_peak_mib(d, n + 1)
+
+
+def test_serving_plan_passes_and_wrong_plans_are_told_what_is_wrong(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab00.check_serving_plan({"design": "C", "batch": 20})
+    assert lab00.check_serving_plan({"design": " c ", "batch": 20.0})
+    capsys.readouterr()
+    for design in ("A", "B", "D"):
+        reset_tries()
+        result = lab00.check_serving_plan({"design": design, "batch": 5})
+        out = capsys.readouterr().out
+        assert not result and "serves fewer prompts" in out, out
+        assert not any(f"'{other}'" in out for other in "ABCD" if other != design), out   # names no other design
+        assert "20" not in out.replace("2,0", ""), out
+    reset_tries()
+    lab00.check_serving_plan({"design": "C", "batch": 40})
+    assert "peaks over the budget" in capsys.readouterr().out
+    lab00.check_serving_plan({"design": "C", "batch": 10})
+    assert "room for more" in capsys.readouterr().out
+    lab00.check_serving_plan({"design": "C", "batch": 19})
+    out = capsys.readouterr().out
+    assert "not it" in out and "room" not in out and "over the budget" not in out, out   # no direction from try 3
+    for bad, words in ((None, "not done"), ({"design": None, "batch": None}, "not done"), (7, "not a plan"),
+                       ({"design": "E", "batch": 3}, "not one of the designs"),
+                       ({"design": "C", "batch": 2.5}, "whole number")):
+        assert not lab00.check_serving_plan(bad) and words in capsys.readouterr().out
+
+
+def test_serving_plan_bisected_on_the_batch_leaves_many_candidates(capsys):
+    """A learner who found the design and bisects the batch: two directions at most, then "not it"."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    lo, hi, directed = 1, 128, 0
+    for _ in range(8):
+        mid = (lo + hi) // 2
+        result = lab00.check_serving_plan({"design": "C", "batch": mid})
+        out = capsys.readouterr().out
+        if result:
+            break
+        if "over the budget" in out:
+            hi, directed = mid, directed + 1
+        elif "room for more" in out:
+            lo, directed = mid, directed + 1
+    assert not result and directed <= 2 and hi - lo >= 4, (lo, hi, directed)
+
+
+def test_serving_plan_reveal(capsys):
+    result = checks.reveal("lab00", 3)[0]
+    assert result.revealed and result.answer.startswith("design 'C' with batch 20")

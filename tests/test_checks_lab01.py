@@ -90,9 +90,9 @@ def test_rotation_placement_solution_and_spellings_pass(capsys):
 
 @pytest.mark.parametrize("change, hint", [
     ({"embed_tokens": "Q^T W"}, "stored [vocab, hidden]"),
-    ({k: ("Q^T W" if v == "W Q" else "W Q") for k, v in PLACEMENT_SOLUTION.items()}, "swapped"),
-    ({"lm_head": "Q^T W"}, "lm_head reads"),
-    ({"down_proj": "W Q"}, "write into the stream"),
+    ({k: ("Q^T W" if v == "W Q" else "W Q") for k, v in PLACEMENT_SOLUTION.items()}, "sort the weights"),
+    ({"lm_head": "Q^T W"}, "stored [vocab, hidden]"),
+    ({"down_proj": "W Q"}, "added to the stream must produce"),
     ({"q_proj": "Q W"}, "stored [out, in]"),
     ({"v_proj": "Q^T W"}, "reads the stream sees x Q"),
 ])
@@ -100,6 +100,25 @@ def test_rotation_placement_common_mistakes_get_their_hint(change, hint, capsys)
     result = lab01.check_rotation_placement({**PLACEMENT_SOLUTION, **change})
     out = capsys.readouterr().out
     assert not result and out.startswith("FAIL") and hint in out, out
+
+
+def test_rotation_placement_names_no_wrong_key_and_no_count(capsys):
+    """Issue 29: each key is a two-way choice; a line that named the wrong keys (or how many) let a learner flip
+    exactly those and pass. Two answers with different wrong keys of one kind get the same line."""
+    from vramlab.checks._core import reset_tries
+
+    flipped = {"W Q": "Q^T W", "Q^T W": "W Q"}
+    lines = {}
+    for key in ("q_proj", "k_proj", "gate_proj", "up_proj"):
+        reset_tries()
+        lab01.check_rotation_placement({**PLACEMENT_SOLUTION, key: flipped[PLACEMENT_SOLUTION[key]]})
+        lines[key] = capsys.readouterr().out
+        assert key not in lines[key] and " of 9" not in lines[key], lines[key]
+    assert len(set(lines.values())) == 1, lines
+    reset_tries()
+    lab01.check_rotation_placement({**PLACEMENT_SOLUTION, "o_proj": "W Q", "down_proj": "W Q"})
+    out = capsys.readouterr().out
+    assert "o_proj" not in out and "down_proj" not in out and "2 of" not in out, out
 
 
 @pytest.mark.parametrize("stub", [None, ..., {}, "W Q"])
@@ -241,7 +260,7 @@ def test_prediction_stored(capsys):
     assert "at least 1" in capsys.readouterr().out
 
 
-# --- Exercise 5 (capstone: how much rotation shrinks the largest per-token max/RMS) -------------
+# --- Exercise 5 (how much rotation shrinks the largest per-token max/RMS) -------------
 
 def test_rotation_shrink_passes_near_the_measurement(capsys):
     assert lab01.check_rotation_shrink(5.0, 5.48, before=22.3)
@@ -253,7 +272,7 @@ def test_rotation_shrink_passes_near_the_measurement(capsys):
     (4.07 / 22.3, "divide after by before"),
     (1.0, "no change"),
     (22.3, "as if the rotated token were flat"),
-    (22.3 / 3.29, "LARGEST per-token max/RMS"),       # the typical Gaussian token instead of the largest
+    (22.3 / 3.29, "the same statistic as 'before'"),   # the typical Gaussian token instead of the largest
     (2.0, "too low"),
     (-3, "positive"),
 ])
@@ -291,10 +310,14 @@ def test_outlier_explorer_shows_one_token_before_and_after():
     before = {"down_in": torch.randn(3, 4, 64, generator=g).half()}
     before["down_in"][1, 2, 5] = 100.0
     after = {"down_in": torch.randn(3, 4, 64, generator=g).half()}
+    after["down_in"][1, 2] *= 7          # the rotated model's folded norm: another scale, the same token shape
     fig = token_figure(before, after, layer=1, token=2)
     assert [t.name.split(":")[0] for t in fig.data] == ["rotated", "original"]   # the original drawn on top
-    original = fig.data[1]
-    assert float(original.y[5]) == 100.0 and "max/RMS 8.0" in original.name   # about 100 / sqrt(100^2 / 64)
+    original, rotated = fig.data[1], fig.data[0]
+    assert "max/RMS 8.0" in original.name and abs(float(original.y[5]) - 8.0) < 0.05   # bars in units of the RMS
+    rms = float((after["down_in"][1, 2].double() ** 2).mean().sqrt())
+    assert abs(max(rotated.y) - float(after["down_in"][1, 2].double().abs().max()) / rms) < 1e-3   # one scale
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.yanchor == "bottom"   # above the bars
     with pytest.raises(ValueError, match="layer must be"):
         token_figure(before, after, layer=3, token=0)
     box = outlier_explorer(before, after, layer=0)
@@ -302,3 +325,103 @@ def test_outlier_explorer_shows_one_token_before_and_after():
     assert layer.max == 2 and token.max == 3
     layer.value = 1
     token.value = 2   # redraws without error
+
+
+# --- the learner's butterfly at model scale (issue 29) ---------------------------------------------
+
+def _reference_butterfly(x):
+    """Exercise 2's solution, as the complete lesson writes it."""
+    n = x.shape[-1]
+    y = x.reshape(-1, n)
+    h = 1
+    while h < n:
+        y = y.view(-1, n // (2 * h), 2, h)
+        a, b = y[:, :, 0], y[:, :, 1]
+        y = torch.stack((a + b, a - b), dim=2).view(-1, n)
+        h *= 2
+    return (y / n**0.5).reshape(x.shape)
+
+
+@pytest.mark.parametrize("n", [1536, 576, 64, 12])
+def test_fwht_with_a_learners_butterfly_equals_fwht(n):
+    from vramlab.quarot.hadamard import fwht, fwht_with
+
+    x = torch.randn(2, 3, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    assert torch.allclose(fwht_with(_reference_butterfly, x), fwht(x), atol=1e-12)
+    with pytest.raises(TypeError, match="butterfly must be a function"):
+        fwht_with(None, x)
+
+
+def test_the_online_hadamard_runs_the_learners_butterfly_and_the_model_stays_invariant(smollm2, windows):
+    """The rotated model's online Hadamard calls the learner's function (counted), and the rotated model gives
+    the original's logits on a short window: the invariance re-checked with the learner's code inside."""
+    from vramlab.quarot import rotate
+
+    calls = []
+
+    def mine(x):
+        calls.append(tuple(x.shape))
+        return _reference_butterfly(x)
+
+    model, _ = smollm2
+    rotated = rotate.rotate_model(model, rotation="hadamard", seed=0, butterfly=mine)
+    assert "butterfly=mine" in repr(rotated.model.layers[0].mlp.down_proj[0])
+    ids = windows[:1, :64]
+    with torch.inference_mode():
+        a, b = model(ids).logits, rotated(ids).logits
+    assert len(calls) == model.config.num_hidden_layers and calls[0][-1] == 128
+    assert (a - b).abs().max() < 1e-3
+
+
+# --- Exercise 6 (capstone: the cheapest online Hadamard) -----------------------------------------
+
+@pytest.fixture(scope="module")
+def down29(smollm2, windows):
+    from vramlab.quarot import outliers
+
+    return outliers.capture(smollm2[0], windows[0], layer=29, site="down_in")
+
+
+def test_online_block_errors_and_the_cheapest_design(down29):
+    errors = lab01.block_errors(down29)
+    assert set(errors) == set(lab01.BLOCK_CHOICES)
+    best = lab01.cheapest_block(errors)
+    assert best == "256", {k: round(v, 4) for k, v in errors.items()}
+    assert errors["256"] <= 1.1 * errors["full"] < errors["128"]          # a margin either side
+    assert errors["32"] < errors["64"]                                      # not monotonic: measure, do not assume
+    assert lab01.block_cost("256") == 1536 * 8 and lab01.block_cost("full") == 1536 * (7 + 12)
+    assert lab01.block_cost("none") == 0
+    # the learner's butterfly gives the same errors as vramlab's fwht
+    Xs = down29.double() * __import__("vramlab.quarot.hadamard", fromlist=["x"]).random_signs(1536, 0).double()
+    mine = lab01.int4_window_error(_reference_butterfly(Xs.reshape(512, 6, 256)).reshape(512, 1536))
+    assert abs(mine - errors["256"]) < 1e-9
+
+
+def test_online_block_check_teaches_without_telling(down29, capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab01.check_online_block("256", down29) and lab01.check_online_block(256, down29)
+    assert capsys.readouterr().out.count("PASS") == 2
+    lab01.check_online_block("128", down29)
+    out = capsys.readouterr().out
+    assert "above the target" in out and "'256'" not in out and "256:" not in out, out
+    lab01.check_online_block("full", down29)
+    out = capsys.readouterr().out
+    assert "meets the target" in out and "That is try 2" in out, out
+    lab01.check_online_block("512", down29)
+    out = capsys.readouterr().out
+    assert "not it" in out and "0.15" not in out, out          # from the third try: no facts, the next hint
+    assert lab01.check_online_block(None, down29).untouched
+    assert not lab01.check_online_block("3", down29) and "not one of the choices" in capsys.readouterr().out
+    result = lab01.check_online_block("8", down29, reveal=True)
+    assert result.revealed and result.answer.startswith("'256'")
+
+
+def test_a_predicted_design_is_stored_as_one_of_the_labels(capsys):
+    assert lab01.check_prediction_stored("128", choices=lab01.BLOCK_CHOICES)
+    assert lab01.check_prediction_stored(512, choices=lab01.BLOCK_CHOICES)
+    assert "'512'; now measure" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored("huge", choices=lab01.BLOCK_CHOICES)
+    assert "not one of them" in capsys.readouterr().out
+    assert not lab01.check_prediction_stored(None, choices=lab01.BLOCK_CHOICES)

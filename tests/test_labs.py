@@ -410,6 +410,10 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     ("05_mla_latent_cache.ipynb", r"cache vs GQA", r"^#+\s*Exercise 5\b"),
     ("05_mla_latent_cache.ipynb", r"SelectionSlider", r"^#+\s*Exercise 5\b"),
     ("06_accelerate_dispatch.ipynb", r"FloatSlider", r"^#+\s*Exercise 3\b"),
+    # issue 29, labs 00 and 01: the capstones' measured values; the exact parameter count that answered Ex 0.1
+    ("00_start_here.ipynb", r"989\.3|1,034\.6", r"^#+\s*Exercise 0\.3\b"),
+    ("00_start_here.ipynb", r"134,515,008|269,030,016", r"^#+\s*Exercise 0\.1\b"),
+    ("01_outliers_and_rotation.ipynb", r"0\.1495|0\.1404|0\.1544", r"^#+\s*Exercise 6\b"),
 ]
 
 
@@ -494,3 +498,45 @@ def test_slow_cells_are_recorded_from_nbclient_timestamps():
     assert labs.TIMING_KEY not in cell.metadata
     assert labs.states_a_duration("# about 30 s on 2 cores") and labs.states_a_duration("takes 1-2 minutes")
     assert not labs.states_a_duration("30 layers, 9 heads")
+
+
+# --------------------------------------------------------------------------- learners' code at model scale (issue 29)
+_LEARNER_PATH_RE = re.compile(r"learners_or_package\(\s*(\w{1,60})\s*,\s*(\w{1,60})\s*,")
+
+
+def _learner_paths(path):
+    """(cell index, complete lesson's cell, the lab's cell) for every cell that hands a learner's function to
+    ``learners_or_package``."""
+    nb = nbformat.read(path, as_version=4)
+    lab = nbformat.read(ROOT / "labs" / path.name, as_version=4)
+    for index, (cell, lab_cell) in enumerate(zip(nb.cells, lab.cells)):
+        if cell.cell_type == "code" and _LEARNER_PATH_RE.search(labs.marked_source(cell)):
+            yield index, cell, lab_cell
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_learner_code_paths_run_the_reference_solution(path):
+    """Issue 29: where a lab runs the learner's function at model scale (``learners_or_package``), the complete
+    lesson ran that same path with the reference solution in place of the stub: its stored output says the
+    learner's function passed and runs; the lab keeps the same call, and the check result it reads comes from
+    a cell that calls a registered check."""
+    from vramlab.checks._core import EXERCISES
+
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(labs.marked_source(c) for c in nb.cells if c.cell_type == "code")
+    for index, cell, lab_cell in _learner_paths(path):
+        result_name, fn_name = _LEARNER_PATH_RE.search(labs.marked_source(cell)).groups()
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+        assert f"Your " in text and "passed its check" in text, \
+            f"{path.name} cell {index}: the complete lesson did not run the learner's path: {text[:200]!r}"
+        assert _LEARNER_PATH_RE.search(lab_cell.source).groups() == (result_name, fn_name), (path.name, index)
+        made = re.search(rf"^{re.escape(result_name)}\s*=\s*(check_\w{{1,60}})\(", code, re.M)
+        assert made and made.group(1) in EXERCISES, \
+            f"{path.name}: {result_name} must be the result of a registered check, e.g. `{result_name} = check_...(...)`"
+        assert re.search(rf"^\s*def {re.escape(fn_name)}\(", code, re.M), (path.name, fn_name)
+
+
+def test_every_lab_with_a_function_exercise_runs_some_learner_code_at_model_scale():
+    """The labs whose butterfly, quantizer or absorbed scores issue 29 names hand them to the model."""
+    names = {p.name[:2] for p in NOTEBOOKS if any(True for _ in _learner_paths(p))}
+    assert "01" in names, names

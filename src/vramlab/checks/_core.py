@@ -305,7 +305,8 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
         _TRIES[name] = tries(name) + 1
         offer = hint_offer(_TRIES[name])
         if offer:
-            hint = f"{str(hint).strip().rstrip('.')}. {offer}" if str(hint).strip() else offer
+            text = str(hint).strip()
+            hint = (f"{text} {offer}" if text.endswith(("?", "!")) else f"{text.rstrip('.')}. {offer}") if text else offer
     result = (result_class or CheckResult)(name, bool(passed), expected, got, hint if not passed else "",
                                            details, untouched)
     if revealing is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from vramlab.checks._core import CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, read_number, report
 
-__all__ = ["check_fp16_weight_bytes", "check_forward_peak_mib", "check_prediction"]
+__all__ = ["check_fp16_weight_bytes", "check_forward_peak_mib", "check_prediction", "check_serving_plan"]
 
 
 def _config_mistakes(model) -> dict[int, str]:
@@ -51,7 +51,11 @@ def _fp16_hint(value: float | None, params: int, tied: int, model=None) -> str:
             return hint
     if tied and math.isclose(value, 2 * (params - tied), rel_tol=1e-3):
         return "the embedding is missing: lm_head shares it, but it is still stored once"
+    from vramlab.checks._core import DIRECTION_TRIES, tries
+
     side = "too high" if value > 2 * params else "too low"
+    if tries("fp16 weight bytes") >= DIRECTION_TRIES:   # a third wrong try is told no direction (no bisection)
+        side = "not it"
     return (f"{side}: go through one decoder layer's weights (print(model.model.layers[0]) shows their shapes), "
             "then what sits outside the layers, and how many bytes one float16 value takes")
 
@@ -177,11 +181,16 @@ def _peak_hint(value: float, peak: float, parts: dict) -> str:
     if math.isclose(value * mib, peak + 15 * weights, rel_tol=0.05):
         return ("everything looks scaled by 16, the weights too: the weights do not grow with the batch or the "
                 "prompt length; only what holds values per token does")
+    from vramlab.checks._core import DIRECTION_TRIES, tries
+
+    if tries("peak of one forward") >= DIRECTION_TRIES:   # no direction from the third wrong try (no bisection)
+        return "not it: go through the categories of the 1 x 512 breakdown one by one"
+    # a bare "26x too high" names no mistake and is one division from the answer: only the side is told
     if ratio >= 1.5:
-        return (f"about {ratio:.0f}x too high: which categories of the breakdown above grow with batch x tokens, "
+        return ("far too high: which categories of the breakdown above grow with batch x tokens, "
                 "and which stay as they are?")
     if ratio <= 1 / 1.5:
-        return (f"about {1 / ratio:.0f}x too low: scale each category of the 1 x 512 breakdown above by what "
+        return ("far too low: scale each category of the 1 x 512 breakdown above by what "
                 "changes (batch, tokens, bytes per value)")
     return ("too high: which part did you make too big, or count twice?" if ratio > 1 else
             "too low: which category of the breakdown did you leave out or not scale?")
@@ -204,3 +213,126 @@ def check_forward_peak_mib(got: Any) -> CheckResult:
     passed = math.isclose(value * 2**20, peak, rel_tol=0.03)
     return report(name, passed, what, f"{fmt_number(value, 5)} MiB",
                   hint="" if passed else _peak_hint(value, peak, parts))
+
+
+# --------------------------------------------------------------------------- Exercise 0.3 (capstone)
+#: The capstone's job: prompts of this many tokens, each to get the first token of its answer, on a GPU whose
+#: allocator may hand out at most this many MiB (``memory_allocated()``'s peak; the CUDA context is outside it).
+SERVE_PROMPT_TOKENS = 1024
+SERVE_BUDGET_MIB = 1024
+#: The four ways to run that job (label -> the dry run's settings and the sentence a wrong choice is told).
+#: ``mode="generate"`` follows ``model.generate(max_new_tokens=1)`` of the installed transformers: the prefill
+#: keeps the logits of the last position only (``logits_to_keep=1``, transformers PR #31292, 4.45).
+SERVE_DESIGNS = {
+    "A": {"mode": "forward", "dtype": "bfloat16", "attn_implementation": "sdpa",
+          "why": "a plain forward returns logits for every position of every prompt, "
+                 "[batch, 1,024, 49,152] scores alive at the peak, though the job reads only the last position's"},
+    "B": {"mode": "generate", "dtype": "bfloat16", "attn_implementation": "eager",
+          "why": "eager attention writes each layer's full [batch, heads, 1,024, 1,024] score matrix and its "
+                 "softmax at the prefill: per prompt that is larger than the prompt's whole KV cache"},
+    "C": {"mode": "generate", "dtype": "bfloat16", "attn_implementation": "sdpa",
+          "why": "the logits of the last position only, no score matrix, 2 bytes per value"},
+    "D": {"mode": "generate", "dtype": "float32", "attn_implementation": "sdpa",
+          "why": "float32 takes 4 bytes for every weight, cached K and V and activation: the fixed part alone "
+                 "is about half the budget"},
+}
+#: The batch sizes the check searches (a batch above this peaks far over the budget in every design).
+SERVE_MAX_BATCH = 128
+
+
+@functools.lru_cache(maxsize=256)
+def serve_peak_mib(design: str, batch: int) -> float:
+    """Peak allocated MiB of one SmolLM2 call of ``design`` (a key of :data:`SERVE_DESIGNS`) on ``batch`` prompts
+    of :data:`SERVE_PROMPT_TOKENS` tokens, computed by the dry run (meta device, about 1 s; cached)."""
+    from vramlab.vram.dryrun import dry_run
+
+    spec = SERVE_DESIGNS[design]
+    trace = dry_run("smollm2-135m", batch_size=int(batch), seq_len=SERVE_PROMPT_TOKENS, dtype=spec["dtype"],
+                    attn_implementation=spec["attn_implementation"], mode=spec["mode"],
+                    new_tokens=1 if spec["mode"] == "generate" else 0)
+    return trace.peak_bytes / 2**20
+
+
+@functools.lru_cache(maxsize=8)
+def serve_max_batch(design: str) -> int:
+    """The largest batch of ``design`` whose dry-run peak is within :data:`SERVE_BUDGET_MIB` (0 if none).
+
+    The peak grows with the batch, almost linearly: the batches 1 and 2 give a first guess, then the search
+    steps one prompt at a time to the boundary (about 4 dry runs, each cached)."""
+    if serve_peak_mib(design, 1) > SERVE_BUDGET_MIB:
+        return 0
+    slope = max(serve_peak_mib(design, 2) - serve_peak_mib(design, 1), 1e-6)
+    n = int(min(SERVE_MAX_BATCH, max(1, 1 + (SERVE_BUDGET_MIB - serve_peak_mib(design, 1)) // slope)))
+    while n > 1 and serve_peak_mib(design, n) > SERVE_BUDGET_MIB:
+        n -= 1
+    while n < SERVE_MAX_BATCH and serve_peak_mib(design, n + 1) <= SERVE_BUDGET_MIB:
+        n += 1
+    return n
+
+
+#: The design that serves the most prompts per call (tests/test_checks_lab00.py computes all four and holds it).
+SERVE_BEST = "C"
+
+
+def _serve_answer(**_) -> str:
+    best = SERVE_BEST
+    n = serve_max_batch(best)
+    return (f"design '{best}' with batch {n}: the dry run peaks at {serve_peak_mib(best, n):,.1f} MiB, and "
+            f"{n + 1} prompts would peak at {serve_peak_mib(best, n + 1):,.1f} MiB, over {SERVE_BUDGET_MIB:,} MiB "
+            f"({SERVE_DESIGNS[best]['why']})")
+
+
+def _plan_parts(plan: Any) -> tuple[Any, Any] | str:
+    """(design, batch) of the learner's plan, or why it is not a plan."""
+    if not isinstance(plan, dict):
+        return f"{type(plan).__name__} {fmt_number(plan)}"[:80] + " (not a plan)"
+    return plan.get("design"), plan.get("batch")
+
+
+@exercise("lab00", 3, _serve_answer)
+def check_serving_plan(plan: Any) -> CheckResult:
+    """Capstone: ``plan = {"design": one of "A".."D", "batch": int}``, the design of :data:`SERVE_DESIGNS` and
+    the batch of 1,024-token prompts that serve the most prompts per call within :data:`SERVE_BUDGET_MIB`
+    MiB, judged on the dry run of that call (computed live, then cached).
+
+    A wrong design is told why that design serves fewer prompts (naming no other design); a wrong batch of
+    the right design is told, on its first two tries only, whether it peaks over the budget or leaves room for
+    more prompts (with the dry run's peak of the learner's own batch), then only "not it" and the next hint."""
+    from vramlab.checks._core import DIRECTION_TRIES, tries
+
+    name = "serving plan"
+    what = 'a plan {"design": a label, "batch": a number of prompts}'
+    if is_untouched(plan):
+        return report(name, False, what, fmt_number(plan), value=plan)
+    parts = _plan_parts(plan)
+    if isinstance(parts, str):
+        return report(name, False, what, parts, hint='store a dict such as {"design": "X", "batch": 4}')
+    design, batch = parts
+    if is_untouched(design) and is_untouched(batch):
+        return report(name, False, what, "a plan with no design and no batch", value=None)
+    label = str(design).strip().strip("'\"").upper() if design is not None else ""
+    if label not in SERVE_DESIGNS:
+        return report(name, False, what, f"design {design!r} (not one of the designs)",
+                      hint="the design is one of the labels of the table above, as a string")
+    number = as_float(batch)
+    if number is None or not math.isfinite(number) or number < 1 or not float(number).is_integer():
+        return report(name, False, what, f"batch {fmt_number(batch)} (not a whole number of prompts)",
+                      hint="the batch is a whole number of prompts, at least 1")
+    n = int(number)
+    best = SERVE_BEST
+    if label != best:
+        return report(name, False, what, f"design {label!r}",
+                      hint=f"this design serves fewer prompts per call: {SERVE_DESIGNS[label]['why']}")
+    limit = serve_max_batch(label)
+    if n == limit:
+        return report(name, True, what, f"design {label!r} with {n} prompts of {SERVE_PROMPT_TOKENS:,} tokens: "
+                                         f"the dry run peaks at {serve_peak_mib(label, n):,.1f} MiB, within "
+                                         f"{SERVE_BUDGET_MIB:,} MiB; one more prompt would not fit")
+    if tries(name) >= DIRECTION_TRIES:
+        return report(name, False, what, f"design {label!r} with batch {n}, not it",
+                      hint="compute the dry run of your design yourself at the batches you are unsure of")
+    peak = serve_peak_mib(label, n) if n <= SERVE_MAX_BATCH else float("inf")
+    side = ("peaks over the budget" if n > limit else "fits, with room for more prompts")
+    shown = f" (the dry run peaks at {peak:,.1f} MiB)" if math.isfinite(peak) else ""
+    return report(name, False, what, f"design {label!r} with batch {n}: {side}{shown}",
+                  hint="the peak is not proportional to the batch: part of it does not grow with the prompts")

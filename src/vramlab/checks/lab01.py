@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, exercise, fmt_number, read_number, report
+from vramlab.checks._core import (DIRECTION_TRIES, CheckResult, as_float, call_learner, check_choice, exercise,
+                                  fmt_number, read_number, report, tries)
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
-           "check_rotation_shrink",
+           "check_rotation_shrink", "check_online_block",
            "check_zero_fraction_prediction", "check_no_online_hadamard_prediction", "check_prediction_stored"]
 
 
@@ -188,12 +189,21 @@ def _measured_answer(measured=None, **_) -> str:
 
 
 @exercise("lab01", None, _measured_answer, prediction=True)
-def check_prediction_stored(predicted, low: float | None = None, high: float | None = None) -> CheckResult:
-    """The prediction cell's check: a number (within ``[low, high]`` when given) was stored.
+def check_prediction_stored(predicted, low: float | None = None, high: float | None = None,
+                            choices: tuple[str, ...] | None = None) -> CheckResult:
+    """The prediction cell's check: a number (within ``[low, high]`` when given) was stored, or with
+    ``choices`` one of those labels (a design predicted before it is measured).
 
     Reveals nothing about the measurement; the cell that measures compares afterwards.
     """
     name = "prediction stored"
+    if choices is not None and not (predicted is None or predicted is Ellipsis):
+        label = str(predicted).strip().strip("'\"").strip().lower()
+        if label not in [str(c).lower() for c in choices]:
+            return report(name, False, "one of the designs' labels", f"{str(predicted)[:60]!r} (not one of them)",
+                          hint="store one of the labels of the table above, as a string")
+        return report(name, True, "", f"{label!r}; now measure the designs in the next cell.",
+                      result_class=PredictionResult)
     failed = _no_prediction(name, predicted, "the quantity asked for")
     if failed is not None:
         return failed
@@ -337,24 +347,26 @@ def check_rotation_placement(answer) -> CheckResult:
     if not wrong:
         return report(name, True, want, "readers get W Q, writers (o_proj, down_proj) get Q^T W, "
                                         "and the embedding's rows become E Q")
-    got = f"{len(wrong)} of {len(PLACEMENT)} wrong: {', '.join(wrong)}"
-    if wrong == ["embed_tokens"]:
-        hint = ("the embedding writes the stream, but its weight is stored [vocab, hidden] (one row per "
-                "token, no transpose): what must the row E[t] become for the stream to start as x Q?")
-    elif {"o_proj", "down_proj", "q_proj", "gate_proj"} <= set(wrong):
-        hint = ("readers and writers look swapped: which layers' outputs are added to the residual stream, "
-                "and which take it as input?")
-    elif "lm_head" in wrong:
-        hint = "lm_head reads the (final-normed) stream like q_proj does"
-    elif any(k in wrong for k in ("o_proj", "down_proj")):
-        hint = ("o_proj and down_proj write into the stream: their output must come out rotated too (y -> y Q); "
-                "which side of W does that Q go on, given y = x W^T?")
+    # Each key is a two-way choice: naming the wrong keys (or how many) would let a learner flip them until
+    # it passes. The line names the misconception the answer shows, never which or how many keys are wrong.
+    got = "not every weight on its side yet"
+    readers_wrong = [k for k in wrong if PLACEMENT[k] == _READS and k not in ("embed_tokens", "lm_head")]
+    writers_wrong = [k for k in wrong if PLACEMENT[k] == _WRITES]
+    if readers_wrong and writers_wrong:
+        hint = ("sort the weights into those whose output is added to the residual stream and those that take "
+                "the stream as input, then derive one side for each group from y = x W^T")
+    elif writers_wrong:
+        hint = ("a weight whose output is added to the stream must produce z W^T Q: write W'^T = W^T Q and "
+                "transpose both sides")
+    elif readers_wrong:
+        hint = "a weight that reads the stream sees x Q and must give back x W^T: which W' makes Q Q^T appear?"
     else:
-        hint = "a layer that reads the stream sees x Q and must undo the rotation before it applies W"
+        hint = ("two weights are stored [vocab, hidden]: one maps a token to a row of the stream (no transpose), "
+                "the other reads the stream like any linear layer; derive each one's side separately")
     return report(name, False, "the side of Q for each weight", got, hint=hint)
 
 
-# --------------------------------------------------------------------------- Exercise 5 (capstone)
+# --------------------------------------------------------------------------- Exercise 5
 def _shrink_answer(measured=None, before=None, **_) -> str:
     if measured is None:
         return "the answer is the measurement the exercise cell makes: run it with the rotated model"
@@ -369,13 +381,14 @@ SHRINK_TOLERANCE = 0.2
 
 @exercise("lab01", 5, _shrink_answer)
 def check_rotation_shrink(got, measured: float | None = None, before: float | None = None) -> CheckResult:
-    """Capstone: the factor (before / after) by which rotation shrinks the largest per-token max/RMS of a
+    """Exercise 5: the factor (before / after) by which rotation shrinks the largest per-token max/RMS of a
     site, predicted from the original statistics and what a Gaussian token gives; ``measured``: the
     factor measured on the real models; ``before``: the original largest max/RMS (for the hints).
 
-    Passes within 20%. A wrong factor is told its direction and the misconception it matches (after /
-    before inverted, the rotated token taken as flat (max/RMS 1), the median Gaussian token instead of
-    the largest of many, no shrink at all)."""
+    Passes within 20%. A wrong factor is told the misconception it matches (after / before inverted, the
+    rotated token taken as flat (max/RMS 1), no shrink at all), or on its first two tries its direction with a
+    question about the statistic, never the step that solves it; the measurement is made once by the
+    notebook and passed in, so a guess costs nothing."""
     name = "shrink factor of the rotation"
     what = "a factor before / after (a number)"
     value = read_number(name, what, got, example="2.5")
@@ -400,10 +413,142 @@ def check_rotation_shrink(got, measured: float | None = None, before: float | No
     elif b is not None and math.isclose(value, b, rel_tol=0.1):
         hint = ("that divides by 1, as if the rotated token were flat (every |x| equal): a rotated token looks "
                 "like a Gaussian vector of the same length, and its max/RMS is well above 1")
+    elif tries(name) >= DIRECTION_TRIES:
+        hint = "not it: re-read how 'before' is defined, and make 'after' the same statistic"
     elif ratio > 1:
-        hint = ("too high: after rotation the LARGEST per-token max/RMS over many tokens is what is measured, "
-                "and it sits above a typical Gaussian token's (simulate many Gaussian tokens and take the max)")
+        hint = ("too high: is your 'after' the same statistic as 'before', taken over the same tokens? "
+                "'before' is the largest over the window, not a typical token's")
     else:
-        hint = ("too low: the rotation leaves almost nothing of the outliers; after it, a token's max/RMS is "
-                "close to that of a Gaussian vector of the same length")
+        hint = ("too low: how much of the outliers does a rotation leave? Think of what a token of the rotated "
+                "model looks like")
     return report(name, False, what, f"{fmt_number(value, 3)}x", hint=hint)
+
+
+# --------------------------------------------------------------------------- Exercise 6 (capstone)
+#: The capstone's designs: the online Hadamard before layer 29's down_proj as a block-diagonal Hadamard of
+#: blocks of b channels (b a power of two dividing 1536), none, or the full order-1536 transform (12 x 128).
+BLOCK_CHOICES = ("none", "2", "4", "8", "16", "32", "64", "128", "256", "512", "full")
+#: The target: the window's INT4 error within this factor of the full rotation's.
+BLOCK_TARGET = 1.10
+BLOCK_LAYER, BLOCK_SITE, BLOCK_SEED = 29, "down_in", 0
+
+
+def block_cost(label: str, n: int = 1536) -> int:
+    """Operations per token of the online transform ``label``: ``n log2(b)`` additions for blocks of ``b``
+    (radix-2 butterfly passes), ``n (log2(128) + 12)`` for the full order 1536 = 12 x 128 (seven passes and a
+    dense 12 x 12 product, 12 multiply-adds per value), 0 for none."""
+    if label == "none":
+        return 0
+    if label == "full":
+        from vramlab.quarot.hadamard import decompose
+
+        K, m, _ = decompose(n)
+        return n * (int(math.log2(m)) + (K if K > 1 else 0))
+    return n * int(math.log2(int(label)))
+
+
+def block_transform(X, label: str, butterfly=None, seed: int = BLOCK_SEED):
+    """``X`` ([tokens, n]) after the online transform ``label`` with the randomized signs of ``seed``:
+    ``butterfly`` (default vramlab's ``fwht``) on each block of ``b`` channels, or the full order-``n`` transform."""
+    from vramlab.quarot.hadamard import fwht, fwht_with, random_signs
+
+    if label == "none":
+        return X
+    n = X.shape[-1]
+    Y = X * random_signs(n, seed).to(X.dtype)
+    if label == "full":
+        return fwht(Y) if butterfly is None else fwht_with(butterfly, Y)
+    b = int(label)
+    blocks = Y.reshape(-1, n // b, b)
+    out = (fwht if butterfly is None else butterfly)(blocks)
+    return out.reshape(X.shape)
+
+
+def int4_window_error(Y) -> float:
+    """``||Y - q(Y)|| / ||Y||`` over the whole window, ``q`` symmetric per-token INT4 (float64)."""
+    from vramlab.quarot.quant import quantize_per_token_sym
+
+    Y = Y.double()
+    return float((Y - quantize_per_token_sym(Y, bits=4)).norm() / Y.norm())
+
+
+_BLOCK_X: dict = {}
+
+
+def _block_activation(X=None):
+    """The capstone's activation: ``X`` as given, or layer 29's down_proj input on the first window of
+    SmolLM2 (loaded and captured once per process, about 30 s)."""
+    import torch
+
+    if X is not None:
+        if not isinstance(X, torch.Tensor) or X.dim() != 2 or X.shape[-1] % 512:
+            raise TypeError("X must be the [tokens, 1536] activation the notebook captured at layer 29's "
+                            "down_proj input (outliers.capture(...)).")
+        return X.detach().double().cpu()
+    if "X" not in _BLOCK_X:
+        from vramlab.data import token_windows
+        from vramlab.models import load_smollm2
+        from vramlab.quarot import outliers
+
+        model, tok = load_smollm2()
+        _BLOCK_X["X"] = outliers.capture(model, token_windows(tok, 1, 512)[0], layer=BLOCK_LAYER,
+                                         site=BLOCK_SITE).double()
+    return _BLOCK_X["X"]
+
+
+def block_errors(X=None) -> dict[str, float]:
+    """INT4 window error for every label of :data:`BLOCK_CHOICES` on ``X`` (see :func:`_block_activation`)."""
+    X = _block_activation(X)
+    return {label: int4_window_error(block_transform(X, label)) for label in BLOCK_CHOICES}
+
+
+def cheapest_block(errors: dict[str, float]) -> str:
+    """The cheapest label whose error is within :data:`BLOCK_TARGET` of the full transform's."""
+    ok = [label for label in BLOCK_CHOICES if errors[label] <= BLOCK_TARGET * errors["full"]]
+    return min(ok, key=block_cost)
+
+
+def _block_answer(X=None, **_) -> str:
+    errors = block_errors(X)
+    best = cheapest_block(errors)
+    return (f"'{best}': INT4 window error {errors[best]:.4f} against {errors['full']:.4f} for the full transform "
+            f"(target {BLOCK_TARGET * errors['full']:.4f}), at {block_cost(best):,} operations per token")
+
+
+@exercise("lab01", 6, _block_answer, choices=BLOCK_CHOICES)
+def check_online_block(block, X=None) -> CheckResult:
+    """Capstone: the cheapest online transform for layer 29's down_proj input (``block``: one of
+    :data:`BLOCK_CHOICES`) whose per-token INT4 error over the window is within :data:`BLOCK_TARGET` of the
+    full order-1536 transform's, all with the same random signs. ``X``: the captured ``[512, 1536]`` activation
+    (captured here once when None). The errors are computed once per activation and reused.
+
+    A wrong choice is told that choice's own error against the target (and, within the target, its cost),
+    on its first two tries; after that only that it is not the one, with the next hint."""
+    name = "online Hadamard design"
+    key = id(X)
+    if _BLOCK_X.get("errors_for") != key:
+        _BLOCK_X["errors"], _BLOCK_X["errors_for"] = None, key
+    if block is None or block is Ellipsis:
+        return report(name, False, "one of the designs' labels", fmt_number(block), value=block)
+    if _BLOCK_X["errors"] is None:
+        _BLOCK_X["errors"] = block_errors(X)
+    errors = _BLOCK_X["errors"]
+    target = BLOCK_TARGET * errors["full"]
+    best = cheapest_block(errors)
+    options = {}
+    for label in BLOCK_CHOICES:
+        if label == best:
+            options[label] = (f"INT4 window error {errors[label]:.4f}, within {target:.4f}, at "
+                              f"{block_cost(label):,} operations per token")
+        elif tries(name) >= DIRECTION_TRIES:
+            options[label] = ("not it: measure each design's error with your butterfly, and compare the costs of "
+                              "those that meet the target")
+        elif errors[label] > target:
+            options[label] = (f"this design's INT4 window error is {errors[label]:.4f}, above the target "
+                              f"{target:.4f}")
+        else:
+            options[label] = (f"this design meets the target (error {errors[label]:.4f}) at "
+                              f"{block_cost(label):,} operations per token; is that the fewest of all designs "
+                              "that meet it?")
+    label = str(block).strip().strip("'\"").strip().lower()
+    return check_choice(name, label, options, best, what="one of the designs' labels")

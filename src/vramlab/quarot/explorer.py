@@ -2,7 +2,7 @@
 
 :func:`capture_layers` records the input of q/k/v and of down_proj at every layer in ONE forward
 (a short window, stored as float16: 30 layers x 128 tokens x (576 + 1536) values x 2 bytes is about
-16 MiB per model); :func:`token_figure` draws one token's |x| per channel for the original and the
+16 MiB per model); :func:`token_figure` draws one token's |x| / RMS per channel for the original and the
 rotated model on one axis; :func:`outlier_explorer` puts a site dropdown and layer/token sliders on it.
 """
 
@@ -53,8 +53,12 @@ def capture_layers(model, input_ids, sites=EXPLORER_SITES, max_tokens: int = 128
 
 
 def token_figure(before, after, layer: int, token: int, site: str = "down_in"):
-    """|x| per channel of one token at one layer: original (blue) and rotated (red) bars, with each
-    one's max/RMS in the legend. ``before`` / ``after``: :func:`capture_layers` results."""
+    """|x| / RMS per channel of one token at one layer: original (blue) and rotated (red) bars on one scale,
+    with each one's max/RMS in the legend. ``before`` / ``after``: :func:`capture_layers` results.
+
+    Each token is divided by its own RMS: the rotated model folds the RMSNorm scales into the next weights,
+    so its raw q/k/v inputs are on another scale than the original's (up to 5-10x apart); per unit RMS the
+    bars compare what a per-token quantizer sees. The legend sits above the plot, clear of every bar."""
     import plotly.graph_objects as go
 
     if site not in before or site not in after:
@@ -67,14 +71,16 @@ def token_figure(before, after, layer: int, token: int, site: str = "down_in"):
     for data, name, colour in ((after, "rotated", outliers.ROTATED_COLOUR),
                                (before, "original", outliers.ORIGINAL_COLOUR)):
         x = data[site][layer, token].double()
+        rms = float(x.pow(2).mean().sqrt()) or 1.0
         ratio = float(outliers.max_over_rms(x))
-        fig.add_trace(go.Bar(x=list(range(x.numel())), y=[round(v, 3) for v in x.abs().tolist()],
+        fig.add_trace(go.Bar(x=list(range(x.numel())), y=[round(v, 3) for v in (x.abs() / rms).tolist()],
                              name=f"{name}: max/RMS {ratio:.1f}", marker=dict(color=colour, line_width=0),
                              opacity=0.85))
-    fig.update_layout(title=f"layer {layer}, {outliers.SITE_LABELS[site]}, token {token}: |x| per channel",
-                      xaxis_title="channel index", yaxis_title="|x| (activation value)", barmode="overlay",
-                      bargap=0, height=340, width=760, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(x=0.99, xanchor="right", y=0.99, traceorder="reversed"))
+    fig.update_layout(title=f"layer {layer}, {outliers.SITE_LABELS[site]}, token {token}: |x| / RMS per channel",
+                      xaxis_title="channel index", yaxis_title="|x| / the token's RMS (unitless)", barmode="overlay",
+                      bargap=0, height=360, width=760, margin=dict(l=60, r=20, t=80, b=50),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom",
+                                  traceorder="reversed"))
     return fig
 
 
