@@ -344,7 +344,8 @@ def _reference_butterfly(x):
 
 @pytest.mark.parametrize("n", [1536, 576, 64, 12])
 def test_fwht_with_a_learners_butterfly_equals_fwht(n):
-    from vramlab.quarot.hadamard import fwht, fwht_with
+    from vramlab.quarot.butterfly import fwht_with
+    from vramlab.quarot.hadamard import fwht
 
     x = torch.randn(2, 3, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
     assert torch.allclose(fwht_with(_reference_butterfly, x), fwht(x), atol=1e-12)
@@ -352,10 +353,18 @@ def test_fwht_with_a_learners_butterfly_equals_fwht(n):
         fwht_with(None, x)
 
 
+def test_use_butterfly_refuses_a_model_without_an_online_hadamard(smollm2):
+    from vramlab.quarot import butterfly
+
+    model, _ = smollm2
+    with pytest.raises(ValueError, match="no online Hadamard before down_proj: rotate it first"):
+        butterfly.use_butterfly(model, _reference_butterfly)
+
+
 def test_the_online_hadamard_runs_the_learners_butterfly_and_the_model_stays_invariant(smollm2, windows):
     """The rotated model's online Hadamard calls the learner's function (counted), and the rotated model gives
     the original's logits on a short window: the invariance re-checked with the learner's code inside."""
-    from vramlab.quarot import rotate
+    from vramlab.quarot import butterfly, rotate
 
     calls = []
 
@@ -364,7 +373,7 @@ def test_the_online_hadamard_runs_the_learners_butterfly_and_the_model_stays_inv
         return _reference_butterfly(x)
 
     model, _ = smollm2
-    rotated = rotate.rotate_model(model, rotation="hadamard", seed=0, butterfly=mine)
+    rotated = butterfly.use_butterfly(rotate.rotate_model(model, rotation="hadamard", seed=0), mine)
     assert "butterfly=mine" in repr(rotated.model.layers[0].mlp.down_proj[0])
     ids = windows[:1, :64]
     with torch.inference_mode():

@@ -450,7 +450,8 @@ def block_cost(label: str, n: int = 1536) -> int:
 def block_transform(X, label: str, butterfly=None, seed: int = BLOCK_SEED):
     """``X`` ([tokens, n]) after the online transform ``label`` with the randomized signs of ``seed``:
     ``butterfly`` (default vramlab's ``fwht``) on each block of ``b`` channels, or the full order-``n`` transform."""
-    from vramlab.quarot.hadamard import fwht, fwht_with, random_signs
+    from vramlab.quarot.butterfly import fwht_with
+    from vramlab.quarot.hadamard import fwht, random_signs
 
     if label == "none":
         return X

@@ -7,4 +7,4 @@ rotation); ``quant`` fake-quantizes weights (RTN, GPTQ), activations and the KV 
 cached QuaRot table; ``attention`` is the attention function that quantizes K and V on the way in.
 """
 
-from vramlab.quarot import hadamard, rotate, outliers, quant, explorer  # noqa: F401
+from vramlab.quarot import hadamard, rotate, butterfly, outliers, quant, explorer  # noqa: F401

@@ -29,7 +29,7 @@ import functools
 import math
 
 __all__ = ["hadamard_matrix", "sylvester", "paley1", "paley2", "is_hadamard_order", "decompose",
-           "random_hadamard", "random_orthogonal", "random_signs", "fwht", "fwht_butterfly", "fwht_with", "fwht_reference",
+           "random_hadamard", "random_orthogonal", "random_signs", "fwht", "fwht_butterfly", "fwht_reference",
            "hadamard_transform"]
 
 # fwht merges this many butterfly levels' worth of width into one small matmul per pass (radix).
@@ -391,33 +391,6 @@ def fwht(x, normalize: bool = True, radix: int = _DENSE_BLOCK):
         prefix *= b
     y = y.reshape(shape)
     return y * (1.0 / math.sqrt(n)) if normalize else y
-
-
-def fwht_with(butterfly, x):
-    """:func:`fwht` of order ``n = K 2^k`` whose power-of-two part is computed by ``butterfly``.
-
-    ``butterfly(y)`` must return ``y @ sylvester(m) / sqrt(m)`` over the last dimension of a ``[rows, m]``
-    tensor, ``m = 2^k`` (lab 01's Exercise 2). ``hadamard_matrix(n) = kron(sylvester(m), base(K))``, so
-    with ``x`` viewed as ``[..., m, K]``: ``x @ H_n / sqrt(n) = sylvester(m) X base(K) / sqrt(n)``: the
-    base's dense ``K x K`` product on the last axis, then ``butterfly`` on the axis of size ``m``. The same
-    numbers as :func:`fwht` (to rounding). ``x``: any float tensor whose last dimension is a supported order.
-    """
-    import torch
-
-    if not callable(butterfly):
-        raise TypeError(f"butterfly must be a function y -> y @ H_m / sqrt(m), got {type(butterfly).__name__}.")
-    if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        raise TypeError("fwht_with needs a torch.Tensor with at least one dimension (the transform runs over the last).")
-    n = x.shape[-1]
-    K, m, _ = decompose(n)
-    shape = x.shape
-    y = x.reshape(-1, m, K)
-    if K > 1:
-        y = y @ (_base_matrix(K).to(dtype=y.dtype, device=y.device) / math.sqrt(K))
-    rows = y.shape[0]
-    z = butterfly(y.transpose(1, 2).reshape(rows * K, m))
-    z = torch.as_tensor(z).to(dtype=y.dtype).reshape(rows, K, m).transpose(1, 2)
-    return z.reshape(shape)
 
 
 def fwht_butterfly(x, normalize: bool = True):

@@ -46,37 +46,29 @@ from vramlab.quarot import hadamard as _had
 ROTATIONS = ("hadamard", "random", "none")
 
 
-def _fwht_keep_dtype(x, butterfly=None):
-    """fwht in float32 for half-precision inputs (as QuaRot does), result in the input dtype; with
-    ``butterfly``, its power-of-two part computed by that function (:func:`~vramlab.quarot.hadamard.fwht_with`)."""
+def _fwht_keep_dtype(x):
+    """fwht in float32 for half-precision inputs (as QuaRot does), result in the input dtype."""
     dtype = x.dtype
-    y = x.float() if dtype in (torch.float16, torch.bfloat16) else x
-    y = _had.fwht(y) if butterfly is None else _had.fwht_with(butterfly, y)
+    y = _had.fwht(x.float() if dtype in (torch.float16, torch.bfloat16) else x)
     return y.to(dtype)
 
 
 class OnlineHadamard(nn.Module):
     """``x -> x @ hadamard_matrix(n) / sqrt(n)`` over the last dim via :func:`vramlab.quarot.hadamard.fwht`.
 
-    Computed in float32 at least (as QuaRot does), returned in the input dtype. ``butterfly``: a function
-    ``y -> y @ H_m / sqrt(m)`` (``m`` the power-of-two factor of ``n``, e.g. a learner's Exercise 2) that then
-    computes that part (:func:`~vramlab.quarot.hadamard.fwht_with`); None: vramlab's ``fwht``.
+    Computed in float32 at least (as QuaRot does), returned in the input dtype.
     """
 
-    def __init__(self, n: int, butterfly=None):
+    def __init__(self, n: int):
         super().__init__()
         _had.decompose(n)  # raises early for unsupported orders
-        if butterfly is not None and not callable(butterfly):
-            raise TypeError(f"butterfly must be a function or None, got {type(butterfly).__name__}.")
         self.n = n
-        self.butterfly = None if butterfly in (None, _had.fwht) else butterfly
 
     def forward(self, x):
-        return _fwht_keep_dtype(x, self.butterfly)
+        return _fwht_keep_dtype(x)
 
     def extra_repr(self) -> str:
-        who = "" if self.butterfly is None else f", butterfly={getattr(self.butterfly, '__name__', 'yours')}"
-        return f"n={self.n}{who}"
+        return f"n={self.n}"
 
 
 class HeadwiseHadamard(nn.Module):
@@ -181,8 +173,7 @@ class _Rotation:
 
 
 def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool = False,
-                 online_hadamard: bool = True, qk_hadamard: bool = True, vo_hadamard: bool = True,
-                 butterfly=None):
+                 online_hadamard: bool = True, qk_hadamard: bool = True, vo_hadamard: bool = True):
     """QuaRot-rotate a LLaMA-style causal LM; returns the rotated model (a copy unless ``inplace``).
 
     ``rotation``: ``"hadamard"`` (randomized Hadamard, seeded), ``"random"`` (random orthogonal,
@@ -190,10 +181,7 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
     still becomes ``Sequential(Identity, Linear)``). ``online_hadamard`` / ``qk_hadamard`` /
     ``vo_hadamard`` switch off single steps (for teaching and ablations); with ``rotation="none"``
     they are ignored. See the module docstring for every step. Each weight goes through fold and
-    rotations in float64 and is cast back to its dtype once. ``butterfly``: a function ``y -> y @ H_m /
-    sqrt(m)`` over the last dim (``m`` the power-of-two factor of ``intermediate_size``, 128 for 1536)
-    that the online Hadamard before down_proj runs at model scale (lab 01 passes the learner's own);
-    None: vramlab's ``fwht``.
+    rotations in float64 and is cast back to its dtype once.
 
     After the call ``model.vramlab_rotation`` records what was done (a dict).
     """
@@ -261,7 +249,7 @@ def rotate_model(model, rotation: str = "hadamard", seed: int = 0, inplace: bool
                         lin.bias.data = Q.right(lin.bias.detach().double()).to(lin.bias.dtype)
                 _set_weight(lin, W)
             if not isinstance(mlp.down_proj, nn.Sequential):
-                first = OnlineHadamard(inter, butterfly) if Hd is not None else nn.Identity()
+                first = OnlineHadamard(inter) if Hd is not None else nn.Identity()
                 mlp.down_proj = nn.Sequential(first, down)
             if rotated and qk_hadamard:
                 attn.vramlab_qk_transform = HeadwiseHadamard(head_dim)
