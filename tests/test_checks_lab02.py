@@ -250,6 +250,18 @@ def test_per_token_hint_for_the_unsigned_range_and_missing_dequantize(capsys):
     assert "multiply them back" in capsys.readouterr().out
 
 
+def test_per_token_hint_for_a_step_set_by_the_grids_negative_end(capsys):
+    """Exercise 1 asks the learner to choose the step: dividing by 2**(bits-1) (the negative end, 8 at 4 bits)
+    clamps a positive maximum; the hint names that, not the divisor."""
+    def negative_end(x, bits, clip):
+        s = (x.abs().amax(-1, keepdim=True) * clip / 2 ** (bits - 1)).clamp_min(1e-12)
+        return torch.clamp(torch.round(x / s), -2 ** (bits - 1), 2 ** (bits - 1) - 1) * s
+
+    assert not lab02.check_per_token_quantizer(negative_end)
+    out = capsys.readouterr().out
+    assert "both signs of the clipped range must fit" in out and "2**(bits-1) - 1" not in out
+
+
 @pytest.mark.parametrize("wrong, hint", [
     (kv_symmetric, "zero point"),
     (kv_per_token_not_grouped, "one range per group"),
