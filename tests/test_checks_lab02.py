@@ -250,6 +250,18 @@ def test_per_token_hint_for_the_unsigned_range_and_missing_dequantize(capsys):
     assert "multiply them back" in capsys.readouterr().out
 
 
+def test_per_token_hint_for_a_step_set_by_the_grids_negative_end(capsys):
+    """Exercise 1 asks the learner to choose the step: dividing by 2**(bits-1) (the negative end, 8 at 4 bits)
+    clamps a positive maximum; the hint names that, not the divisor."""
+    def negative_end(x, bits, clip):
+        s = (x.abs().amax(-1, keepdim=True) * clip / 2 ** (bits - 1)).clamp_min(1e-12)
+        return torch.clamp(torch.round(x / s), -2 ** (bits - 1), 2 ** (bits - 1) - 1) * s
+
+    assert not lab02.check_per_token_quantizer(negative_end)
+    out = capsys.readouterr().out
+    assert "both signs of the clipped range must fit" in out and "2**(bits-1) - 1" not in out
+
+
 @pytest.mark.parametrize("wrong, hint", [
     (kv_symmetric, "zero point"),
     (kv_per_token_not_grouped, "one range per group"),
@@ -267,3 +279,33 @@ def test_w16a4_prediction(capsys):
     out = capsys.readouterr().out
     assert out.startswith("PASS") and "79.3x too low" in out
     assert not lab02.check_w16a4_prediction(-1, 2379.4, 14.7)
+
+
+def _lab02_screens():
+    """Per cell of the complete lesson: its source and every output (the chart's JSON included), as text."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "02_w4a4kv4.ipynb").read_text("utf-8"))
+    return [("".join(c["source"]) + "\n" + json.dumps(c.get("outputs", []))) for c in nb["cells"]]
+
+
+def test_the_capstones_table_comes_after_its_check():
+    """Issue 29: the cached table (printed and charted) answered Exercise 4; no cell before the capstone's
+    check shows either perplexity the exercise reads or their ratio, and the table is printed after it."""
+    import re
+
+    from vramlab.quarot import quant
+
+    table = quant.load_quarot_table()
+    with_kv4 = quant.table_ppl(table, "W4A4KV4", "hadamard", "gptq")
+    without = quant.table_ppl(table, "W4A4", "hadamard", "gptq")
+    pct = 100 * (with_kv4 / without - 1)
+    answers = [f"{with_kv4:.2f}", f"{without:.2f}", f"{pct:.1f}", f"{pct:.2f}", f"{pct:.3f}"]
+    screens = _lab02_screens()
+    check = next(i for i, s in enumerate(screens) if "check_kv4_trade_off(my_trade_off)" in s)
+    for i, screen in enumerate(screens[:check]):
+        for answer in answers:
+            assert not re.search(rf"(?<![\d.]){re.escape(answer)}(?!\d)", screen), (i, answer)
+    printed = next(i for i, s in enumerate(screens) if "print(quant.format_table(table))" in s)
+    assert printed > check and f"{with_kv4:.2f}" in screens[printed]

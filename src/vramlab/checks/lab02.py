@@ -136,6 +136,11 @@ def check_per_token_quantizer(fn) -> CheckResult:
         s = (x.abs().amax(-1, keepdim=True) * clip / qmax).clamp_min(1e-12)
         return torch.clamp(torch.round(x / s), -qmax - 1, qmax) * s
 
+    def negative_end(x, bits, clip):  # the step set by the grid's negative end, 2**(bits-1) (8 at 4 bits)
+        qmax = 2 ** (bits - 1) - 1
+        s = (x.abs().amax(-1, keepdim=True) * clip / (qmax + 1)).clamp_min(1e-12)
+        return torch.clamp(torch.round(x / s), -qmax - 1, qmax) * s
+
     def no_clamp(x, bits, clip):
         qmax = 2 ** (bits - 1) - 1
         s = (x.abs().amax(-1, keepdim=True) * clip / qmax).clamp_min(1e-12)
@@ -152,6 +157,8 @@ def check_per_token_quantizer(fn) -> CheckResult:
         (per_feature, "that is one scale per feature (channel); here each token (row of the last dimension) "
                       "gets its own scale"),
         (unsigned_range, "a signed b-bit integer reaches only 2**(bits-1) - 1 on the positive side (7 at 4 bits)"),
+        (negative_end, "with that step a token whose largest magnitude is positive lands one level past the top "
+                       "of the signed grid and is clamped: both signs of the clipped range must fit"),
         (no_dequant, "you returned the integers q; multiply them back by the scale (quantize-dequantize)"),
         (no_clamp, "with clip < 1 the largest values land outside the grid: clamp the integers to the signed "
                    "b-bit range before scaling back"),
