@@ -361,12 +361,13 @@ def test_pass_lines_are_unchanged(capsys):
     """The committed notebooks store PASS lines and nbval compares them: reveal=False keeps them exact."""
     assert checks.check_kv4_bytes_per_token(6480)
     assert checks.check_cap_oom_reason("b")
-    assert checks.check_needed_gib(5.625)
+    assert checks.check_exactly_full(("b", "the pool keeps the null block for itself"))
     assert capsys.readouterr().out == (
         "PASS KV4 bytes per token: 6,480 bytes, as expected.\n"
         "PASS why a capped process runs out of memory: b: PyTorch's allocator refuses to reserve past fraction x "
         "total for this process, whatever the device has free.\n"
-        "PASS Qwen3-8B needed GiB at 40960: 5.625 GiB.\n")
+        "PASS the exactly-full refusal: b: the block pool keeps one block for itself (the null block, "
+        "vllm/v1/core/block_pool.py) and never lends it to a request: 15 blocks are usable, the request needs 16.\n")
 
 
 def test_direction_names_a_factor_only_with_its_misconception():

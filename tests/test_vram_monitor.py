@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import mmap
 import time
 
 import pytest
@@ -423,11 +424,14 @@ def test_phases_read_each_mark_from_the_samples():
         mon.mark("small")
         time.sleep(0.2)
         mon.mark("big")
-        blob = bytearray(64 << 20)        # 64 MiB that the process really touches
-        blob[::4096] = b"x" * len(blob[::4096])
+        # 64 MiB of fresh anonymous pages that the process really touches: a bytearray could reuse a free chunk of
+        # the heap that is already resident (a long-lived pytest worker has them), and then RSS would not move.
+        blob = mmap.mmap(-1, 64 << 20)
+        for i in range(0, 64 << 20, 4096):
+            blob[i] = 1
         time.sleep(0.3)
         mon.mark("free")
-        del blob
+        blob.close()
         gc.collect()
         time.sleep(0.2)
     finally:
