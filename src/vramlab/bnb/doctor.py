@@ -119,7 +119,8 @@ try:
     out["warnings"] = [str(w.message) for w in caught if "deprecated" not in str(w.message)]
     if out.get("torch_cuda") and not out.get("torch_hip"):
         # the binary bitsandbytes' own selection picks for this PyTorch (0.50.0+ cextension.py
-        # get_cuda_bnb_library_path: exact, else the nearest same-major one, or the override), also
+        # get_cuda_bnb_library_path: exact, else the highest same-major one below the runtime, else the lowest
+        # same-major one above it, or the override), also
         # on a machine where PyTorch sees no GPU: the doctor checks that file, not an exact-name guess
         try:
             from bitsandbytes.cuda_specs import CUDASpecs
@@ -396,7 +397,7 @@ def check_override(value: str | None, cuda_available: bool, bnb_dir: Path | None
     the doctor ever suggests, since any other one forces a runtime that may not be installed."""
     if value is None:
         return Finding("BNB_CUDA_VERSION", "ok", "not set: bitsandbytes picks the binary for torch.version.cuda (exact, else the "
-                       "nearest shipped one of the same major)")
+                       "highest shipped one below it of the same major, else the lowest above it)")
     shipped = shipped_binaries(bnb_dir)
     where = ("on this machine bitsandbytes fails to load its library" if cuda_available else
              "ignored here because PyTorch sees no CUDA device, but on a GPU machine bitsandbytes fails to load")
@@ -660,7 +661,8 @@ def diagnose(env: dict | None = None, probe_result: dict | None = None) -> Repor
                          "not found (no NVML)" + ("" if cuda else ": fine in CPU mode"),
                          fix=["nvidia-smi"] if cuda else []))
     # the binary bitsandbytes loads, or would load: what its own selection picked in the probe
-    # (get_cuda_bnb_library_path: exact match, else the nearest same-major one, or the override)
+    # (get_cuda_bnb_library_path: exact match, else the highest same-major one below the runtime, else the
+    # lowest same-major one above it, or the override)
     if p.get("lib_path") and "cuda" in Path(p["lib_path"]).name:
         binary = Path(p["lib_path"])
     elif p.get("predicted_binary") and Path(p["predicted_binary"]).exists():
