@@ -32,6 +32,7 @@ ANSWER_MARK = "ANSWER"
 # What an untouched exercise says instead of the expected value: the answer is revealed only after a
 # real attempt (a value that is not the stub's None / ... / NotImplementedError).
 NOT_DONE_EXPECTED = "your answer in place of the stub"
+NOT_DONE = "not done yet"   # the short form a check's "got" part shows for an untouched stub
 NOT_DONE_HINT = "this exercise is not done yet: replace the stub with your code, then run this cell again"
 # How checks spell an untouched value in their "got" text: None, "None (not done yet)", "ellipsis",
 # "Ellipsis (not a number)", "NoneType None", "NotImplementedError from the stub", "...".
@@ -605,6 +606,28 @@ def check_choice(name: str, got: Any, options: dict[str, str], correct: str | se
     if match in right:
         return report(name, True, want, f"{match}: {options[match]}")
     return report(name, False, want, repr(match), hint=options[match])
+
+
+def check_choice_and_reason(name: str, got: Any, options: dict[str, str], correct: str, reason_words: tuple[str, ...],
+                            reason: str, reason_hint: str) -> CheckResult:
+    """A ``(choice, why)`` pair: ``choice`` is judged by :func:`check_choice`; once it is right, ``why`` must hold
+    one of ``reason_words`` (the mechanism in the learner's words, never a number). ``reason`` names what the why
+    must give ("the mechanism"), ``reason_hint`` says what to write about, without the answer."""
+    if is_untouched(got):
+        return report(name, False, "a pair (choice, why)", f"None ({NOT_DONE})", value=got)
+    if isinstance(got, str):
+        return report(name, False, "a pair (choice, why)", f"only {got[:40]!r}",
+                      "add one sentence saying why, e.g. (\"x\", \"because ...\")")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return report(name, False, "a pair (choice, why)", fmt_number(got))
+    choice, why = got
+    result = check_choice(name, choice, options, correct, what="a letter from the list above")
+    if not result.passed:
+        return result
+    text = str(why).lower() if isinstance(why, str) else ""
+    if not any(w in text for w in reason_words):
+        return report(name, False, f"a why that names {reason}", repr(why)[:80], reason_hint)
+    return result
 
 
 # --------------------------------------------------------------------------- learners' code at model scale

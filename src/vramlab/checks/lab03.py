@@ -16,14 +16,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vramlab.checks._core import (CheckResult, as_float, call_learner, check_choice, direction, exercise, fmt_number,
+from vramlab.checks._core import (CheckResult, as_float, call_learner, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number,
                                   is_untouched, report)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
 __all__ = ["check_prediction", "check_kv_bytes_from_config", "check_startup_prediction", "check_three_fixes",
            "check_exactly_full", "check_two_engines"]
 
-NOT_DONE = "not done yet"
 GiB = 2**30
 CPU_BLOCK_SIZE = 128   # vllm/platforms/cpu.py (0.32.0): the CPU backend's KV block is 128 tokens
 
@@ -354,23 +353,8 @@ def check_exactly_full(got: Any) -> CheckResult:
     """``(choice, why)``: why 16 blocks of 128 tokens refuse one request of 2,048 tokens. ``choice`` is one of
     :data:`EXACTLY_FULL_OPTIONS`; ``why`` is checked for the mechanism (a block the pool holds back), not for
     a number."""
-    name = "the exactly-full refusal"
-    if is_untouched(got):
-        return report(name, False, "a pair (choice, why)", f"None ({NOT_DONE})", value=got)
-    if isinstance(got, str):
-        return report(name, False, "a pair (choice, why)", f"only {got[:40]!r}",
-                      "add one sentence saying why, e.g. (\"x\", \"because ...\")")
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        return report(name, False, "a pair (choice, why)", fmt_number(got))
-    choice, why = got
-    result = check_choice(name, choice, EXACTLY_FULL_OPTIONS, "b", what="a letter from the list above")
-    if not result.passed:
-        return result
-    text = str(why).lower() if isinstance(why, str) else ""
-    if not any(w in text for w in _NULL_WORDS):
-        return report(name, False, "a why that names the mechanism", repr(why)[:80],
-                      "say what the pool does with one of its blocks, in your words")
-    return result
+    return check_choice_and_reason("the exactly-full refusal", got, EXACTLY_FULL_OPTIONS, "b", _NULL_WORDS,
+                                   "the mechanism", "say what the pool does with one of its blocks, in your words")
 
 
 # ------------------------------------------------------------------------ exercise 5 (capstone): two engines

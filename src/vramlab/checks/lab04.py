@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, check_choice, direction, exercise, fmt_number, is_untouched, report
+from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
 
 __all__ = ["check_prediction", "check_resident_requests", "check_preempted_request", "check_log_triage",
            "check_oom_reading", "check_seqs_design"]
 
-NOT_DONE = "not done yet"
 
 # The lab's burst, run on the engine (SmolLM2-135M, CPU backend) and in vramlab's simulator: 16 blocks of 128
 # tokens (num_gpu_blocks_override), 8 requests of 120 prompt tokens that each generate 20 (ignore_eos).
@@ -102,18 +101,8 @@ def _preempted_answer(**_) -> str:
 def check_preempted_request(got: Any) -> CheckResult:
     """``(choice, why)``: which running request V1 drops when one needs a block and the pool has none; ``why`` is
     checked for the rule (arrival order, the end of the running queue), not for a number."""
-    name = "which request is preempted"
-    if is_untouched(got):
-        return report(name, False, "a pair (choice, why)", f"None ({NOT_DONE})", value=got)
-    if isinstance(got, str):
-        return report(name, False, "a pair (choice, why)", f"only {got[:40]!r}",
-                      "add one sentence saying why, e.g. (\"x\", \"because ...\")")
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        return report(name, False, "a pair (choice, why)", fmt_number(got))
-    choice, why = got
-    result = check_choice(name, choice, PREEMPT_OPTIONS, "c", what="a letter from the list above")
-    if not result.passed:
-        return result
+    return check_choice_and_reason("which request is preempted", got, PREEMPT_OPTIONS, "c", _NEWEST_WORDS, "the rule",
+                                   "say how the scheduler orders the running requests and which end it takes from")
     text = str(why).lower() if isinstance(why, str) else ""
     if not any(w in text for w in _NEWEST_WORDS):
         return report(name, False, "a why that names the rule", repr(why)[:80],
