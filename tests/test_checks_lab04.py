@@ -29,7 +29,7 @@ SOLUTIONS = {
     "check_preempted_request": ("c", "the newest running request, the last in the queue, is popped"),
     "check_log_triage": {"A": "one request does not fit", "B": "no room for any block", "C": "pressure under load"},
     "check_oom_reading": READING,
-    "check_seqs_design": {"max_num_seqs": lab04.best_seqs(), "preemptions": 3},
+    "check_seqs_design": {"max_num_seqs": 3, "preemptions": 1},   # the engine's own runs (results/vllm/)
 }
 
 
@@ -65,11 +65,25 @@ WRONG = {
                           ({"A": ("fragmentation", "cache")}, "every message"),
                           ("fragmentation", "write a dict")],
     "check_seqs_design": [({"max_num_seqs": 8, "preemptions": 3}, "runs dry"),
-                          ({"max_num_seqs": 1, "preemptions": 3}, "takes longer"),
+                          ({"max_num_seqs": 1, "preemptions": 3}, "more steps than it needs"),
+                          ({"max_num_seqs": 3, "preemptions": 3}, "not that count"),
+                          ({"max_num_seqs": 3, "preemptions": 0.5}, "a whole number of preemptions"),
                           ({"max_num_seqs": 2.5, "preemptions": 3}, "a whole max_num_seqs"),
                           ({"max_num_seqs": 2}, "two keys")],
 }
 STUBS = [None, lambda *a: None]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel():
+    """Each test starts as a fresh kernel would: no burst run yet, no capstone design passed."""
+    from vramlab.serving.paged import forget_bursts
+
+    forget_bursts()
+    lab04._PASSED_DESIGNS.clear()
+    yield
+    forget_bursts()
+    lab04._PASSED_DESIGNS.clear()
 
 
 def test_every_check_is_exported_and_covered():
@@ -132,3 +146,87 @@ def test_each_wrong_choice_names_no_other_choice(capsys):
         assert result.passed == (label == "c")
         others = [o for o in lab04.PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
         assert not others, out
+
+
+def test_the_capstones_answer_is_what_the_engine_and_the_simulator_give():
+    """The graded design: 3 finishes soonest with no preemption, and 8 costs one preemption, as the engine's own
+    recorded runs of this burst show (cell 21 of the lesson runs them again)."""
+    from vramlab.serving.engine import EngineConfig, Request
+    from vramlab.serving.recorded import runs
+
+    outcomes = lab04._seqs_outcomes()
+    assert lab04._best_seqs() == 3 and outcomes[3] == (0, 40) and outcomes[8][0] == 1
+    assert all(outcomes[k][0] for k in range(4, 9)) and all(outcomes[k][1] > 40 for k in (1, 2))
+    burst = [Request(tuple([300 + i] * p), n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)]
+    pools = [EngineConfig(model="smollm2-135m", max_model_len=1024, kv_cache_space_gib=1, num_gpu_blocks_override=10,
+                          max_num_seqs=k) for k in (3, 8)]
+    on_engine = runs(pools, bursts=[burst, burst], live=False)
+    assert [r.metrics["num_preemptions"] for r in on_engine] == [0, 1]
+    assert [len(r.steps) for r in on_engine] == [40, 30]
+
+
+def test_a_design_read_off_a_run_of_this_burst_is_refused_unless_it_passed_before(capsys):
+    """The prediction is made by hand: once the simulator (or the engine) has run this very burst in the kernel, a
+    new design is refused as a reading; a design that passed before the run still passes (Run All again)."""
+    from vramlab.serving.paged import Request, simulate
+
+    right = {"max_num_seqs": 3, "preemptions": 1}
+    simulate(10, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], max_num_seqs=8,
+             block_size=128)
+    assert not lab04.check_seqs_design(right)
+    out = capsys.readouterr().out
+    assert "a reading, not a prediction" in out and "reveal=True" in out
+    # another burst, or the same requests on another pool, does not count
+    from vramlab.serving.paged import forget_bursts
+
+    forget_bursts()
+    simulate(12, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)
+    simulate(10, [Request(i, 120, 20) for i in range(8)], block_size=128)
+    assert lab04.check_seqs_design(right)
+    simulate(10, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)
+    assert lab04.check_seqs_design(right)                                   # passed before the run: still passes
+    assert not lab04.check_seqs_design({"max_num_seqs": 3, "preemptions": 2})
+    assert "a reading" in capsys.readouterr().out
+
+
+def test_the_engine_runs_count_as_runs_of_the_burst_live_or_replayed(capsys):
+    from vramlab.serving.engine import EngineConfig, Request
+    from vramlab.serving.recorded import runs
+
+    burst = [Request(tuple([300 + i] * p), n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)]
+    cfg = EngineConfig(model="smollm2-135m", max_model_len=1024, kv_cache_space_gib=1, num_gpu_blocks_override=10,
+                       max_num_seqs=8)
+    runs([cfg], bursts=[burst], live=False)
+    assert not lab04.check_seqs_design({"max_num_seqs": 3, "preemptions": 1})
+    assert "a reading" in capsys.readouterr().out
+
+
+def test_a_wrong_max_num_seqs_is_told_why_once_then_not_it_with_the_hints(capsys):
+    """Issue 29: two reasons (one each way) would single out the answer among 8 values, so only the first wrong
+    max_num_seqs is told why it fails; later ones hear "not it" and the next hint. A wrong count of preemptions
+    never hears a direction."""
+    outs = []
+    for k in (5, 1, 8, 2):
+        assert not lab04.check_seqs_design({"max_num_seqs": k, "preemptions": 1})
+        outs.append(capsys.readouterr().out)
+    assert "runs dry" in outs[0]
+    for out in outs[1:]:
+        assert "runs dry" not in out and "more steps" not in out and "not it" in out, out
+    assert "open Hint 1" in outs[1] and "open Hint 2" in outs[2] and "open Hint 3" in outs[3]
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    for p in (0, 5, 2, 40):
+        assert not lab04.check_seqs_design({"max_num_seqs": 3, "preemptions": p})
+        out = capsys.readouterr().out
+        assert not re.search(r"too (high|low|many|few)|fewer|more than", out), out
+
+
+def test_capstone_seqs_is_yours_after_a_pass_vramlabs_after_a_reveal_and_refused_before(capsys):
+    right = {"max_num_seqs": 3, "preemptions": 1}
+    assert lab04.capstone_seqs(lab04.check_seqs_design(right), right) == 3
+    revealed = lab04.check_seqs_design({"max_num_seqs": 8, "preemptions": 0}, reveal=True)
+    assert not revealed and lab04.capstone_seqs(revealed, None) == 3
+    assert "ANSWER" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="run its check first"):
+        lab04.capstone_seqs(lab04.check_seqs_design({"max_num_seqs": 8, "preemptions": 0}), None)

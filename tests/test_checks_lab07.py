@@ -94,7 +94,7 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
     result = getattr(lab07, name)(STUBS[stub])
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
-    assert "expected binary_missing" not in out and "v_proj" not in out and "No compatible" not in out
+    assert "expected binary_missing" not in out and "v_proj" not in out and "lib64" not in out
 
 
 def test_log_label_hints_name_the_symptom(capsys):
@@ -129,34 +129,64 @@ def test_diagnosis_judges_the_evidence_line_and_the_fix(capsys):
     from vramlab.bnb import logs
 
     cause = _log_line("bitsandbytes library load error")
-    assert "libbitsandbytes_cuda102.so" in cause
-    # the log is one the lab shows nowhere before its exercise, and the doctor agrees with the check
-    assert logs.explain_log(logs.corpus_entry(lab07.DIAGNOSIS_LOG)["text"]).label == "binary_missing_for_cuda_version"
-    assert lab07.check_diagnosis({"evidence": cause, "fix": "e"})
-    assert lab07.check_diagnosis({"evidence": "  " + _log_line("Original error:") + " ", "fix": " E"})
+    assert "libcudart.so.12" in cause
+    # a root cause that neither Exercise 3 nor Exercise 4 had, and the doctor agrees with the check
+    full = logs.corpus_entry(lab07.DIAGNOSIS_LOG)["text"]
+    label = logs.explain_log(full).label
+    assert label == "cuda_runtime_dependency_missing"
+    assert label not in {logs.explain_log(logs.corpus_entry(e)["text"]).label
+                         for e in (lab07.LABEL_EXERCISE_LOG, lab07.FIX_EXERCISE_LOG)}
+    # the learner sees bitsandbytes' lines only: vramlab's first line, which names the cause, is cut
+    shown = lab07.unseen_log()
+    assert full.startswith("chosen: ") and "chosen" not in shown and "dynamic loader cannot find" not in shown
+    assert "BNB_CUDA_VERSION" not in shown     # no override: the evidence Exercise 4's fix needs is absent
+    assert lab07.check_diagnosis({"evidence": cause, "fix": "d"})
+    assert lab07.check_diagnosis({"evidence": "  " + _log_line("Original error:") + " ", "fix": " D"})
+    assert lab07.check_diagnosis({"evidence": _log_line("Missing dependency"), "fix": "d"})
     capsys.readouterr()
     wrong_lines = {  # a line that is not the cause -> words of why
-        "Attempted to use bitsandbytes native library": "first call",
-        "checked the code out from source": "guess",
-        "COMPILE FROM SOURCE": "advice",
         "Native code method attempted": "noticed",
-        "python -m bitsandbytes": "states no cause",
+        "runtime libraries were not found": "names the file",
+        "python -m bitsandbytes": "diagnostic",
+        "export LD_LIBRARY_PATH": "advice",
+        "Include ALL version info": "states no cause",
     }
     for mark, words in wrong_lines.items():
         reset_tries()
-        result = lab07.check_diagnosis({"evidence": _log_line(mark), "fix": "e"})
+        result = lab07.check_diagnosis({"evidence": _log_line(mark), "fix": "d"})
         out = capsys.readouterr().out
-        assert not result.passed and words in out and "CUDA 10" not in out and "cuda102" not in out, (mark, out)
-    for letter, words in {"a": "CPU-only", "b": "LD_LIBRARY_PATH", "c": "two runtimes", "d": "newer"}.items():
+        assert not result.passed and words in out and "toolkit" not in out, (mark, out)
+    for letter, words in {"a": "has none", "b": "libcudart.so.13", "c": "was there", "e": "same missing file"}.items():
         reset_tries()
         result = lab07.check_diagnosis({"evidence": cause, "fix": letter})
-        out = capsys.readouterr().out
-        assert not result.passed and words in out.split("Hint:")[1] and "PyTorch built" not in out, (letter, out)
-    for bad, words in (({"evidence": "no such line", "fix": "e"}, "copy one whole line"),
+        hint = capsys.readouterr().out.split("Hint:")[1]
+        assert not result.passed and words in hint, (letter, hint)
+        for giveaway in ("toolkit", "lib64", "LD_LIBRARY_PATH", "search path", "?"):   # nothing points at the fix
+            assert giveaway not in hint, (letter, giveaway, hint)
+    for bad, words in (({"evidence": "no such line", "fix": "d"}, "copy one whole line"),
                        ({"evidence": cause, "fix": "z"}, "one of the letters"),
-                       ({"evidence": cause}, "exactly the keys"), ("e", "exactly the keys"),
-                       ({"evidence": 42, "fix": "e"}, "copy one whole line")):
+                       ({"evidence": cause}, "exactly the keys"), ("d", "exactly the keys"),
+                       ({"evidence": 42, "fix": "d"}, "copy one whole line"),
+                       ({"evidence": full.splitlines()[0], "fix": "d"}, "copy one whole line")):
         assert not lab07.check_diagnosis(bad) and words in capsys.readouterr().out, bad
+
+
+def test_diagnosis_stops_explaining_wrong_fixes_after_two_tries_and_offers_the_hints(capsys):
+    """Issue 29: trying the letters one by one explains the first two wrong fixes only; from the third wrong try
+    the check says only that it is not it, and offers the next hint tier; a pass starts the count again."""
+    reset_tries()
+    cause = _log_line("bitsandbytes library load error")
+    outs = []
+    for letter in ("a", "b", "c", "e"):
+        assert not lab07.check_diagnosis({"evidence": cause, "fix": letter})
+        outs.append(capsys.readouterr().out)
+    assert "has none" in outs[0] and "libcudart.so.13" in outs[1]
+    assert "was there" not in outs[2] and "same missing file" not in outs[3]
+    assert all("not that fix" in out for out in outs[2:])
+    assert "open Hint 1" in outs[1] and "open Hint 2" in outs[2] and "open Hint 3" in outs[3]
+    assert lab07.check_diagnosis({"evidence": cause, "fix": "d"})
+    capsys.readouterr()
+    assert not lab07.check_diagnosis({"evidence": cause, "fix": "a"}) and "has none" in capsys.readouterr().out
 
 
 def test_cheapest_design_passes_the_target_in_the_fewest_bytes_and_measures_once(measured, capsys):

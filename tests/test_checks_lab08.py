@@ -24,7 +24,8 @@ _SCORES = _B * _H * _L * _L                          # elements of one [B, H, L,
 _MATH = _FIXED + _SCORES * (4 + 4 + 1) + _L * _L * 4 + 3 * _B * _H * _L * 64 * 4   # fp32 scores + softmax + bool,
 #                                                    # the float32 causal mask, q and the repeated k, v in float32
 _EAGER = _FIXED + _SCORES * (2 + 4 + 2) + _B * _L * _L * 2   # bf16 scores, fp32 softmax, its bf16 copy, bf16 mask
-SOLUTIONS["check_t4_plan"] = {"sdpa_mib": _MATH / 2**20, "eager_mib": _EAGER / 2**20, "choice": "eager"}
+SOLUTIONS["check_t4_plan"] = {"sdpa_mib": _MATH / 2**20, "eager_mib": _EAGER / 2**20, "choice": "eager",
+                              "why": "a T4 has no fused bf16 kernel, so sdpa runs the math path in float32"}
 WRONG = {
     "check_oom_numbers": {"tried_gib": 2.0, "free_gib": 406.38 / 1024, "reserved_gib": 11.18},  # allocated only
     "check_reserved_prediction": {"default": "256 MiB", "expandable": 140},                      # not a number
@@ -34,6 +35,18 @@ WRONG = {
 }
 # the lab's own stub first (notebook 08, exercise "read the OOM message"), then other untouched shapes
 STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel():
+    """Each test starts as a fresh kernel would: no shape dry-run yet, no capstone plan passed."""
+    from vramlab.vram.dryrun import forget_shapes
+
+    forget_shapes()
+    lab08._PASSED_PLANS.clear()
+    yield
+    forget_shapes()
+    lab08._PASSED_PLANS.clear()
 
 
 def test_every_check_is_exported_and_covered():
@@ -228,11 +241,14 @@ def _t4_secrets() -> list[str]:
 
 
 def test_t4_reference_is_the_dry_run_of_the_setup_on_the_math_kernel():
-    sdpa, eager = lab08.t4_reference("sdpa"), lab08.t4_reference("eager")
+    from vramlab.vram.dryrun import shape_was_run
+
+    sdpa, eager = lab08._t4_reference("sdpa"), lab08._t4_reference("eager")
     assert (sdpa.batch_size, sdpa.seq_len, sdpa.dtype, sdpa.gpu) == (4, 4096, "bfloat16", "T4")
     assert sdpa.sdpa_kernel == "math" and eager.attn_implementation == "eager"
     assert "self_attn" in sdpa.peak["module"] and "self_attn" in eager.peak["module"]
     assert sdpa.peak_bytes > 1.05 * eager.peak_bytes     # the 5% bands do not overlap: the order is decided
+    assert not shape_was_run(4, 4096, "bfloat16")       # the check's own runs are not the learner's
 
 
 def test_t4_solution_is_close_and_the_answer_names_the_lower_one(capsys):
@@ -253,11 +269,11 @@ def test_t4_wrong_attempts_fail_without_the_answer(attempt, capsys):
 
 
 def test_t4_a_flash_or_old_release_number_is_named_without_the_decision(capsys):
-    flash = lab08.t4_reference("sdpa", gpu="A100").peak_bytes / 2**20
+    flash = lab08._t4_reference("sdpa", gpu="A100").peak_bytes / 2**20
     assert not checks.check_t4_plan({**T4, "sdpa_mib": flash})
     out = capsys.readouterr().out
     assert "A100's kernel" in out and "eager ok" in out and "math" not in out, out
-    old = lab08.t4_reference("sdpa", torch_version="2.5").peak_bytes / 2**20
+    old = lab08._t4_reference("sdpa", torch_version="2.5").peak_bytes / 2**20
     assert not checks.check_t4_plan({**T4, "sdpa_mib": old})
     assert "torch 2.5" in capsys.readouterr().out
     assert not checks.check_t4_plan({**T4, "eager_mib": T4["eager_mib"] * 2**20})
@@ -280,3 +296,40 @@ def test_t4_reveal_shows_the_answer(capsys):
     verdict, answer = capsys.readouterr().out.rstrip("\n").split("\n")
     assert verdict.startswith("FAIL ") and answer.startswith("ANSWER ") and result.revealed
     assert all(s in answer for s in _t4_secrets()[2:])
+
+
+def test_t4_a_plan_stored_after_a_dry_run_of_this_shape_is_refused_unless_it_passed_before(capsys):
+    """The prediction comes first: once dry_run has run 4 x 4,096 bf16 tokens in the kernel (any GPU, either
+    implementation), a new plan is refused as a reading; a plan that passed before still passes (Run All again)."""
+    from vramlab.vram.dryrun import dry_run, forget_shapes
+
+    dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", attn_implementation="eager", gpu="A100")
+    assert not checks.check_t4_plan(T4)
+    out = capsys.readouterr().out
+    assert "a reading, not a prediction" in out and "reveal=True" in out
+    assert not any(s in out for s in _t4_secrets()), out
+    forget_shapes()
+    dry_run("smollm2-135m", batch_size=8, seq_len=2048, dtype="bfloat16")      # Exercise 4's shape does not count
+    assert checks.check_t4_plan(T4)
+    dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", gpu="T4")
+    assert checks.check_t4_plan(T4)                                             # passed before the dry run
+    assert not checks.check_t4_plan({**T4, "sdpa_mib": T4["sdpa_mib"] + 1})
+    assert "a reading" in capsys.readouterr().out
+
+
+def test_t4_why_is_checked_for_the_mechanism_not_a_number(capsys):
+    for why in ("it is lower", "6114 vs 5470 MiB", "eager uses less memory here"):
+        assert not checks.check_t4_plan({**T4, "why": why})
+        out = capsys.readouterr().out
+        assert "names the mechanism" in out and "math" not in out.split("Hint:")[1], out
+    assert not checks.check_t4_plan({**T4, "why": "eager"}) and "one sentence" in capsys.readouterr().out
+    assert checks.check_t4_plan({**T4, "why": "sdpa upcasts to fp32 on this GPU"})
+
+
+def test_t4_comparison_waits_for_a_pass_or_a_reveal(capsys):
+    lab08.t4_comparison(checks.check_t4_plan({**T4, "choice": "sdpa"}))
+    out = capsys.readouterr().out
+    assert "appears here once Exercise 5 passes" in out and not any(s in out for s in _t4_secrets()), out
+    lab08.t4_comparison(checks.check_t4_plan(T4))
+    out = capsys.readouterr().out
+    assert "T4    sdpa" in out and "math" in out and all(s in out for s in _t4_secrets()[:2]), out

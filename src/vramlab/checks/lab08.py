@@ -302,30 +302,37 @@ def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
 T4_SETUP = {"model": "smollm2-135m", "batch_size": 4, "seq_len": 4096, "dtype": "bfloat16", "gpu": "T4",
             "torch_version": "2.13"}
 T4_IMPLEMENTATIONS = ("sdpa", "eager")
-T4_KEYS = ("sdpa_mib", "eager_mib", "choice")
+T4_KEYS = ("sdpa_mib", "eager_mib", "choice", "why")
 #: A peak passes within 5% of the dry run's: at this shape the two peaks are about 12% apart, so two numbers that
 #: pass are always in the right order, and the choice can be judged on the learner's own numbers.
 T4_TOL = 0.05
+#: Words of the mechanism a "why" must name: the T4 runs sdpa's math path, upcast to float32 (torch 2.5+).
+T4_REASON_WORDS = ("math", "float32", "fp32", "32-bit", "upcast", "full precision", "no fused", "no flash",
+                   "not flash", "without flash", "no memory-efficient")
+# Plans that passed before this shape was dry-run here: re-running the cell after the comparison still passes.
+_PASSED_PLANS: set[tuple[float, float, str]] = set()
 
 
 @functools.lru_cache(maxsize=4)
-def t4_reference(attn_implementation: str, torch_version: str = "2.13", gpu: str = "T4"):
+def _t4_reference(attn_implementation: str, torch_version: str = "2.13", gpu: str = "T4"):
     """The dry run of :data:`T4_SETUP` with ``attn_implementation`` (a ``MemoryTrace``; about 1 s each once
-    transformers is imported). ``torch_version`` / ``gpu`` other than the setup's are for the checks' hints."""
-    from vramlab.vram.dryrun import dry_run
+    transformers is imported), not remembered as a dry run of the learner's. ``torch_version`` / ``gpu`` other
+    than the setup's are for the checks' hints."""
+    from vramlab.vram.dryrun import dry_run, unrecorded
 
     setup = {k: v for k, v in T4_SETUP.items() if k not in ("model", "torch_version", "gpu")}
-    return dry_run(T4_SETUP["model"], attn_implementation=attn_implementation, torch_version=torch_version,
-                   gpu=gpu, **setup)
+    with unrecorded():
+        return dry_run(T4_SETUP["model"], attn_implementation=attn_implementation, torch_version=torch_version,
+                       gpu=gpu, **setup)
 
 
 def _t4_peaks_mib() -> dict[str, float]:
-    return {impl: t4_reference(impl).peak_bytes / MiB for impl in T4_IMPLEMENTATIONS}
+    return {impl: _t4_reference(impl).peak_bytes / MiB for impl in T4_IMPLEMENTATIONS}
 
 
 def _t4_answer(**_) -> str:
     peaks = _t4_peaks_mib()
-    at = {impl: t4_reference(impl).peak for impl in T4_IMPLEMENTATIONS}
+    at = {impl: _t4_reference(impl).peak for impl in T4_IMPLEMENTATIONS}
     lower = min(peaks, key=peaks.get)
     return ("{{'sdpa_mib': {sdpa:.0f}, 'eager_mib': {eager:.0f}, 'choice': '{lower}'}}: on a T4 (sm_75) neither "
             "flash nor memory-efficient attention takes bf16 (both need sm_80 for it; the efficient kernel also "
@@ -342,8 +349,8 @@ def _t4_hint(impl: str, value: float, want: float, name: str) -> str:
     if any(_ratio_is(ratio, u) for u in (2**20, 1 / 1024)):
         return f"{impl}_mib looks like bytes or GiB: the plan wants MiB"
     if impl == "sdpa":
-        flash = t4_reference("sdpa", gpu="A100").peak_bytes / MiB
-        old = t4_reference("sdpa", torch_version="2.5").peak_bytes / MiB
+        flash = _t4_reference("sdpa", gpu="A100").peak_bytes / MiB
+        old = _t4_reference("sdpa", torch_version="2.5").peak_bytes / MiB
         if abs(value - flash) <= T4_TOL * flash:
             return ("sdpa_mib matches what an A100's kernel would peak at for this shape: is that the kernel a T4 "
                     "(compute capability 7.5) runs for bf16 with grouped-query heads?")
@@ -354,22 +361,32 @@ def _t4_hint(impl: str, value: float, want: float, name: str) -> str:
             "implementation, with their shapes and dtypes")
 
 
+def _shape_already_run() -> bool:
+    from vramlab.vram.dryrun import shape_was_run
+
+    return shape_was_run(T4_SETUP["batch_size"], T4_SETUP["seq_len"], T4_SETUP["dtype"])
+
+
 @exercise("lab08", 5, _t4_answer)
 def check_t4_plan(plan: Any) -> CheckResult:
-    """``plan``: ``{"sdpa_mib": MiB, "eager_mib": MiB, "choice": "sdpa" or "eager"}``: the prefill peak of
-    ``memory_allocated`` you predict for :data:`T4_SETUP` with each ``attn_implementation``, and the one you
-    would load. Each peak is judged against the dry run computed now (within 5%); once both pass, the choice must
-    be the lower of your two numbers. A wrong peak is told its direction (two tries) and a known mistake it
-    matches, never its value."""
+    """``plan``: ``{"sdpa_mib": MiB, "eager_mib": MiB, "choice": "sdpa" or "eager", "why": "<one sentence>"}``: the
+    prefill peak of ``memory_allocated`` you predict for :data:`T4_SETUP` with each ``attn_implementation``, the one
+    you would load, and why it peaks lower there. Each peak is judged against the dry run the check computes now
+    (within 5%); once both pass, the choice must be the lower of your two numbers, and the why must name the
+    mechanism (:data:`T4_REASON_WORDS`), not a number. A wrong peak is told its direction (two tries) and a known
+    mistake it matches, never its value.
+
+    A prediction comes before the dry run: a plan stored after ``dry_run`` ran this very shape (4 x 4,096 tokens,
+    bf16) in this kernel is refused as a reading (a plan that passed before that still passes)."""
     name = "a T4 plan (capstone)"
-    kind = "two peaks in MiB and a choice"
+    kind = "two peaks in MiB, a choice and why"
     if not isinstance(plan, dict):
         return report(name, False, f"a dict with keys {', '.join(T4_KEYS)}", fmt_number(plan),
                       "fill in the dict in the exercise cell", value=plan)
     if set(plan) <= set(T4_KEYS) and all(is_untouched(plan.get(k)) for k in plan):
         return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None (two numbers of MiB, one name), then run "
-                                     "this cell again")
+                      untouched_hint="not done yet: replace each None (two numbers of MiB, one name, one "
+                                     "sentence), then run this cell again")
     unknown = [str(k) for k in plan if k not in T4_KEYS]
     missing = [k for k in T4_KEYS if k not in plan]
     if unknown or missing:
@@ -389,6 +406,16 @@ def check_t4_plan(plan: Any) -> CheckResult:
         return report(name, False, "choice as one of the two attn_implementation names",
                       f"choice={fmt_number(plan['choice'])}", "write the name you would pass to from_pretrained, "
                       "as a string")
+    why = plan["why"] if isinstance(plan["why"], str) else ""
+    if len(why.split()) < 3:
+        return report(name, False, "why as one sentence", repr(plan["why"])[:60],
+                      "say in one sentence why the implementation you chose peaks lower on this GPU")
+    key = (round(values["sdpa"], 3), round(values["eager"], 3), choice)
+    if _shape_already_run() and key not in _PASSED_PLANS:
+        return report(name, False, "a plan predicted before any dry run of this shape",
+                      "a plan stored after dry_run ran 4 x 4,096 bf16 tokens in this kernel",
+                      "that is a reading, not a prediction: predict from the config and the kernels as the hints "
+                      "say, or ask for the answer with reveal=True")
     want = _t4_peaks_mib()
     wrong = [impl for impl in T4_IMPLEMENTATIONS if abs(values[impl] - want[impl]) > T4_TOL * want[impl]]
     if wrong:
@@ -399,5 +426,25 @@ def check_t4_plan(plan: Any) -> CheckResult:
     if choice != mine:
         return report(name, False, kind, f"both peaks ok, choice {choice}",
                       "your choice is not the implementation your own two numbers say peaks lower")
+    if not any(w in why.lower() for w in T4_REASON_WORDS):
+        return report(name, False, "a why that names the mechanism", repr(why)[:80],
+                      "not the numbers: say what the attention of the other implementation does on this GPU that "
+                      "costs it more")
+    _PASSED_PLANS.add(key)
     return report(name, True, kind, f"sdpa {values['sdpa']:,.0f} MiB, eager {values['eager']:,.0f} MiB "
                                     f"(dry run {want['sdpa']:,.0f} and {want['eager']:,.0f}): {choice}")
+
+
+def t4_comparison(result: Any) -> None:
+    """Print the capstone's dry runs (A100 and T4, sdpa and eager) once Exercise 5 passed or was revealed; before
+    that, print one line saying so. ``result``: Exercise 5's :class:`CheckResult`."""
+    if not (result or getattr(result, "revealed", False)):
+        print("The comparison appears here once Exercise 5 passes (or after reveal=True).")
+        return
+    print(f"{'GPU':<6}{'attention':<10}{'kernel':>8}{'peak (MiB)':>12}  where the peak is")
+    for gpu in ("A100", "T4"):
+        for impl in T4_IMPLEMENTATIONS:
+            t = _t4_reference(impl, gpu=gpu)
+            print(f"{gpu:<6}{impl:<10}{t.sdpa_kernel or '-':>8}{t.peak_bytes / MiB:>12,.0f}  "
+                  f"{t.peak['module']} ({t.peak['op']})")
+    print("dry runs of SmolLM2-135M, bf16, 4 x 4,096, torch 2.13 kernels; computed on the meta device, no GPU")

@@ -495,6 +495,28 @@ def burst(n: int = 32, seed: int = 0, prompt: tuple[int, int] = (64, 512), outpu
             for i in range(n)]
 
 
+# Bursts run in this process (the simulator here, the engine through vramlab.serving.recorded.runs), keyed by the
+# pool and the requests' shapes in arrival order. A capstone's check reads it to tell a prediction made by hand
+# from one read off a run of that very burst (vramlab.checks.lab04.check_seqs_design).
+_BURSTS_RUN: set[tuple[int | None, tuple[tuple[int, int], ...]]] = set()
+
+
+def note_burst(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> None:
+    """Remember that a burst of ``shapes`` (``(prompt tokens, new tokens)`` per request, in arrival order) ran on a
+    pool of ``num_blocks`` blocks in this process."""
+    _BURSTS_RUN.add((num_blocks, tuple((int(p), int(n)) for p, n in shapes)))
+
+
+def burst_was_run(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> bool:
+    """Whether :func:`simulate` (or the engine, through ``recorded.runs``) ran this burst on this pool here."""
+    return (num_blocks, tuple((int(p), int(n)) for p, n in shapes)) in _BURSTS_RUN
+
+
+def forget_bursts() -> None:
+    """Forget every burst run so far (a fresh kernel; the tests call it)."""
+    _BURSTS_RUN.clear()
+
+
 def simulate(num_blocks: int, requests: list[Request], block_size: int = 16, max_num_seqs: int = 256,
              max_num_batched_tokens: int = 2048, max_model_len: int | None = None,
              enable_prefix_caching: bool = True) -> SimResult:
@@ -511,9 +533,11 @@ def simulate(num_blocks: int, requests: list[Request], block_size: int = 16, max
     if not isinstance(requests, (list, tuple)) or not all(isinstance(r, Request) for r in requests):
         raise ValueError("`requests` must be a list of Request objects (e.g. from burst()).")
     fresh = [Request(r.rid, r.prompt_len, r.max_new_tokens, r.arrival) for r in requests]
+    note_burst(num_blocks, [(r.prompt_len, r.max_new_tokens) for r in requests])
     return Scheduler(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, max_model_len,
                      enable_prefix_caching).run(fresh)
 
 
-__all__ = ["Request", "BlockPool", "Scheduler", "StepRecord", "SimResult", "burst", "simulate", "V1_PREEMPTION_METRIC",
+__all__ = ["Request", "BlockPool", "Scheduler", "StepRecord", "SimResult", "burst", "simulate", "note_burst",
+           "burst_was_run", "forget_bursts", "V1_PREEMPTION_METRIC",
            "V1_REQUEST_PREEMPTION_METRIC"]

@@ -106,9 +106,14 @@ def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None
     Prints one line saying which. With ``VRAMLAB_RECORD=1`` every live run is saved under :data:`RESULTS`.
     Raises ValueError (one sentence) for a config with neither an engine nor a recording."""
     from vramlab.serving import engine
+    from vramlab.serving.paged import note_burst
 
     configs = list(configs)
     bursts = list(bursts) if bursts is not None else [None] * len(configs)
+    for cfg, burst in zip(configs, bursts):   # remembered whether it runs live or replays (a capstone reads it)
+        if burst:
+            note_burst(getattr(cfg, "num_gpu_blocks_override", None),
+                       [(len(r.prompt_token_ids), r.max_tokens) for r in burst])
     if live is None:
         live = engine_available()
     if live:

@@ -58,7 +58,7 @@ import math
 import time
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
 from vramlab.vram.blocks import block_bytes
@@ -612,6 +612,33 @@ def _phase_ends(events: list[dict]) -> dict:
     return out
 
 
+# Shapes dry-run in this process, (batch_size, seq_len, dtype): a capstone's check reads it to tell a prediction
+# from one read off a dry run of that very shape (vramlab.checks.lab08.check_t4_plan). A check's own reference
+# runs inside unrecorded() and are not remembered.
+_SHAPES_RUN: set[tuple[int, int, str]] = set()
+_RECORDING = [True]
+
+
+def shape_was_run(batch_size: int, seq_len: int, dtype: str) -> bool:
+    """Whether :func:`dry_run` ran a forward of ``batch_size`` x ``seq_len`` tokens in ``dtype`` in this process."""
+    return (int(batch_size), int(seq_len), str(dtype)) in _SHAPES_RUN
+
+
+def forget_shapes() -> None:
+    """Forget the shapes dry-run so far (a fresh kernel; the tests call it)."""
+    _SHAPES_RUN.clear()
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Dry runs inside the block are not remembered by :func:`shape_was_run` (a check's own reference runs)."""
+    _RECORDING.append(False)
+    try:
+        yield
+    finally:
+        _RECORDING.pop()
+
+
 def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
             attn_implementation: str = "sdpa", gpu: str | None = None, static_cache: bool = False,
             torch_version: str | None = None, cudnn_version: str | None = None,
@@ -638,6 +665,11 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     one sentence naming the field; nothing is written anywhere. ``sdpa_kernel``: force that kernel (as
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` does on a GPU) instead of choosing it.
     """
+    if _RECORDING[-1]:
+        try:
+            _SHAPES_RUN.add((int(batch_size), int(seq_len), str(dtype)))
+        except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
+            pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
                   reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
@@ -801,5 +833,5 @@ def trace_figure(trace: MemoryTrace, upto: int | None = None, title: str | None 
     return fig
 
 
-__all__ = ["dry_run", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
+__all__ = ["dry_run", "shape_was_run", "forget_shapes", "unrecorded", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
            "trace_figure", "random_model", "GPUS", "CATEGORIES"]
