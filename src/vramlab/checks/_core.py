@@ -500,8 +500,9 @@ _MAX_TRIES_KEYS = 2000   # a file never grows without bound: the oldest notebook
 
 
 def _notebook_key() -> str | None:
-    """The notebook the tries belong to: ``JPY_SESSION_NAME`` (the notebook's path, set by jupyter-server for
-    each kernel), ``"colab"`` in Colab, else None (no notebook known)."""
+    """The notebook the tries belong to: ``JPY_SESSION_NAME`` (the notebook's path, which jupyter-server puts in
+    each kernel's environment: ``SessionManager.get_kernel_env`` in ``jupyter_server/services/sessions/
+    sessionmanager.py``, 2.21.1 as installed), ``"colab"`` in Colab, else None (no notebook known)."""
     import os
 
     name = os.environ.get("JPY_SESSION_NAME", "").strip()
