@@ -230,14 +230,15 @@ SERVE_MAX_DIFFER = 0.01
 SERVE_DESIGNS = {
     "A": {"mode": "generate", "dtype": "bfloat16", "attn_implementation": "sdpa",
           "why": "its first tokens differ from the float32 reference on more than 1 prompt in 100: bfloat16 keeps "
-                 "8 bits of mantissa, and the rounding flips the greedy choice where two tokens score close"},
+                 "8 significant bits (7 stored), and its rounding flips the greedy choice where two tokens score "
+                 "close"},
     "B": {"mode": "forward", "dtype": "float32", "attn_implementation": "sdpa",
           "why": "it serves fewer prompts per call: a plain forward keeps float32 logits for every position of every "
                  "prompt, [batch, 1,024, 49,152] x 4 bytes alive at the peak, though the job reads only the last "
                  "position's"},
     "C": {"mode": "forward", "dtype": "bfloat16", "attn_implementation": "sdpa",
           "why": "its first tokens differ from the float32 reference on more than 1 prompt in 100 (bfloat16 keeps 8 "
-                 "bits of mantissa), and a plain forward keeps the logits of every position alive at the peak"},
+                 "significant bits), and a plain forward keeps the logits of every position alive at the peak"},
     "D": {"mode": "generate", "dtype": "float32", "attn_implementation": "sdpa",
           "why": "float32 weights, cache and activations, and the last position's logits only"},
 }
