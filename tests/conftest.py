@@ -8,6 +8,11 @@ import pytest
 
 from vramlab.device import THREAD_ENV_VARS, thread_share
 
+# Checks keep a learner's wrong tries in a JSON file across kernel restarts (vramlab.checks._core.tries_file).
+# The suite, and every notebook kernel it starts (they inherit this environment), keeps them in memory only:
+# it never reads or writes a learner's file. The tests of that file set their own path.
+os.environ["VRAMLAB_TRIES_FILE"] = "off"
+
 # pytest-xdist runs N workers (and each notebook's kernel beside its worker). Left alone, every one of
 # them starts as many BLAS/OpenMP threads as the machine has cores: N x cores spinning threads on a
 # 2-core machine made the heaviest tests 3-4x slower. Each worker (and the kernels it starts, which

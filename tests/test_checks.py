@@ -404,6 +404,75 @@ def test_after_two_wrong_tries_a_number_gets_no_direction_and_the_hints_open_by_
     assert not check_close("demo number", None, 37) and tries("demo number") == 1           # a stub is no try
 
 
+def _restart_kernel():
+    """What a kernel restart leaves: the module's in-memory counts gone (the file stays)."""
+    from vramlab.checks import _core
+
+    _core._TRIES.clear()
+
+
+def test_tries_survive_a_kernel_restart_in_the_file_and_reset_tries_still_clears_them(tmp_path, monkeypatch, capsys):
+    """Issue 29: a learner must not restart the kernel to get the directions back. The tries live in the file
+    named by VRAMLAB_TRIES_FILE, per notebook (JPY_SESSION_NAME) and check."""
+    import json
+
+    from vramlab.checks._core import check_close, reset_tries, tries, tries_file
+
+    path = tmp_path / "tries.json"
+    monkeypatch.setenv("VRAMLAB_TRIES_FILE", str(path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/00_start_here.ipynb")
+    assert tries_file() == path
+    for attempt in (100, 10):
+        assert not check_close("demo number", attempt, 37)
+    capsys.readouterr()
+    _restart_kernel()
+    assert tries("demo number") == 2
+    assert not check_close("demo number", 1, 37)
+    line = capsys.readouterr().out
+    assert "too low" not in line and "not it" in line and "That is try 3" in line     # no direction after a restart
+    assert json.loads(path.read_text()) == {"/home/ana/labs/00_start_here.ipynb :: demo number": 3}
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/01_outliers_and_rotation.ipynb")
+    _restart_kernel()
+    assert tries("demo number") == 0                                                  # another notebook: its own count
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/00_start_here.ipynb")
+    assert check_close("demo number", 37, 37) and tries("demo number") == 0          # a pass starts over, in the file
+    assert json.loads(path.read_text()) == {}
+    assert not check_close("demo number", 1, 37) and tries("demo number") == 1
+    reset_tries()
+    _restart_kernel()
+    assert tries("demo number") == 0 and json.loads(path.read_text()) == {}
+
+
+def test_the_tries_file_is_off_in_the_suite_named_by_the_notebook_otherwise_and_never_raises(tmp_path, monkeypatch,
+                                                                                              capsys):
+    from vramlab.checks._core import check_close, tries, tries_file
+
+    assert tries_file() is None                                # tests/conftest.py: the suite keeps tries in memory
+    monkeypatch.delenv("VRAMLAB_TRIES_FILE")
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert tries_file() is None                                # a script or nbclient: no notebook name, no file
+    monkeypatch.setenv("VRAMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("JPY_SESSION_NAME", "labs/00_start_here.ipynb")
+    assert tries_file() == tmp_path / "cache" / "check_tries.json"
+    for text in ("off", "0", "", "none"):
+        monkeypatch.setenv("VRAMLAB_TRIES_FILE", text)
+        assert tries_file() is None
+    bad = tmp_path / "bad.json"
+    for content in ("[1, 2]", "{not json", '{"labs/00_start_here.ipynb :: demo number": "many"}'):
+        bad.write_text(content)
+        monkeypatch.setenv("VRAMLAB_TRIES_FILE", str(bad))
+        _restart_kernel()
+        assert tries("demo number") == 0                      # a damaged file counts as empty
+        assert not check_close("demo number", 1, 37) and tries("demo number") == 1
+        capsys.readouterr()
+    blocked = tmp_path / "a file" / "tries.json"                 # its folder is a file: it cannot be written
+    (tmp_path / "a file").write_text("x")
+    monkeypatch.setenv("VRAMLAB_TRIES_FILE", str(blocked))
+    _restart_kernel()
+    assert not check_close("demo number", 1, 37) and tries("demo number") == 1      # still counted, in memory
+    assert "too low" in capsys.readouterr().out
+
+
 def test_check_choice_says_why_that_choice_fails_and_nothing_more(capsys):
     from vramlab.checks._core import check_choice
 

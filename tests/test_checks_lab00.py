@@ -4,6 +4,8 @@ never prints the answer, and accepts the solution."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vramlab import checks
@@ -102,44 +104,96 @@ def test_peak_reveal_gives_the_measurement(capsys):
     assert checks.check_forward_peak_mib is lab00.check_forward_peak_mib
 
 
-# --- Exercise 0.3 (capstone: a design and a batch under a 1,024 MiB budget) --------------------------
+# --- Exercise 0.3 (capstone: a design and a batch under a 2,048 MiB budget and a 1-in-100 reference bar) ----
 
 def test_serving_designs_and_the_winner():
-    """The dry run of each design: C (generate, bfloat16, SDPA) serves the most prompts; the others fewer for
-    the reason their message names (logits of every position, eager scores, float32)."""
+    """The dry run of each design: bfloat16 generate (A) fits the most prompts, bfloat16 forward (C) more than
+    float32 generate (D); among the float32 designs D fits the most. No design wins on every axis."""
     largest = {d: lab00.serve_max_batch(d) for d in lab00.SERVE_DESIGNS}
-    assert max(largest, key=largest.get) == lab00.SERVE_BEST == "C"
-    assert largest == {"A": 6, "B": 7, "C": 20, "D": 3}, largest
+    assert largest == {"A": 49, "B": 6, "C": 14, "D": 10}, largest
     for d, n in largest.items():
         assert lab00.serve_peak_mib(d, n) <= lab00.SERVE_BUDGET_MIB < lab00.serve_peak_mib(d, n + 1)
+    meets_bar = [d for d in lab00.SERVE_DESIGNS if d not in lab00.SERVE_MISS_BAR]
+    assert max(meets_bar, key=largest.get) == lab00.SERVE_BEST == "D"
+    assert max(largest, key=largest.get) in lab00.SERVE_MISS_BAR          # the most prompts miss the bar
+
+
+def test_bfloat16_misses_the_reference_bar_and_float32_meets_it(smollm2, windows):
+    """The bar the capstone is judged on, measured on the real model (on this CPU's kernel path; the margin holds
+    on default, avx2 and avx512: 19-24 of 1,024 positions differ in bfloat16)."""
+    import torch
+
+    model, _ = smollm2
+    ids = windows[:2]
+    with torch.inference_mode():
+        reference = model(ids).logits.argmax(-1)
+    bf16 = lab00.greedy_differ(model, ids, "bfloat16", reference=reference)
+    assert 1.5 * lab00.SERVE_MAX_DIFFER < bf16 < 0.05, bf16
+    assert lab00.greedy_differ(model, ids, "float32", reference=reference) == 0.0
+    assert {d for d, spec in lab00.SERVE_DESIGNS.items() if spec["dtype"] == "bfloat16"} == set(lab00.SERVE_MISS_BAR)
+    with pytest.raises(ValueError, match="dtype must be"):
+        lab00.greedy_differ(model, ids, "int8")
 
 
 def test_serving_plan_passes_and_wrong_plans_are_told_what_is_wrong(capsys):
     from vramlab.checks._core import reset_tries
 
     reset_tries()
-    assert lab00.check_serving_plan({"design": "C", "batch": 20})
-    assert lab00.check_serving_plan({"design": " c ", "batch": 20.0})
+    assert lab00.check_serving_plan({"design": "D", "batch": 10})
+    assert lab00.check_serving_plan({"design": " d ", "batch": 10.0})
     capsys.readouterr()
-    for design in ("A", "B", "D"):
+    for design, words in (("A", "differ from the float32 reference"), ("B", "fewer prompts"),
+                          ("C", "differ from the float32 reference")):
         reset_tries()
         result = lab00.check_serving_plan({"design": design, "batch": 5})
         out = capsys.readouterr().out
-        assert not result and "serves fewer prompts" in out, out
+        assert not result and words in out, out
         assert not any(f"'{other}'" in out for other in "ABCD" if other != design), out   # names no other design
-        assert "20" not in out.replace("2,0", ""), out
+        assert not re.search(r"\b10\b", out) and "generate" not in out, out
     reset_tries()
-    lab00.check_serving_plan({"design": "C", "batch": 40})
+    for design in ("A", "B"):
+        assert not lab00.check_serving_plan({"design": design, "batch": 5})
+    lab00.check_serving_plan({"design": "C", "batch": 5})
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert "not it" in out and "reference" not in out.split("Hint:")[0], out        # no why from try 3 on
+    reset_tries()
+    lab00.check_serving_plan({"design": "D", "batch": 40})
     assert "peaks over the budget" in capsys.readouterr().out
-    lab00.check_serving_plan({"design": "C", "batch": 10})
+    lab00.check_serving_plan({"design": "D", "batch": 4})
     assert "room for more" in capsys.readouterr().out
-    lab00.check_serving_plan({"design": "C", "batch": 19})
+    lab00.check_serving_plan({"design": "D", "batch": 9})
     out = capsys.readouterr().out
     assert "not it" in out and "room" not in out and "over the budget" not in out, out   # no direction from try 3
     for bad, words in ((None, "not done"), ({"design": None, "batch": None}, "not done"), (7, "not a plan"),
                        ({"design": "E", "batch": 3}, "not one of the designs"),
-                       ({"design": "C", "batch": 2.5}, "whole number")):
+                       ({"design": "D", "batch": 2.5}, "whole number")):
         assert not lab00.check_serving_plan(bad) and words in capsys.readouterr().out
+
+
+def test_the_stored_prediction_is_compared_only_once_the_plan_passed(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab00.check_plan_prediction({"design": "a", "batch": 30})
+    out = capsys.readouterr().out
+    assert "design 'A' with 30 prompts stored" in out and not re.search(r"\b10\b", out), out
+    assert not lab00.check_plan_prediction(None) and "not done" in capsys.readouterr().out
+    assert not lab00.check_plan_prediction({"design": "Z", "batch": 3})
+    assert "not one of the designs" in capsys.readouterr().out
+    assert not lab00.check_plan_prediction({"design": "A", "batch": "lots"})
+    assert "whole number" in capsys.readouterr().out
+    for predicted, words in (({"design": "A", "batch": 30}, "misses the 1-in-100 bar"),
+                             ({"design": "B", "batch": 3}, "fits fewer prompts"),
+                             ({"design": "D", "batch": 10}, "right on both"),
+                             ({"design": "D", "batch": 12}, "2 prompts too many"),
+                             ({"design": "D", "batch": 9}, "1 prompt too few")):
+        assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted=predicted)
+        assert words in capsys.readouterr().out, predicted
+    assert not lab00.check_serving_plan({"design": "D", "batch": 3}, predicted={"design": "D", "batch": 10})
+    assert "you predicted" not in capsys.readouterr().out                         # a wrong plan: no comparison
+    result = lab00.check_serving_plan({"design": "A", "batch": 3}, predicted={"design": "C", "batch": 14},
+                                      reveal=True)
+    assert "you predicted design 'C' with 14 prompts: that design misses" in result.answer
 
 
 def test_serving_plan_bisected_on_the_batch_leaves_many_candidates(capsys):
@@ -150,7 +204,7 @@ def test_serving_plan_bisected_on_the_batch_leaves_many_candidates(capsys):
     lo, hi, directed = 1, 128, 0
     for _ in range(8):
         mid = (lo + hi) // 2
-        result = lab00.check_serving_plan({"design": "C", "batch": mid})
+        result = lab00.check_serving_plan({"design": "D", "batch": mid})
         out = capsys.readouterr().out
         if result:
             break
@@ -163,4 +217,4 @@ def test_serving_plan_bisected_on_the_batch_leaves_many_candidates(capsys):
 
 def test_serving_plan_reveal(capsys):
     result = checks.reveal("lab00", 3)[0]
-    assert result.revealed and result.answer.startswith("design 'C' with batch 20")
+    assert result.revealed and result.answer.startswith("design 'D' with batch 10")

@@ -404,12 +404,16 @@ def test_online_block_check_teaches_without_telling(down29, capsys):
     reset_tries()
     assert lab01.check_online_block("256", down29) and lab01.check_online_block(256, down29)
     assert capsys.readouterr().out.count("PASS") == 2
+    errors = lab01.block_errors(down29)
+    target = lab01.BLOCK_TARGET * errors["full"]
     lab01.check_online_block("128", down29)
     out = capsys.readouterr().out
-    assert "above the target" in out and "'256'" not in out and "256:" not in out, out
+    assert "misses the target" in out and "'256'" not in out and "256:" not in out, out
+    # what is wrong, never the target's value nor the errors it is judged on (issue 29's last review)
+    assert f"{target:.4f}" not in out and f"{target:.3f}" not in out and "0.1" not in out, out
     lab01.check_online_block("full", down29)
     out = capsys.readouterr().out
-    assert "meets the target" in out and "That is try 2" in out, out
+    assert "meets the target" in out and "That is try 2" in out and "0.1" not in out, out
     lab01.check_online_block("512", down29)
     out = capsys.readouterr().out
     assert "not it" in out and "0.15" not in out, out          # from the third try: no facts, the next hint
@@ -417,6 +421,25 @@ def test_online_block_check_teaches_without_telling(down29, capsys):
     assert not lab01.check_online_block("3", down29) and "not one of the choices" in capsys.readouterr().out
     result = lab01.check_online_block("8", down29, reveal=True)
     assert result.revealed and result.answer.startswith("'256'")
+
+
+def test_the_capstone_compares_the_stored_prediction_only_once_the_design_passed(down29, capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab01.check_online_block("256", down29, predicted="256")
+    assert "you predicted '256': right" in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, predicted="128")
+    out = capsys.readouterr().out
+    assert "you predicted '128', whose error" in out and "misses the target" in out, out
+    assert lab01.check_online_block("256", down29, predicted="full")
+    assert f"you predicted 'full', which meets the target but costs {1536 * 11:,} more" in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, predicted=None)
+    assert "you predicted" not in capsys.readouterr().out
+    assert not lab01.check_online_block("512", down29, predicted="128")          # a wrong choice: no comparison
+    assert "you predicted" not in capsys.readouterr().out
+    result = lab01.check_online_block("8", down29, predicted="64", reveal=True)
+    assert "you predicted '64'" in result.answer
 
 
 def test_a_predicted_design_is_stored_as_one_of_the_labels(capsys):

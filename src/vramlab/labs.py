@@ -357,7 +357,7 @@ def unmark(path: str | Path) -> int:
 
     path = Path(path)
     if path.suffix != ".ipynb" or not path.is_file():
-        raise FileNotFoundError(f"{path} is not a notebook file: pass one such as notebooks/03_kv_budget_and_oom.ipynb.")
+        raise FileNotFoundError(f"{path} is not a notebook file: pass one such as notebooks/03_vllm_startup.ipynb.")
     nb = nbformat.read(path, as_version=4)
     changed = 0
     for index, cell in enumerate(nb.cells):

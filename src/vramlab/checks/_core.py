@@ -22,7 +22,10 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from vramlab import progress as _progress
 
@@ -303,8 +306,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     if passed or revealing is not None:
         reset_tries(name)
     elif not untouched and result_class is None:
-        _TRIES[name] = tries(name) + 1
-        offer = hint_offer(_TRIES[name])
+        offer = hint_offer(add_try(name))
         if offer:
             text = str(hint).strip()
             hint = (f"{text} {offer}" if text.endswith(("?", "!")) else f"{text.rstrip('.')}. {offer}") if text else offer
@@ -476,8 +478,10 @@ def as_float(x: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- tries, directions and hints
-#: check name -> the learner's wrong attempts so far in this kernel (an untouched stub does not count, a pass
-#: or a reveal starts the count again). Checks read it through :func:`tries`; the tests reset it per test.
+#: check name -> the learner's wrong attempts so far (an untouched stub does not count, a pass or a reveal starts
+#: the count again). Checks read it through :func:`tries`; the tests reset it per test. In a notebook the counts
+#: are also kept in a small JSON file (:func:`tries_file`), so restarting the kernel does not reset the hints
+#: and the withheld directions.
 _TRIES: dict[str, int] = {}
 #: A wrong number is told its direction (too high / too low) on its first two tries only: after that a
 #: learner could bisect an exact answer in a few more tries, so the check offers the next hint instead.
@@ -485,19 +489,134 @@ DIRECTION_TRIES = 2
 #: The three collapsed hint tiers every exercise has, in the order a check offers them.
 HINT_TIERS = ("Hint 1 (the idea)", "Hint 2 (where to look)", "Hint 3 (pseudocode)")
 NO_DIRECTION = "not it"
+#: Where the tries are kept: a path; ``off`` (or ``0``, ``no``, ``none``, empty) keeps them in the kernel only.
+#: Unset: ``<vramlab cache>/check_tries.json`` in a notebook whose name the kernel knows (JupyterLab and Jupyter
+#: Notebook set ``JPY_SESSION_NAME``; Colab has one notebook per runtime), else the kernel only (scripts, nbclient).
+#: The test suite sets it to ``off`` (tests/conftest.py), so it never reads or writes a learner's file.
+TRIES_ENV = "VRAMLAB_TRIES_FILE"
+TRIES_FILE_NAME = "check_tries.json"
+_OFF = {"", "off", "0", "no", "none", "false"}
+_MAX_TRIES_KEYS = 2000   # a file never grows without bound: the oldest notebooks' entries go first
+
+
+def _notebook_key() -> str | None:
+    """The notebook the tries belong to: ``JPY_SESSION_NAME`` (the notebook's path, which jupyter-server puts in
+    each kernel's environment: ``SessionManager.get_kernel_env`` in ``jupyter_server/services/sessions/
+    sessionmanager.py``, 2.21.1 as installed), ``"colab"`` in Colab, else None (no notebook known)."""
+    import os
+
+    name = os.environ.get("JPY_SESSION_NAME", "").strip()
+    if name:
+        return name[-300:]
+    if "google.colab" in sys.modules:
+        return "colab"
+    return None
+
+
+def tries_file() -> "Path | None":
+    """The JSON file that keeps the tries across kernel restarts, or None when they live in the kernel only.
+
+    ``VRAMLAB_TRIES_FILE``: a path, or ``off``; unset: ``check_tries.json`` in the vramlab cache folder
+    (``VRAMLAB_CACHE``, default ``~/.cache/vramlab``) when the kernel runs a named notebook. The cache folder,
+    not the notebook's folder: it is the learner's own (a workshop's notebooks may sit in a shared or read-only
+    folder, and a file beside them would end up in a learner's git commits)."""
+    import os
+    from pathlib import Path
+
+    raw = os.environ.get(TRIES_ENV)
+    if raw is not None:
+        raw = raw.strip()
+        return None if raw.lower() in _OFF else Path(raw).expanduser()
+    if _notebook_key() is None:
+        return None
+    base = os.environ.get("VRAMLAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vramlab")
+    return Path(base).expanduser() / TRIES_FILE_NAME
+
+
+def _tries_key(name: str) -> str:
+    return f"{_notebook_key() or 'notebook'} :: {name}"
+
+
+def _read_tries(path) -> dict[str, int]:
+    """The file's ``{"<notebook> :: <check>": count}``, or {} when it is missing or not such a dict."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): int(v) for k, v in data.items()
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 10**6}
+
+
+def _update_tries(change: Callable[[dict[str, int]], None]) -> None:
+    """Apply ``change`` to the file's counts under an exclusive lock, written atomically (a temporary file, then
+    ``os.replace``). Never raises: a check's verdict matters more than its counter."""
+    import json
+    import os
+    import tempfile
+
+    path = tries_file()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a+") as lock:
+            try:
+                import fcntl
+
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            except (ImportError, OSError):
+                pass
+            counts = _read_tries(path)
+            change(counts)
+            if len(counts) > _MAX_TRIES_KEYS:
+                counts = dict(list(counts.items())[-_MAX_TRIES_KEYS:])
+            fd, tmp = tempfile.mkstemp(prefix=".check_tries.", dir=str(path.parent))
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    json.dump(counts, out, indent=0, sort_keys=True)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except OSError:
+        return
 
 
 def tries(name: str) -> int:
-    """How many wrong attempts the check ``name`` has seen in this kernel (0 before the first)."""
-    return _TRIES.get(name, 0)
+    """How many wrong attempts the check ``name`` has seen (0 before the first), kept across kernel restarts in
+    :func:`tries_file` when there is one."""
+    path = tries_file()
+    if path is None:
+        return _TRIES.get(name, 0)
+    return max(_TRIES.get(name, 0), _read_tries(path).get(_tries_key(name), 0))
+
+
+def add_try(name: str) -> int:
+    """Count one more wrong attempt of check ``name`` (in the kernel and in :func:`tries_file`); returns the count."""
+    count = tries(name) + 1
+    _TRIES[name] = count
+    key = _tries_key(name)
+    _update_tries(lambda counts: counts.__setitem__(key, count))
+    return count
 
 
 def reset_tries(name: str | None = None) -> None:
-    """Forget the wrong attempts of check ``name`` (all checks when None); the test suite does this per test."""
+    """Forget the wrong attempts of check ``name`` (all checks of this notebook when None), in the kernel and in
+    :func:`tries_file`; a pass or a reveal does it for its check, the test suite for all before each test."""
     if name is None:
         _TRIES.clear()
+        prefix = f"{_notebook_key() or 'notebook'} :: "
+        _update_tries(lambda counts: [counts.pop(k) for k in [k for k in counts if k.startswith(prefix)]])
     else:
         _TRIES.pop(name, None)
+        key = _tries_key(name)
+        if tries_file() is not None and key in _read_tries(tries_file()):
+            _update_tries(lambda counts: counts.pop(key, None))
 
 
 def hint_offer(wrong_tries: int) -> str:

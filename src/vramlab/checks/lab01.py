@@ -509,22 +509,45 @@ def cheapest_block(errors: dict[str, float]) -> str:
     return min(ok, key=block_cost)
 
 
-def _block_answer(X=None, **_) -> str:
+def _prediction_against(predicted, errors: dict[str, float], best: str) -> str:
+    """How the learner's predicted design (stored before measuring) compares with the cheapest that meets the
+    target, for the PASS or ANSWER line only; "" when no label was predicted."""
+    if predicted is None or predicted is Ellipsis:
+        return ""
+    label = str(predicted).strip().strip("'\"").strip().lower()
+    if label not in BLOCK_CHOICES:
+        return ""
+    target = BLOCK_TARGET * errors["full"]
+    if label == best:
+        return f"; you predicted {label!r}: right"
+    if errors[label] > target:
+        return (f"; you predicted {label!r}, whose error {errors[label]:.4f} misses the target: "
+                "mixing within its blocks left the spikes too large")
+    extra = block_cost(label) - block_cost(best)
+    return (f"; you predicted {label!r}, which meets the target but costs {extra:,} more operations per token"
+            if extra > 0 else f"; you predicted {label!r}, which meets the target at the same cost")
+
+
+def _block_answer(X=None, predicted=None, **_) -> str:
     errors = block_errors(X)
     best = cheapest_block(errors)
     return (f"'{best}': INT4 window error {errors[best]:.4f} against {errors['full']:.4f} for the full transform "
-            f"(target {BLOCK_TARGET * errors['full']:.4f}), at {block_cost(best):,} operations per token")
+            f"(target {BLOCK_TARGET * errors['full']:.4f}), at {block_cost(best):,} operations per token"
+            + _prediction_against(predicted, errors, best))
 
 
 @exercise("lab01", 6, _block_answer, choices=BLOCK_CHOICES)
-def check_online_block(block, X=None) -> CheckResult:
+def check_online_block(block, X=None, predicted=None) -> CheckResult:
     """Capstone: the cheapest online transform for layer 29's down_proj input (``block``: one of
     :data:`BLOCK_CHOICES`) whose per-token INT4 error over the window is within :data:`BLOCK_TARGET` of the
     full order-1536 transform's, all with the same random signs. ``X``: the captured ``[512, 1536]`` activation
     (captured here once when None). The errors are computed once per activation and reused.
+    ``predicted``: the design the learner stored before measuring; the PASS line (or the revealed answer)
+    compares it with the measurement.
 
-    A wrong choice is told that choice's own error against the target (and, within the target, its cost),
-    on its first two tries; after that only that it is not the one, with the next hint."""
+    A wrong choice is told why that choice fails, without the target's value: its error is above the target,
+    or it meets it at a cost it names, on its first two tries; after that only that it is not the one, with the
+    next hint."""
     name = "online Hadamard design"
     key = id(X)
     if _BLOCK_X.get("errors_for") != key:
@@ -540,16 +563,16 @@ def check_online_block(block, X=None) -> CheckResult:
     for label in BLOCK_CHOICES:
         if label == best:
             options[label] = (f"INT4 window error {errors[label]:.4f}, within {target:.4f}, at "
-                              f"{block_cost(label):,} operations per token")
+                              f"{block_cost(label):,} operations per token"
+                              + _prediction_against(predicted, errors, best))
         elif tries(name) >= DIRECTION_TRIES:
             options[label] = ("not it: measure each design's error with your butterfly, and compare the costs of "
                               "those that meet the target")
         elif errors[label] > target:
-            options[label] = (f"this design's INT4 window error is {errors[label]:.4f}, above the target "
-                              f"{target:.4f}")
+            options[label] = (f"this design's INT4 window error is more than {BLOCK_TARGET:g} times the full "
+                              "transform's: it misses the target")
         else:
-            options[label] = (f"this design meets the target (error {errors[label]:.4f}) at "
-                              f"{block_cost(label):,} operations per token; is that the fewest of all designs "
-                              "that meet it?")
+            options[label] = (f"this design meets the target, at {block_cost(label):,} operations per token; is "
+                              "that the fewest of all designs that meet it?")
     label = str(block).strip().strip("'\"").strip().lower()
     return check_choice(name, label, options, best, what="one of the designs' labels")
