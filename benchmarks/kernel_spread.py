@@ -11,6 +11,10 @@ Rows: see :func:`rows_ppl`. Modes:
 * ``fp64``: the model in float64 up to each quantizer (``vramlab.numerics.reproducible``).
 
     python benchmarks/kernel_spread.py --windows 1 --out /tmp/spread.json
+    python benchmarks/kernel_spread.py --merge a.json b.json --out src/vramlab/results/kernel_spread.json
+
+``--merge`` joins the runs of several records of the same code and windows (say, 1-thread and 2-thread runs
+made at different times) into one record and recomputes the summary over all of them.
 
 Prints one JSON line per child and a summary: per mode and row, the relative spread (max - min) / min over
 the runs, and the mean seconds per run.
@@ -94,6 +98,41 @@ def child(args) -> dict:
     return out
 
 
+def summarise(runs: list[dict]) -> dict:
+    """Per ``"<mode>/<row>"`` over the runs that measured it: min, max, rel_spread ((max - min) / min) and the
+    runs (``"<path>/<threads>t"``); per ``"<mode>/seconds_mean"``: the mean CPU seconds of a run."""
+    summary = {}
+    modes = sorted({m for r in runs for m in r["ppl"]})
+    for mode in modes:
+        have = [r for r in runs if mode in r["ppl"]]
+        for row in sorted({row for r in have for row in r["ppl"][mode]}):
+            got = [(r["ppl"][mode][row], f"{r['path']}/{r['threads']}t") for r in have if row in r["ppl"][mode]]
+            vals = [v for v, _ in got]
+            summary[f"{mode}/{row}"] = {"min": min(vals), "max": max(vals),
+                                        "rel_spread": (max(vals) - min(vals)) / min(vals),
+                                        "runs": sorted(where for _, where in got)}
+        summary[f"{mode}/seconds_mean"] = round(sum(r["seconds"][mode] for r in have) / len(have), 2)
+    return summary
+
+
+def merge(paths: list[Path], out: Path) -> dict:
+    """One record from the records at ``paths`` (same ``code_fingerprint`` and ``windows``), written to ``out``."""
+    records = [json.loads(Path(p).read_text()) for p in paths]
+    for key in ("code_fingerprint", "windows"):
+        if len({json.dumps(r.get(key), sort_keys=True) for r in records}) != 1:
+            raise SystemExit(f"--merge: the records differ in {key}; rerun them with the same code and --windows/--length")
+    commands = [c for r in records for c in (r.get("commands") or [r["command"]])]
+    runs = [run for r in records for run in r["runs"]]
+    record = {"commands": commands, "date": max(r["date"] for r in records), "versions": records[0]["versions"],
+              "code_fingerprint": records[0]["code_fingerprint"], "windows": records[0]["windows"],
+              "runs": runs, "summary": summarise(runs)}
+    for key in ("modes", "seconds_note"):
+        if key in records[0]:
+            record[key] = records[0][key]
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--windows", type=int, default=1)
@@ -104,10 +143,16 @@ def main(argv=None) -> int:
     p.add_argument("--paths", nargs="+", default=None, help="kernel paths (default: all this CPU runs)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--merge", type=Path, nargs="+", default=None, help="join these records into --out")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(child(args)), flush=True)
+        return 0
+    if args.merge:
+        if args.out is None:
+            raise SystemExit("--merge needs --out (the merged record's path)")
+        print(json.dumps(merge(args.merge, args.out)["summary"], indent=1))
         return 0
     from vramlab.numerics import available_kernel_paths
 
@@ -130,13 +175,7 @@ def main(argv=None) -> int:
     jobs = [(path, threads) for path in paths for threads in args.threads]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         runs = list(pool.map(one, jobs))
-    summary = {}
-    for mode in args.modes:
-        for row in args.rows:
-            vals = [r["ppl"][mode][row] for r in runs]
-            summary[f"{mode}/{row}"] = {"min": min(vals), "max": max(vals),
-                                        "rel_spread": (max(vals) - min(vals)) / min(vals)}
-        summary[f"{mode}/seconds_mean"] = sum(r["seconds"][mode] for r in runs) / len(runs)
+    summary = summarise(runs)
     print(json.dumps(summary, indent=1))
     if args.out:
         import datetime as _dt

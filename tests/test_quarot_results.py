@@ -118,6 +118,36 @@ def test_kernel_spread_record_matches_the_code_and_is_reproducible_on_float64():
         assert SPREAD["summary"][f"fp64/{row}"]["rel_spread"] < 1e-6, row
 
 
+def test_kernel_spread_record_covers_every_kernel_path_at_one_and_two_threads():
+    """Issue 26: the float32 bounds come from a spread measured over the kernel paths (default, avx2, avx512)
+    and thread counts 1 and 2, so the record holds all six for the rows the bounds use."""
+    for key in ("fp32/W8A8", "fp32/W4A4KV4-absmax", "fp64/W8A8", "fp64/W4A4KV4-absmax"):
+        assert {"default/1t", "default/2t", "avx2/1t", "avx2/2t", "avx512/1t", "avx512/2t"} <= \
+            set(SPREAD["summary"][key]["runs"]), key
+
+
+def test_kernel_spread_merge_recomputes_the_summary_and_refuses_other_code(tmp_path):
+    bench = _spread_module()
+    base = {"date": "2026-12-05T00:00:00+00:00", "versions": {}, "code_fingerprint": {"files": "x"},
+            "windows": {"n": 1, "length": 256}}
+
+    def record(name, path, threads, ppl):
+        data = {**base, "command": f"run {name}",
+                "runs": [{"path": path, "threads": threads, "ppl": {"fp32": {"W8A8": ppl}}, "seconds": {"fp32": 2.0}}]}
+        (tmp_path / name).write_text(json.dumps(data))
+        return tmp_path / name
+
+    merged = bench.merge([record("a", "avx2", 1, 10.0), record("b", "avx512", 2, 10.5)], tmp_path / "out.json")
+    assert merged["summary"]["fp32/W8A8"] == {"min": 10.0, "max": 10.5, "rel_spread": 0.05,
+                                              "runs": ["avx2/1t", "avx512/2t"]}
+    assert merged["commands"] == ["run a", "run b"]
+    other = json.loads((tmp_path / "b").read_text())
+    other["code_fingerprint"] = {"files": "y"}
+    (tmp_path / "c").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="differ in code_fingerprint"):
+        bench.merge([tmp_path / "a", tmp_path / "c"], tmp_path / "out2.json")
+
+
 @pytest.mark.slow
 def test_reproducible_rows_match_the_reference_to_1e_6(smollm2):
     """On the float64 path, W8A8 and the W4A4KV4 Hadamard RTN row (absmax weight scales: the MSE clip search
