@@ -357,6 +357,12 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     if not isinstance(scorer, mixed_bits.MixedBits):
         return report(name, False, what, f"scorer {type(scorer).__name__}",
                       "pass the notebook's scorer (a mixed_bits.MixedBits), or leave it out")
+    rotation = getattr(scorer.model, "vramlab_rotation", {}) or {}
+    if tuple(scorer.window.shape) != (1, mixed_bits.SCORE_TOKENS) or rotation.get("rotation") != "hadamard" \
+            or rotation.get("seed") != 0:
+        return report(name, False, what, "a scorer of another model or window",
+                      "build the scorer as the notebook does: MixedBits(rotated, windows[:1, :mixed_bits.SCORE_TOKENS]) "
+                      "with the Hadamard-rotated model of seed 0, so your number compares with the reference")
     ppl = scorer.score_plan(p)
     ref = _reference()
     shown = f"{size['total'] / _MIB:.2f} MiB of 66 ({layers}), perplexity {ppl:.2f} on the window"
