@@ -56,31 +56,28 @@ SOLUTIONS = {
     "check_per_token_quantizer": per_token_solution,
     "check_kv_quantizer": kv_solution,
     "check_kv4_bytes_per_token": 2 * 30 * 3 * (64 // 2 + 2 + 2),
-    "check_kv4_trade_off": None,   # filled below from the cached table, as the notebook does
+    "check_mixed_plan": None,      # filled below: the reference search's best plan, as the notebook stores it
+    "check_layers_prediction": [0, 1, 29],
 }
 WRONG = {
     "check_per_token_quantizer": [per_token_whole_tensor, per_token_no_clamp,
                                   lambda x, b, c: x, lambda x, b, c: per_token_solution(x, b, c)[..., :-1]],
     "check_kv_quantizer": [kv_symmetric, kv_per_token_not_grouped, lambda x, b, g, c: x.tolist()],
     "check_kv4_bytes_per_token": [2 * 30 * 3 * 64 // 2, 2 * 30 * 9 * (32 + 4), 2 * 30 * 3 * 64 * 2],
-    "check_kv4_trade_off": [],      # filled below
+    # over the budget (6 layers; KV8 with 2 layers), malformed (a float, a bare list, a layer out of range,
+    # a repeated layer, kv_bits 16)
+    "check_mixed_plan": [{"eight_bit_layers": list(range(6)), "kv_bits": 4}, {"eight_bit_layers": [0, 1], "kv_bits": 8},
+                         3.5, [0, 1, 2], {"eight_bit_layers": [30], "kv_bits": 4},
+                         {"eight_bit_layers": [1, 1], "kv_bits": 4}, {"eight_bit_layers": [0], "kv_bits": 16}],
+    "check_layers_prediction": [[], [0, 1, 2, 3, 4, 5], [31], "0, 1", [1, 1], 2.5],
 }
 
 
-def _trade_off(ratio=None, pct=None):
-    from vramlab.quarot import quant
-
-    table = quant.load_quarot_table()
-    kv4 = quant.table_ppl(table, "W4A4KV4", "hadamard", "gptq")
-    a4 = quant.table_ppl(table, "W4A4", "hadamard", "gptq")
-    return {"kv_bytes_ratio": 23040 / 6480 if ratio is None else ratio,
-            "ppl_cost_pct": 100 * (kv4 / a4 - 1) if pct is None else pct}
+def _reference_plan():
+    return lab02._reference()["plan"]
 
 
-SOLUTIONS["check_kv4_trade_off"] = _trade_off()
-WRONG["check_kv4_trade_off"] = [_trade_off(ratio=4.0), _trade_off(ratio=6480 / 23040),
-                                _trade_off(pct=_trade_off()["ppl_cost_pct"] / 100), {"kv_bytes_ratio": 3.56},
-                                "3.56x", _trade_off(ratio="lots")]
+SOLUTIONS["check_mixed_plan"] = _reference_plan()
 STUBS = [None, lambda *a: None, _raises]
 
 
@@ -139,16 +136,34 @@ def test_every_route_to_vramlabs_quantizer_is_refused(bypass, capsys):
     assert lab02.check_per_token_quantizer(per_token_solution)
 
 
-def test_kv4_trade_off_hints(capsys):
-    assert lab02.check_kv4_trade_off(_trade_off())
-    assert "3.56x less per token for +5.9% perplexity" in capsys.readouterr().out
-    for wrong, phrase in ((_trade_off(ratio=4.0), "4-bit values only"), (_trade_off(ratio=6480 / 23040), "upside down"),
-                          (_trade_off(pct=_trade_off()["ppl_cost_pct"] / 100), "a fraction"),
-                          (_trade_off(pct=100 * (114.98 / 103.97 - 1)), "RTN rows"),
-                          (_trade_off(pct=100 * (27.91 / 29.55 - 1)), "wrong end")):
-        assert not lab02.check_kv4_trade_off(wrong)
+def test_mixed_plan_says_what_is_wrong_and_never_the_plan(capsys):
+    """Over budget: by how much, in bytes and MiB. Within budget but above the target: why that kind of plan
+    fails (room left, the 8-bit cache, or unmeasured layers), never the reference plan or its perplexity."""
+    from vramlab.quarot import mixed_bits as mb
+
+    ref = lab02._reference()
+    secret_layers = str(ref["plan"]["eight_bit_layers"])
+    assert not lab02.check_mixed_plan({"eight_bit_layers": list(range(6)), "kv_bits": 4})
+    out = capsys.readouterr().out
+    over = mb.plan_bytes({"eight_bit_layers": list(range(6)), "kv_bits": 4})["total"] - mb.BUDGET_BYTES
+    assert f"over the 66 MiB budget by {over:,} bytes" in out, out
+    ranking = mb.load_reference()["ranking"]
+    weakest = sorted(ranking[-5:])                       # the five layers that gain least: within budget, far off
+    for plan, phrase in (({"eight_bit_layers": ranking[-2:], "kv_bits": 4}, "room for 3 more 8-bit layer(s)"),
+                         ({"eight_bit_layers": ranking[-1:], "kv_bits": 8}, "the 8-bit cache takes as many bytes"),
+                         ({"eight_bit_layers": weakest, "kv_bits": 4}, "which plans did you score whole")):
+        result = lab02.check_mixed_plan(plan)
         out = capsys.readouterr().out
-        assert phrase in out and "5.86" not in out and "3.556" not in out, out
+        assert not result and phrase in out, out
+        assert secret_layers not in out and f"{ref['ppl']:.2f}" not in out and f"{ref['target']:.2f}" not in out, out
+
+
+def test_layers_prediction_stores_then_compares(capsys):
+    assert lab02.check_layers_prediction([29, 0])
+    assert "[0, 29] stored; now measure" in capsys.readouterr().out
+    ranking = list(range(29, -1, -1))
+    assert lab02.check_layers_prediction([29, 0], ranking)
+    assert "layer 0 ranks #30, layer 29 ranks #1 of 30" in capsys.readouterr().out
 
 
 def test_calling_vramlabs_own_quantizer_is_refused(capsys):
@@ -290,22 +305,24 @@ def _lab02_screens():
     return [("".join(c["source"]) + "\n" + json.dumps(c.get("outputs", []))) for c in nb["cells"]]
 
 
-def test_the_capstones_table_comes_after_its_check():
-    """Issue 29: the cached table (printed and charted) answered Exercise 4; no cell before the capstone's
-    check shows either perplexity the exercise reads or their ratio, and the table is printed after it."""
+def test_the_capstones_reference_comes_after_its_check():
+    """Issue 29: no cell before the capstone's check shows the reference plan, its perplexity or the per-layer
+    ranking; the reference search is printed after the check (and only for a plan that passed). The cached
+    QuaRot table still comes after the KV4 prediction it answers."""
     import re
 
-    from vramlab.quarot import quant
+    from vramlab.quarot import mixed_bits as mb
 
-    table = quant.load_quarot_table()
-    with_kv4 = quant.table_ppl(table, "W4A4KV4", "hadamard", "gptq")
-    without = quant.table_ppl(table, "W4A4", "hadamard", "gptq")
-    pct = 100 * (with_kv4 / without - 1)
-    answers = [f"{with_kv4:.2f}", f"{without:.2f}", f"{pct:.1f}", f"{pct:.2f}", f"{pct:.3f}"]
+    ref, cached = lab02._reference(), mb.load_reference()
+    answers = [str(ref["plan"]["eight_bit_layers"]), f"{ref['ppl']:.2f}", f"{ref['target']:.2f}",
+               str(cached["ranking"][:5])[1:-1]]
     screens = _lab02_screens()
-    check = next(i for i, s in enumerate(screens) if "check_kv4_trade_off(my_trade_off)" in s)
+    check = next(i for i, s in enumerate(screens) if "check_mixed_plan(my_plan, scorer)" in s)
     for i, screen in enumerate(screens[:check]):
         for answer in answers:
             assert not re.search(rf"(?<![\d.]){re.escape(answer)}(?!\d)", screen), (i, answer)
+    shown = next(i for i, s in enumerate(screens) if "mixed_bits.format_reference(reference)" in s)
+    assert shown > check and "show_reference = bool(capstone)" in screens[shown]
+    compared = next(i for i, s in enumerate(screens) if "check_prediction(predicted_kv4_cost_pct, measured_cost_pct" in s)
     printed = next(i for i, s in enumerate(screens) if "print(quant.format_table(table))" in s)
-    assert printed > check and f"{with_kv4:.2f}" in screens[printed]
+    assert compared < printed

@@ -12,7 +12,7 @@ from vramlab.checks._core import (CheckResult, as_float, call_learner, direction
 from vramlab.checks.lab01 import prediction_report
 
 __all__ = ["check_per_token_quantizer", "check_kv_quantizer", "check_kv4_bytes_per_token",
-           "check_w16a4_prediction", "check_kv4_trade_off"]
+           "check_w16a4_prediction", "check_mixed_plan", "check_layers_prediction"]
 
 
 def _cases_per_token():
@@ -283,86 +283,133 @@ def check_w16a4_prediction(predicted, measured: float, fp32: float) -> CheckResu
 
 
 # ----------------------------------------------------------------------------- the capstone (exercise 4)
-KV16_BYTES = 2 * 30 * 3 * 64 * 2                 # SmolLM2's float16 KV cache per token
-KV4_BYTES = 2 * 30 * 3 * (64 * 4 // 8 + 2 + 2)  # 4-bit values plus a float16 scale and zero point per group
+# Per-layer bit widths under a byte budget (vramlab.quarot.mixed_bits), scored live on one window in float64.
+PLAN_TOLERANCE = 0.03    # a plan passes within 3% of the reference search's best perplexity (or below it)
+_MIB = 2 ** 20
 
 
-def _trade_off_reference() -> dict:
-    """The two numbers the capstone asks for: the bytes ratio and the perplexity cost read from the cached table."""
-    from vramlab.quarot import quant
+def _reference() -> dict:
+    """The best plan the reference search measured (results/mixed_bits.json) and its perplexity."""
+    from vramlab.quarot import mixed_bits
 
-    table = quant.load_quarot_table()
-    def ppl(setting, rotation="hadamard", weights="gptq"):
-        return quant.table_ppl(table, setting, rotation, weights)
-
-    return {"kv_bytes_ratio": KV16_BYTES / KV4_BYTES,
-            "ppl_cost_pct": 100 * (ppl("W4A4KV4") / ppl("W4A4") - 1),
-            "_variants": {
-                "rtn": 100 * (ppl("W4A4KV4", weights="rtn") / ppl("W4A4", weights="rtn") - 1),
-                "random": 100 * (ppl("W4A4KV4", "random") / ppl("W4A4", "random") - 1),
-                "none": 100 * (ppl("W4A4KV4", "none") / ppl("W4A4", "none") - 1),
-                "inverted": 100 * (ppl("W4A4") / ppl("W4A4KV4") - 1),
-            }}
+    ref = mixed_bits.load_reference()
+    fits = [p for p in ref["designs"].values()
+            if mixed_bits.plan_bytes({k: p[k] for k in ("eight_bit_layers", "kv_bits")})["total"] <= mixed_bits.BUDGET_BYTES]
+    best = min(fits, key=lambda p: p["ppl"])
+    return {"plan": {"eight_bit_layers": best["eight_bit_layers"], "kv_bits": best["kv_bits"]}, "ppl": best["ppl"],
+            "all4": ref["all4_kv4"], "target": best["ppl"] * (1 + PLAN_TOLERANCE), "ranking": ref["ranking"]}
 
 
-def _trade_off_answer(**_) -> str:
-    ref = _trade_off_reference()
-    return (f"{{'kv_bytes_ratio': {ref['kv_bytes_ratio']:.3f}, 'ppl_cost_pct': {ref['ppl_cost_pct']:.2f}}}: "
-            f"float16 {KV16_BYTES:,} / KV4 {KV4_BYTES:,} bytes per token, and 100 x (table_ppl(W4A4KV4) / "
-            "table_ppl(W4A4) - 1) on the Hadamard-rotated GPTQ rows")
+def _mixed_plan_answer(**_) -> str:
+    ref = _reference()
+    plan = ref["plan"]
+    return (f"{{'eight_bit_layers': {plan['eight_bit_layers']}, 'kv_bits': {plan['kv_bits']}}}: the reference "
+            f"search's best plan within 66 MiB, perplexity {ref['ppl']:.2f} on the window (pass: at most "
+            f"{ref['target']:.2f}); found by scoring whole plans that fit (the largest single gains, the first layers, the "
+            "last layers, the first and last, an 8-bit cache with fewer layers)")
 
 
-@exercise("lab02", 4, _trade_off_answer)
-def check_kv4_trade_off(got) -> CheckResult:
-    """Capstone: ``{"kv_bytes_ratio": float16 KV bytes / KV4 bytes per token, "ppl_cost_pct": the perplexity
-    increase of W4A4KV4 over W4A4 (Hadamard rotation, GPTQ weights) in percent, from the cached table}``."""
-    name = "the KV4 trade-off"
-    kind = 'a dict {"kv_bytes_ratio": number, "ppl_cost_pct": number}'
-    if is_untouched_value(got):
-        return report(name, False, kind, "None (not done yet)", value=got)
-    if not isinstance(got, dict):
-        return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
-                      "return a dict with the two keys kv_bytes_ratio and ppl_cost_pct")
-    missing = [k for k in ("kv_bytes_ratio", "ppl_cost_pct") if k not in got]
-    if missing:
-        return report(name, False, kind, f"a dict without {', '.join(missing)}",
-                      "both keys are needed: the memory side and the quality side of the trade-off")
-    ratio, pct = as_float(got["kv_bytes_ratio"]), as_float(got["ppl_cost_pct"])
-    if ratio is None or pct is None:
-        return report(name, False, "two numbers", f"kv_bytes_ratio {fmt_number(got['kv_bytes_ratio'])}, "
-                                                  f"ppl_cost_pct {fmt_number(got['ppl_cost_pct'])}",
-                      "store plain numbers (floats), not strings")
-    ref = _trade_off_reference()
-    want_ratio, want_pct = ref["kv_bytes_ratio"], ref["ppl_cost_pct"]
-    if not abs(ratio - want_ratio) <= 0.01:
-        mistakes = [
-            (KV16_BYTES / (2 * 30 * 3 * 32), "that counts the 4-bit values only: every group of 64 also stores a "
-                                             "float16 scale and a float16 zero point"),
-            (KV4_BYTES / KV16_BYTES, "upside down: how many times smaller is the KV4 cache, i.e. float16 bytes "
-                                     "divided by KV4 bytes"),
-            (KV16_BYTES / (2 * 30 * 3 * (32 + 2)), "a group stores two float16 numbers (scale and zero point)"),
-            (KV16_BYTES / (2 * 30 * 3 * (32 + 8)), "the scale and the zero point are float16: 2 bytes each"),
-            (2 * 30 * 9 * 64 * 2 / KV4_BYTES, "the float16 cache has 3 KV heads too, not 9 (grouped-query attention)"),
-        ]
-        hint = next((h for v, h in mistakes if abs(ratio - v) <= 0.01),
-                    "use your Exercise 3 arithmetic for both caches (float16, and 4-bit with its scales and zero "
-                    "points) and divide")
-        return report(name, False, "the float16-to-KV4 ratio of KV bytes per token",
-                      f"kv_bytes_ratio {fmt_number(ratio, 4)}, {direction(ratio, want_ratio, name=name)}", hint)
-    if not abs(pct - want_pct) <= 0.1:
-        variants = ref["_variants"]
-        mistakes = [
-            (variants["rtn"], "those are the RTN rows; the question is about GPTQ weights"),
-            (variants["random"], "those are the random-orthogonal rows; use the Hadamard rotation"),
-            (variants["none"], "those are the unrotated rows; use the Hadamard rotation"),
-            (variants["inverted"], "measured from the wrong end: the cost is relative to the model without KV4"),
-            (want_pct / 100, "that is a fraction; the key asks for percent (x 100)"),
-            (want_pct + 100, "that is the ratio in percent; subtract the 100% you started from"),
-        ]
-        hint = next((h for v, h in mistakes if abs(pct - v) <= 0.05 * max(1.0, abs(v))),
-                    "look both rows up with quant.table_ppl(table, setting, rotation, weights) and take the "
-                    "relative increase")
-        return report(name, False, "the perplexity increase of adding KV4, in percent, from the table",
-                      f"ppl_cost_pct {fmt_number(pct, 4)}, {direction(pct, want_pct, name=name)}", hint)
-    return report(name, True, "", f"KV4 stores {ratio:.2f}x less per token for +{pct:.1f}% perplexity on the "
-                                  "rotated GPTQ model")
+_SCORER: dict = {}
+
+
+def capstone_scorer():
+    """The capstone's scorer, built once per kernel: the Hadamard-rotated SmolLM2 (seed 0) on the first
+    ``mixed_bits.SCORE_TOKENS`` tokens of the first evaluation window (about 30 s on 2 cores)."""
+    if "scorer" not in _SCORER:
+        from vramlab.data import token_windows
+        from vramlab.models import load_smollm2
+        from vramlab.quarot import mixed_bits
+        from vramlab.quarot.rotate import rotate_model
+
+        model, tok = load_smollm2()
+        window = token_windows(tok, 1, 512)[:, :mixed_bits.SCORE_TOKENS]
+        _SCORER["scorer"] = mixed_bits.MixedBits(rotate_model(model, "hadamard", seed=0), window)
+    return _SCORER["scorer"]
+
+
+@exercise("lab02", 4, _mixed_plan_answer)
+def check_mixed_plan(plan, scorer=None) -> CheckResult:
+    """Capstone: ``{"eight_bit_layers": [layer indices], "kv_bits": 4 | 8}`` for the Hadamard-rotated SmolLM2
+    (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and
+    whose float64 perplexity on the capstone's window, measured live by ``scorer`` (a
+    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within 3% of the reference search's
+    best (or lower)."""
+    from vramlab.quarot import mixed_bits
+
+    name = "capstone: 8-bit layers under 66 MiB"
+    what = 'a plan {"eight_bit_layers": [...], "kv_bits": 4 or 8} within the budget, near the best perplexity'
+    if is_untouched_value(plan):
+        return report(name, False, what, "None (not done yet)", value=plan)
+    try:
+        p = mixed_bits.normalize_plan(plan)
+    except ValueError as exc:
+        return report(name, False, what, f"{type(plan).__name__} {str(plan)[:60]}", str(exc))
+    size = mixed_bits.plan_bytes(p)
+    budget = mixed_bits.BUDGET_BYTES
+    layers = f"{len(p.eight_bit_layers)} layer(s) at 8 bits, KV{p.kv_bits}"
+    if size["total"] > budget:
+        over = size["total"] - budget
+        return report(name, False, what, f"{size['total'] / _MIB:.2f} MiB ({layers})",
+                      f"over the 66 MiB budget by {over:,} bytes ({over / _MIB:.2f} MiB): decoder weights "
+                      f"{size['weights'] / _MIB:.2f} MiB plus the cache {size['kv'] / _MIB:.2f} MiB; drop something")
+    if scorer is None:
+        scorer = capstone_scorer()
+    if not isinstance(scorer, mixed_bits.MixedBits):
+        return report(name, False, what, f"scorer {type(scorer).__name__}",
+                      "pass the notebook's scorer (a mixed_bits.MixedBits), or leave it out")
+    rotation = getattr(scorer.model, "vramlab_rotation", {}) or {}
+    if tuple(scorer.window.shape) != (1, mixed_bits.SCORE_TOKENS) or rotation.get("rotation") != "hadamard" \
+            or rotation.get("seed") != 0:
+        return report(name, False, what, "a scorer of another model or window",
+                      "build the scorer as the notebook does: MixedBits(rotated, windows[:1, :mixed_bits.SCORE_TOKENS]) "
+                      "with the Hadamard-rotated model of seed 0, so your number compares with the reference")
+    ppl = scorer.score_plan(p)
+    ref = _reference()
+    shown = f"{size['total'] / _MIB:.2f} MiB of 66 ({layers}), perplexity {ppl:.2f} on the window"
+    if ppl <= ref["target"]:
+        return report(name, True, "", f"{shown}; every layer at 4 bits measures {ref['all4']:.2f}, the reference "
+                                      f"search's best {ref['ppl']:.2f}", ppl=ppl, bytes=size["total"])
+    spare = budget - size["total"]
+    more = mixed_bits.layers_within_budget(p.kv_bits) - len(p.eight_bit_layers)
+    if more > 0:
+        hint = (f"it fits with {spare / _MIB:.2f} MiB to spare, room for {more} more 8-bit layer(s): a layer left "
+                "at 4 bits is perplexity given away")
+    elif p.kv_bits == 8:
+        hint = ("the 8-bit cache takes as many bytes as several 8-bit layers: did you measure what it buys "
+                "against what the same bytes buy as layers?")
+    else:
+        hint = ("it meets the budget, but its perplexity is above the target: which plans did you score whole? "
+                "Single-layer gains do not add up on a model this damaged")
+    return report(name, False, what, shown, hint)
+
+
+def _layers_prediction_answer(**_) -> str:
+    return "a prediction has no answer to reveal: the measured ranking is shown after the capstone's check"
+
+
+@exercise("lab02", None, _layers_prediction_answer, prediction=True)
+def check_layers_prediction(predicted, ranking=None) -> CheckResult:
+    """The capstone's prediction: the (up to 5) layers expected to gain most from 8 bits, stored before measuring.
+
+    Without ``ranking`` it only stores; with ``ranking`` (every layer, largest measured gain first) it says
+    where each predicted layer ranks. Fails, revealing nothing, when no valid list was stored.
+    """
+    from vramlab.checks.lab01 import PredictionResult
+
+    name = "prediction: the layers that gain most from 8 bits"
+    what = "a list of up to 5 layer indices (0 to 29)"
+    if is_untouched_value(predicted):
+        return report(name, False, what, "None (no prediction yet)", value=predicted,
+                      untouched_hint="write your guess in the prediction cell, run it, then go on")
+    items = list(predicted) if isinstance(predicted, (list, tuple, set)) else None
+    if items is None or not 1 <= len(items) <= 5 or len(set(items)) != len(items) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 30 for i in items):
+        return report(name, False, what, f"{str(predicted)[:60]}",
+                      "store a list such as [4, 17]: distinct whole numbers from 0 to 29, at most five")
+    items = sorted(items)
+    if ranking is None:
+        return report(name, True, "", f"{items} stored; now measure.", result_class=PredictionResult)
+    ranks = [list(ranking).index(i) + 1 for i in items]
+    got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(items, ranks))
+    return report(name, True, "", f"{got} of {len(ranking)} by measured gain (#1 gains most)",
+                  result_class=PredictionResult)
