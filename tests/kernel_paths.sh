@@ -22,6 +22,7 @@ TESTS=(
     "tests/test_numerics.py"
     "tests/test_quant.py::test_real_model_w8a8_close_to_fp32_and_w16a4_breaks"
     "tests/test_quarot_results.py::test_reproducible_rows_match_the_reference_to_1e_6"
+    "tests/test_mixed_bits.py::test_the_reference_search_is_reproduced_live"
 )
 status=0
 ran=()
