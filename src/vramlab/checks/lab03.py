@@ -425,7 +425,8 @@ def _most_summaries() -> int:
 
 
 def _printed(value: float) -> float:
-    return float(f"{value:.2f}")   # vLLM logs "Maximum concurrency ... {:.2f}x" (kv_cache_utils.py, 0.32.0)
+    # vLLM logs "Maximum concurrency for %s tokens per request: %.2fx" (vllm/v1/core/kv_cache_utils.py, 0.32.0)
+    return float(f"{value:.2f}")
 
 
 def capstone_debrief(design: dict | None = None) -> str:
