@@ -259,3 +259,16 @@ def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, 
         assert ours.estimated_max_model_len == theirs.check.estimated_max_model_len
     if override is None:
         assert ours.num_blocks == theirs.computed_blocks
+
+
+def test_the_engine_cell_gets_a_design_only_after_a_pass_or_a_reveal(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab03.design_to_run(lab03.check_two_engines(None), None) == (None, None)
+    wrong = _design(summaries={"kv_cache_dtype": "auto"})
+    assert lab03.design_to_run(lab03.check_two_engines(wrong, PREDICTED), wrong) == (None, None)
+    passed = lab03.check_two_engines(DESIGN, PREDICTED)
+    assert lab03.design_to_run(passed, DESIGN) == (DESIGN, lab03.capstone_designs()[0])
+    revealed = lab03.check_two_engines(wrong, PREDICTED, reveal=True)
+    assert revealed.revealed and lab03.design_to_run(revealed, wrong) == (lab03.capstone_designs()[0],) * 2

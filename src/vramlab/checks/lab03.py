@@ -447,6 +447,17 @@ def capstone_debrief(design: dict | None = None) -> str:
             f"summaries holds {round_summ.full_requests_at_once}.")
 
 
+def design_to_run(result: Any, design: Any) -> tuple[dict | None, dict | None]:
+    """The capstone design the lab's engine cell starts, and the one it replays where a design was never recorded:
+    ``(design, reference)`` once ``result`` (Exercise 5's :class:`CheckResult`) passed, ``(reference, reference)``
+    once it was revealed, else ``(None, None)``: the reference is not handed out before either."""
+    if bool(result):
+        return design, capstone_designs()[0]
+    if getattr(result, "revealed", False):
+        return capstone_designs()[0], capstone_designs()[0]
+    return None, None
+
+
 def _capstone_answer(**_) -> str:
     d = capstone_designs()[0]
     need = {k: v["prompt"] + v["output"] for k, v in CAPSTONE["services"].items()}
