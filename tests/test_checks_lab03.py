@@ -30,8 +30,9 @@ def _bytes(config, b):
 
 STARTUP = {"starts": False, "needed_gib": 1.41, "estimated_max_model_len": 46592}
 FIXES = {"shorter": {"max_model_len": 46464}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
-DESIGN = {"smollm2": {"kv_cache_space_gib": 2, "kv_cache_dtype": "fp8"}, "qwen3": {"kv_cache_space_gib": 1, "kv_cache_dtype": "auto"}}
-PREDICTED = {"smollm2": 4.0, "qwen3": 2.03}
+DESIGN = {"chat": {"kv_cache_space_gib": 2, "kv_cache_dtype": "auto", "max_model_len": 2048},
+          "summaries": {"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8", "max_model_len": 7168}}
+PREDICTED = {"chat": 45.5, "summaries": 13.0}
 
 CALL = {name: getattr(lab03, name) for name in lab03.__all__}
 CALL["check_prediction"] = _prediction
@@ -51,8 +52,8 @@ def _fixes(**changes):
     return {**FIXES, **changes}
 
 
-def _design(**changes):
-    return {**DESIGN, **changes}
+def _design(chat=None, summaries=None):
+    return {"chat": {**DESIGN["chat"], **(chat or {})}, "summaries": {**DESIGN["summaries"], **(summaries or {})}}
 
 
 WRONG = {
@@ -84,14 +85,19 @@ WRONG = {
                            (("d", "the batch"), "never looks at the batch"),
                            (("b", "because 15 < 16"), "in your words"),
                            ("b", "add one sentence")],
-    "check_two_engines": [(_design(smollm2={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, qwen3={"kv_cache_space_gib": 2,
-                                   "kv_cache_dtype": "auto"}), "really use"),
-                          (_design(smollm2={"kv_cache_space_gib": 2, "kv_cache_dtype": "auto"}), "really use"),
-                          (_design(smollm2={"kv_cache_space_gib": 1, "kv_cache_dtype": "auto"}, qwen3={"kv_cache_space_gib": 2,
-                                   "kv_cache_dtype": "auto"}), "refused at start-up"),
-                          (_design(qwen3={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}), "quality target"),
-                          (_design(qwen3={"kv_cache_space_gib": 2, "kv_cache_dtype": "auto"}), "3 GiB for both"),
-                          (_design(qwen3={"kv_cache_space_gib": 0.5, "kv_cache_dtype": "auto"}), "int()")],
+    # the first wrong design of a session is told which requirement it misses (each case here is a first try)
+    "check_two_engines": [(_design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"},
+                                   summaries={"kv_cache_space_gib": 2}), "changes them"),
+                          (_design(chat={"kv_cache_space_gib": 1}, summaries={"kv_cache_space_gib": 2}),
+                           "fewer than 40"),
+                          (_design(summaries={"kv_cache_dtype": "auto"}), "every requirement is met; not it"),
+                          (_design(summaries={"max_model_len": 8192}), "every requirement is met; not it"),
+                          (_design(summaries={"max_model_len": 7000}), "generated tokens both count"),
+                          (_design(chat={"max_model_len": 9000}), "8,192 positions"),
+                          (_design(summaries={"kv_cache_space_gib": 2}), "3 GiB for both"),
+                          (_design(chat={"kv_cache_space_gib": 1.5}), "int()"),
+                          (_design(chat={"kv_cache_dtype": "int8"}), "two cache dtypes"),
+                          ({"smollm2": {}, "qwen3": {}}, "chat and summaries")],
 }
 STUBS = [None, lambda *a: None, _raises]
 VALUE_CHECKS = {"check_prediction", "check_startup_prediction", "check_three_fixes", "check_exactly_full",
@@ -145,19 +151,63 @@ def test_engine_arithmetic_gives_what_the_real_engine_printed():
     assert fits.starts and fits.kv_cache_tokens == 2048 and f"{fits.max_concurrency:.2f}" == "1.07"
 
 
-def test_the_capstone_has_one_design_and_its_traps_print_enough_concurrency():
+def test_the_capstone_has_one_best_design_and_no_design_wins_every_axis():
     designs = lab03.capstone_designs()
-    assert designs == [DESIGN]
-    trap = lab03.capstone_startup("smollm2", 1, "fp8")   # prints 2.00x, holds one 46,592-token request
-    assert f"{trap.max_concurrency:.2f}" == "2.00" and trap.full_requests_at_once == 1
-    assert CAPSTONE["budget_gib"] == 3
+    assert [{k: {**v, "max_model_len": 0} for k, v in d.items()} for d in designs] == [
+        {"chat": {"kv_cache_space_gib": 2, "kv_cache_dtype": "auto", "max_model_len": 0},
+         "summaries": {"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8", "max_model_len": 0}}]
+    held = lambda d: {k: lab03.service_startup(v).full_requests_at_once for k, v in d.items()}
+    assert held(DESIGN) == {"chat": 45, "summaries": 12}
+    # fp8 everywhere holds more of both, and changes chat's answers (measured: lab03.FP8_PROBE)
+    fp8_all = _design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, summaries={"kv_cache_space_gib": 2})
+    assert held(fp8_all) == {"chat": 45, "summaries": 25} and lab03.FP8_PROBE["identical"] < lab03.FP8_PROBE["of"]
+    # bf16 everywhere changes no answer and holds half the summaries; a round length holds one fewer
+    assert held(_design(summaries={"kv_cache_dtype": "auto"}))["summaries"] == 6
+    assert held(_design(summaries={"max_model_len": 8192}))["summaries"] == 11
+    # the printed line counts the null block: 13.00x, 12 held
+    s = lab03.service_startup(DESIGN["summaries"])
+    assert f"{s.max_concurrency:.2f}" == "13.00" and s.full_requests_at_once == 12
+    assert "45.50x" in lab03.capstone_debrief() and "13.00x" in lab03.capstone_debrief()
 
 
-def test_capstone_asks_for_the_prediction_after_a_good_design(capsys):
+def test_capstone_wrong_designs_get_a_reason_on_the_first_try_only(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    wrong = [_design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, summaries={"kv_cache_space_gib": 2}),
+             _design(chat={"kv_cache_space_gib": 1}, summaries={"kv_cache_space_gib": 2}),
+             _design(summaries={"kv_cache_dtype": "auto"})]
+    outs = []
+    for d in wrong:
+        assert not lab03.check_two_engines(d, PREDICTED)
+        outs.append(capsys.readouterr().out)
+    assert "changes them" in outs[0]
+    for out in outs[1:]:
+        assert "Hint: not it" in out and "chat" not in out.split("Hint:")[1] and "summaries" not in out.split("Hint:")[1]
+    assert "try 3" in outs[2]                      # the hints open by tries
+    assert lab03.check_two_engines(DESIGN, PREDICTED)
+
+
+def test_capstone_grades_the_prediction_without_a_formula_or_a_held_count_message(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
     assert not lab03.check_two_engines(DESIGN)
-    assert "now predict" in capsys.readouterr().out
-    assert not lab03.check_two_engines(DESIGN, {"smollm2": 3, "qwen3": 2})     # requests held, not the printed ratio
-    assert "really holds" in capsys.readouterr().out
+    assert "not done yet" in capsys.readouterr().out            # the prediction comes with the design
+    for guess in ({"chat": 45, "summaries": 12}, {"chat": 45.5, "summaries": 12}, {"chat": 45.5, "summaries": 12.5}):
+        assert not lab03.check_two_engines(DESIGN, guess)
+        out = capsys.readouterr().out
+        assert "FAIL the printed concurrency" in out
+        for word in ("divide", "block", "holds", "null"):
+            assert word not in out, out
+    assert "not it" in out                                       # the third wrong try gets no direction
+    assert lab03.check_two_engines(DESIGN, {"chat": 45.50, "summaries": 13.001})
+
+
+def test_any_length_with_the_same_blocks_is_the_same_design(capsys):
+    assert lab03.check_two_engines(_design(chat={"max_model_len": 2000}, summaries={"max_model_len": 7050}),
+                                   PREDICTED)
+    assert lab03.check_two_engines(_design(chat={"max_model_len": 2304}), {"chat": 40.44, "summaries": 13.0})
 
 
 def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
@@ -167,8 +217,8 @@ def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
 
 def test_stub_dicts_are_told_not_done_yet(capsys):
     assert not lab03.check_three_fixes({"shorter": None, "fp8": None, "memory": None})
-    assert not lab03.check_two_engines({"smollm2": {"kv_cache_space_gib": None, "kv_cache_dtype": None},
-                                        "qwen3": {"kv_cache_space_gib": None, "kv_cache_dtype": "auto"}})
+    assert not lab03.check_two_engines({k: {"kv_cache_space_gib": None, "kv_cache_dtype": None, "max_model_len": None}
+                                        for k in ("chat", "summaries")}, {"chat": None, "summaries": None})
     out = capsys.readouterr().out
     assert out.count("not done yet") == 2, out
 
@@ -191,6 +241,7 @@ def test_each_wrong_choice_names_no_other_choice(capsys):
     ("smollm2-135m", 46464, 1, "auto", None), ("smollm2-135m", 65536, 2, "auto", None),
     ("smollm2-135m", 2048, 1, "auto", 16), ("smollm2-135m", 1920, 1, "auto", 16),
     ("smollm2-135m", 46592, 2, "fp8", None), ("qwen3-0.6b", 4608, 1, "auto", None),
+    ("smollm2-135m", 2048, 2, "auto", None), ("smollm2-135m", 7168, 1, "fp8", None),
 ])
 def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, dtype, override):
     """Two independent writings of vLLM 0.32's CPU start-up agree: the checks' engine_startup and
@@ -198,8 +249,7 @@ def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, 
     from vramlab.checks.lab03 import CAPSTONE
     from vramlab.serving.vllm_memory import cpu_plan
 
-    per_token = {"smollm2-135m": CAPSTONE["engines"]["smollm2"]["bytes_per_token"],
-                 "qwen3-0.6b": CAPSTONE["engines"]["qwen3"]["bytes_per_token"]}[model]
+    per_token = {"smollm2-135m": CAPSTONE["bytes_per_token"], "qwen3-0.6b": 2 * 28 * 8 * 128 * 2}[model]
     ours = engine_startup(per_token // (2 if dtype == "fp8" else 1), length, kv_cache_space_gib=gib,
                           num_blocks_override=override)
     theirs = cpu_plan(model, length, gib, kv_cache_dtype=dtype, num_gpu_blocks_override=override)
@@ -209,3 +259,16 @@ def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, 
         assert ours.estimated_max_model_len == theirs.check.estimated_max_model_len
     if override is None:
         assert ours.num_blocks == theirs.computed_blocks
+
+
+def test_the_engine_cell_gets_a_design_only_after_a_pass_or_a_reveal(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab03.design_to_run(lab03.check_two_engines(None), None) == (None, None)
+    wrong = _design(summaries={"kv_cache_dtype": "auto"})
+    assert lab03.design_to_run(lab03.check_two_engines(wrong, PREDICTED), wrong) == (None, None)
+    passed = lab03.check_two_engines(DESIGN, PREDICTED)
+    assert lab03.design_to_run(passed, DESIGN) == (DESIGN, lab03.capstone_designs()[0])
+    revealed = lab03.check_two_engines(wrong, PREDICTED, reveal=True)
+    assert revealed.revealed and lab03.design_to_run(revealed, wrong) == (lab03.capstone_designs()[0],) * 2

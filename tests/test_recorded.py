@@ -25,15 +25,28 @@ def test_the_refused_start_replays_with_the_engines_numbers(capsys):
 
 
 def test_the_capstone_pair_prints_what_the_checks_arithmetic_says():
-    models = {"smollm2": ("smollm2-135m", 46592), "qwen3": ("qwen3-0.6b", 4608)}
-    design = capstone_designs()[0]
-    configs = [EngineConfig(model=models[k][0], max_model_len=models[k][1], **design[k]) for k in models]
-    for (key, spec), run in zip(design.items(), recorded.runs(configs, live=False)):
-        from vramlab.checks.lab03 import capstone_startup
+    from vramlab.checks.lab03 import service_startup
 
-        want = capstone_startup(key, spec["kv_cache_space_gib"], spec["kv_cache_dtype"])
+    design = capstone_designs()[0]
+    configs = [EngineConfig(model="smollm2-135m", **spec) for spec in design.values()]
+    for spec, run in zip(design.values(), recorded.runs(configs, live=False)):
+        want = service_startup(spec)
         got = recorded.capacity_numbers(run.log)
         assert got["kv_cache_tokens"] == want.kv_cache_tokens and got["max_concurrency"] == round(want.max_concurrency, 2)
+
+
+def test_the_fp8_probe_replays_the_measured_change_of_answers():
+    """Section 3's fp8 and memory engines answered the same greedy probe; the recorded answers hold FP8_PROBE."""
+    from vramlab.checks.lab03 import FP8_PROBE, reference_fixes
+    from vramlab.serving.probe import compare_answers, probe_requests
+
+    probe = probe_requests()
+    base = dict(model="smollm2-135m", max_model_len=65536, kv_cache_space_gib=1)
+    fp8, bf16 = recorded.runs([EngineConfig(**{**base, **reference_fixes()[f]}) for f in ("fp8", "memory")],
+                              bursts=[probe, probe], live=False)
+    same = compare_answers(bf16.outputs, fp8.outputs)
+    assert (same.identical, same.total, same.new_tokens) == (FP8_PROBE["identical"], FP8_PROBE["of"],
+                                                             FP8_PROBE["new_tokens"])
 
 
 def test_an_unrecorded_config_without_an_engine_says_so_in_one_sentence():
