@@ -334,7 +334,7 @@ def test_t4_comparison_waits_for_a_pass_or_a_reveal(capsys):
     lab08.t4_comparison(checks.check_t4_plan(T4))
     out = capsys.readouterr().out
     assert "T4    sdpa" in out and "math" in out and all(s in out for s in _t4_secrets()[:2]), out
-    assert lab08.T4_READING in out.replace("\n", " ") or "What the T4 does" in out, out
+    assert lab08.T4_READING in out, out
     revealed = checks.check_t4_plan({**T4, "choice": "sdpa"}, reveal=True)
     capsys.readouterr()
     lab08.t4_comparison(revealed)

@@ -245,7 +245,7 @@ DIAGNOSIS_FIXES = {
     "b": "export BNB_CUDA_VERSION=121, the binary section 4's rule gives for CUDA 12.2",
     "c": "install a PyTorch built for CUDA 12.8, a version bitsandbytes 0.50.2 ships a binary for",
     "d": "add the lib64 folder of the machine's CUDA 12.2 toolkit to LD_LIBRARY_PATH",
-    "e": "in /home/ana/src/bitsandbytes, build the CUDA backend: cmake -DCOMPUTE_BACKEND=cuda -S . && make",
+    "e": "cmake -DCOMPUTE_BACKEND=cuda -S . && make, in the folder bitsandbytes is imported from",
     "f": "pip uninstall -y bitsandbytes, then pip install bitsandbytes (the wheel from PyPI)",
 }
 DIAGNOSIS_FIX = ("e", "f")   # either: build the clone's CUDA library, or replace the clone with the prebuilt wheel
@@ -261,10 +261,11 @@ _DIAGNOSIS_FIX_REASONS = {
 #: Printed under the doctor's reading only after Exercise 5 passed or was revealed (a markdown line under the check
 #: would be on screen while the learner works).
 DIAGNOSIS_READING = (
-    "Why the message misled: bitsandbytes 0.50.2 prints its 'VERSION MISMATCH' advice only when the error contains "
-    "'binary not found', which 0.50's 'No compatible CUDA binary found at' never does, so it fell back to advice "
-    "written for a machine whose PyTorch sees no CUDA. And why cuda122, not your cuda121: the rule chooses only "
-    "among the files bitsandbytes finds in its own folder; a folder with none gets the exact version's name.")
+    "Why the message misled: bitsandbytes 0.50.2 prints its 'VERSION MISMATCH' advice only when the error\n"
+    "contains 'binary not found', which 0.50's 'No compatible CUDA binary found at' never does, so it fell back\n"
+    "to advice written for a machine whose PyTorch sees no CUDA. And why cuda122, not the rule's cuda121: the\n"
+    "rule chooses only among the files bitsandbytes finds in its own folder; a folder with none gets the exact\n"
+    "version's name.")
 #: The first wrong tries of the check (evidence or fix) are told why that line or that fix fails; from then on
 #: only "not it" and the next hint, so trying lines or letters one by one does not explain the log.
 REASON_TRIES = 2

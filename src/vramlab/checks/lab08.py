@@ -439,11 +439,12 @@ def check_t4_plan(plan: Any) -> CheckResult:
 #: box under the check, which JupyterLab shows while the learner works). torch 2.13 ``attention.cpp``
 #: (``_scaled_dot_product_attention_math``: float32 unless ``allow_fp16_bf16_reduction_math_sdp``) and
 #: ``sdp_utils.cpp`` (``select_sdp_backend``: flash and memory-efficient need sm_80+ for bf16); vramlab.vram.kernels.
-T4_READING = ("What the T4 does: it has no fused attention kernel for bf16, so sdpa runs PyTorch's math path, in "
-              "float32 since torch 2.5 (attention.cpp): about 9 bytes per score element against eager's 8. An A100's "
-              "flash kernel never holds the scores. The kernel sets the cost, not the name.\nTry next: "
-              "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) skips the math path's float32 upcast. "
-              "Predict the T4's sdpa peak with it, then run dry_run(..., allow_fp16_bf16_reduction_math_sdp=True).")
+T4_READING = ("What the T4 does: it has no fused attention kernel for bf16, so sdpa runs PyTorch's math path,\n"
+              "in float32 since torch 2.5 (attention.cpp): about 9 bytes per score element against eager's 8. An\n"
+              "A100's flash kernel never holds the scores. The kernel sets the cost, not the name.\n"
+              "Try next: torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) skips the math path's float32\n"
+              "upcast. Predict the T4's sdpa peak with it, then run\n"
+              "dry_run(..., allow_fp16_bf16_reduction_math_sdp=True).")
 
 
 def t4_comparison(result: Any) -> None:
