@@ -317,6 +317,7 @@ RENDERED = {  # id -> (scenario, label)
     "bnb050_slow_int8_cc70": ("slow_int8_gpu", "compute_capability_low"),
     "bnb050_cudart_search_empty": ("cudart_search_empty", "cudart_not_found"),
     "bnb050_stale_override": ("stale_override", "bnb_cuda_version_override"),
+    "bnb050_unbuilt_checkout": ("unbuilt_checkout", "native_library_not_built"),
 }
 
 

@@ -136,7 +136,7 @@ def test_bitsandbytes_version_mismatch_hint_cannot_fire():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry_id", ["bnb050_override_invalid", "bnb050_runtime_missing"])
+@pytest.mark.parametrize("entry_id", ["bnb050_override_invalid", "bnb050_runtime_missing", "bnb050_unbuilt_checkout"])
 def test_rendered_corpus_entries_match_the_installed_bitsandbytes(entry_id):
     entry = logs.corpus_entry(entry_id)
     now = doctor.simulate(entry["scenario"])

@@ -330,6 +330,32 @@ def test_t4_comparison_waits_for_a_pass_or_a_reveal(capsys):
     lab08.t4_comparison(checks.check_t4_plan({**T4, "choice": "sdpa"}))
     out = capsys.readouterr().out
     assert "appears here once Exercise 5 passes" in out and not any(s in out for s in _t4_secrets()), out
+    assert "What the T4 does" not in out and "9 bytes" not in out, out
     lab08.t4_comparison(checks.check_t4_plan(T4))
     out = capsys.readouterr().out
     assert "T4    sdpa" in out and "math" in out and all(s in out for s in _t4_secrets()[:2]), out
+    assert lab08.T4_READING in out, out
+    revealed = checks.check_t4_plan({**T4, "choice": "sdpa"}, reveal=True)
+    capsys.readouterr()
+    lab08.t4_comparison(revealed)
+    assert "What the T4 does" in capsys.readouterr().out
+
+
+def test_no_markdown_between_the_capstone_and_the_next_section_gives_it_away():
+    """The unseen review: JupyterLab shows the markdown below a check while the learner works, so what explains the
+    capstone is printed only after a pass or a reveal; the markdown from Exercise 5's prompt to the next section
+    (the takeaways and stretch questions included) holds none of it."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    cells = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "08_watch_vram.ipynb", as_version=4).cells
+    start = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and re.search(r"^#+\s*Exercise 5\b", c.source, re.M))
+    end = next((i for i, c in enumerate(cells) if i > start and c.cell_type == "markdown"
+                and re.search(r"^## Going deeper", c.source, re.M)), len(cells))
+    for cell in cells[start + 1:end]:
+        if cell.cell_type == "markdown":
+            text = cell.source.split("## Going deeper")[0]
+            found = [s for s in ('What the T4 does', '9 bytes', 'math path', 'float32 upcast', 'no fused') if s in text]
+            assert not found, (found, text[:200])

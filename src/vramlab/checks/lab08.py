@@ -435,6 +435,18 @@ def check_t4_plan(plan: Any) -> CheckResult:
                                     f"(dry run {want['sdpa']:,.0f} and {want['eager']:,.0f}): {choice}")
 
 
+#: What the T4 does, printed under the table only after a pass or a reveal (an unseen reviewer found it in a markdown
+#: box under the check, which JupyterLab shows while the learner works). torch 2.13 ``attention.cpp``
+#: (``_scaled_dot_product_attention_math``: float32 unless ``allow_fp16_bf16_reduction_math_sdp``) and
+#: ``sdp_utils.cpp`` (``select_sdp_backend``: flash and memory-efficient need sm_80+ for bf16); vramlab.vram.kernels.
+T4_READING = ("What the T4 does: it has no fused attention kernel for bf16, so sdpa runs PyTorch's math path,\n"
+              "in float32 since torch 2.5 (attention.cpp): about 9 bytes per score element against eager's 8. An\n"
+              "A100's flash kernel never holds the scores. The kernel sets the cost, not the name.\n"
+              "Try next: torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) skips the math path's float32\n"
+              "upcast. Predict the T4's sdpa peak with it, then run\n"
+              "dry_run(..., allow_fp16_bf16_reduction_math_sdp=True).")
+
+
 def t4_comparison(result: Any) -> None:
     """Print the capstone's dry runs (A100 and T4, sdpa and eager) once Exercise 5 passed or was revealed; before
     that, print one line saying so. ``result``: Exercise 5's :class:`CheckResult`."""
@@ -448,3 +460,4 @@ def t4_comparison(result: Any) -> None:
             print(f"{gpu:<6}{impl:<10}{t.sdpa_kernel or '-':>8}{t.peak_bytes / MiB:>12,.0f}  "
                   f"{t.peak['module']} ({t.peak['op']})")
     print("dry runs of SmolLM2-135M, bf16, 4 x 4,096, torch 2.13 kernels; computed on the meta device, no GPU")
+    print(T4_READING)
