@@ -223,3 +223,20 @@ def test_serving_plan_bisected_on_the_batch_leaves_many_candidates(capsys):
 def test_serving_plan_reveal(capsys):
     result = checks.reveal("lab00", 3)[0]
     assert result.revealed and result.answer.startswith("design 'D' with batch 10")
+
+
+def test_explain_plan_prints_the_lessons_only_after_a_pass_or_a_reveal(capsys):
+    """The prose that settles the capstone lives in the package and prints only after the check passed or was
+    revealed: the notebook cell shows one call, so its source holds none of it while the learner works."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    lab00.explain_plan(lab00.check_serving_plan(None))
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL") and "run the check above first" in out and "bfloat16" not in out, out
+    lab00.explain_plan(lab00.check_serving_plan({"design": "D", "batch": 10}))
+    out = capsys.readouterr().out
+    assert "peak at 10 prompts: 1,951.8 MiB" in out and "design 'A' (bfloat16) would fit 49 prompts, 10 in float32" in out
+    assert "quality bar can cost most of the batch" in out and "logits of every" in out, out
+    lab00.explain_plan(lab00.check_serving_plan({"design": "A", "batch": 3}, reveal=True))
+    assert "quality bar" in capsys.readouterr().out

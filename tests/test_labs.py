@@ -437,7 +437,9 @@ _SECTION_END = re.compile(r"^## (?!Key takeaways|Stretch questions)", re.M)
 def _markdown_while_working(path, header: str) -> tuple[int, str]:
     """(index of the exercise's cell, the markdown of the learner version from that cell on, up to the next "## "
     section heading): the prompt and its hints, the markdown between the exercise's cells and under its check,
-    collapsed boxes included. JupyterLab shows all of it while the learner works on the exercise."""
+    collapsed boxes included. JupyterLab shows all of it while the learner works on the exercise. (Code cells are
+    left out: a post-check cell's code legitimately names the widget or table it shows once the check passed; a
+    lesson printed after the check lives in the package, as lab 00's ``explain_plan``.)"""
     cells = nbformat.read(path, as_version=4).cells
     start = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and re.search(header, c.source, re.M)),
                  None)

@@ -363,6 +363,32 @@ def _plan_against(predicted: Any) -> str:
         ("many" if off > 0 else "few")
 
 
+def explain_plan(result: Any) -> None:
+    """After the capstone's check passed or was revealed (``result``: its :class:`CheckResult`): the winning
+    design's dry run at its batch (the categories at the peak, in MiB, and where the peak sits), what the bar costs
+    (how many prompts bfloat16 would fit), and the two lessons that settle the capstone. Before that, one line
+    saying to run the check first: the prose lives here, not in the notebook, so no cell's source shows it while
+    the learner works."""
+    if not (result or getattr(result, "revealed", False)):
+        print("Store your plan and run the check above first: this cell shows its breakdown afterwards.")
+        return
+    from vramlab.vram.dryrun import dry_run
+
+    spec, n = SERVE_DESIGNS[SERVE_BEST], serve_max_batch(SERVE_BEST)
+    trace = dry_run("smollm2-135m", batch_size=n, seq_len=SERVE_PROMPT_TOKENS, dtype=spec["dtype"],
+                    attn_implementation=spec["attn_implementation"], mode=spec["mode"], new_tokens=1)
+    for key, value in trace.breakdown("peak").items():
+        print(f"{key:>12}: {value / 2**20:>7.1f} MiB")
+    print(f"peak at {n} prompts: {trace.peak_bytes / 2**20:,.1f} MiB, at {trace.peak['module']} ({trace.peak['op']})")
+    widest = max(SERVE_MISS_BAR, key=serve_max_batch)
+    print(f"the bar's price: design {widest!r} ({SERVE_DESIGNS[widest]['dtype']}) would fit {serve_max_batch(widest)} "
+          f"prompts, {n} in {spec['dtype']}")
+    print("Fewer bytes are not free: bfloat16 keeps 8 significant bits, and its rounding flips the greedy token\n"
+          "where two tokens score close; a quality bar can cost most of the batch.\n"
+          "How a call runs decides what is alive at its peak: a plain forward keeps the logits of every\n"
+          "position, generate() only the last one's.")
+
+
 #: A wrong design is told why it fails on the first wrong try only; later tries get "not it" and the next hint.
 DESIGN_REASON_TRIES = 1
 
