@@ -550,6 +550,87 @@ def test_a_bisecting_learner_never_narrows_an_answer_below_four_candidates(name,
     assert hi / lo >= 1e3, f"{name}: the messages narrowed the answer to [{lo:g}, {hi:g}]"
 
 
+# Ordered choices (a batch size, a block size, max_num_seqs): a wrong try's "over the budget", "misses the target"
+# or "is that the fewest?" points one way along the order, as "too high" does on a number. check name ->
+# (the candidates in order, attempt(candidate), [(regex meaning "the answer lies below this try", "... above")]).
+_DOWN = r"\btoo (?:high|large|big|many|much)\b|\bover the budget\b|\bpeaks over\b|\bsmaller\b|\bfewer\b|\bfewest\b|" \
+        r"\bcheaper\b|\blower\b|\bless\b"
+_UP = r"\btoo (?:low|small|few|little)\b|\broom for more\b|\bbigger\b|\blarger\b|\bhigher\b|\bmore prompts\b"
+
+
+def _ordered_checks() -> dict:
+    from vramlab.checks import lab00, lab01, lab04
+
+    return {
+        # lab 00's capstone: the batch of the design that wins, from 1 to the largest the check searches
+        "check_serving_plan": (list(range(1, lab00.SERVE_MAX_BATCH + 1)),
+                               lambda n: {"design": lab00.SERVE_BEST, "batch": n}, _DOWN, _UP),
+        # lab 01's capstone: the online transforms by cost; "meets the target" says a cheaper one may too
+        "check_online_block": (list(lab01.BLOCK_CHOICES), lambda label: label,
+                               _DOWN + r"|\bmeets the target\b", _UP + r"|\bmisses the target\b"),
+        # lab 04's capstone: max_num_seqs from 1 to 8 (with the right preemption count, so only k is judged)
+        "check_seqs_design": (list(range(1, len(lab04.CAPSTONE_REQUESTS) + 1)),
+                              lambda k: {"max_num_seqs": k,
+                                         "preemptions": lab04._seqs_outcomes()[len(lab04.CAPSTONE_REQUESTS)][0]},
+                              _DOWN + r"|\bruns dry\b", _UP + r"|\bmore steps than\b"),
+    }
+
+
+def test_every_ordered_choice_is_judged_as_ordered():
+    """A multiple-choice check whose labels are mostly numbers is an ordered choice: it must be in the table above,
+    so the bisecting learner below reads its messages as directions."""
+    ordered = _ordered_checks()
+    for name in _exported_checks():
+        labels = EXERCISES[name].choices or ()
+        if sum(str(label).isdigit() for label in labels) >= 3:
+            assert name in ordered, f"{name}: an ordered choice {labels}; add it to _ordered_checks()"
+
+
+#: Found by the test below in a lab another helper was fixing at the same time (issue 29's review, 2026-12-05);
+#: expected to fail until that fix is merged; the lead drops the entry once it passes.
+_ORDERED_FIXED_ELSEWHERE = {
+    ("check_seqs_design", False): "lab 04 Ex 5: max_num_seqs=4 is told the pool runs dry, leaving 1-3 (fix040708)",
+}
+
+
+@pytest.mark.parametrize("name, upper", [
+    pytest.param(n, u, marks=pytest.mark.xfail(reason=_ORDERED_FIXED_ELSEWHERE[n, u], strict=False))
+    if (n, u) in _ORDERED_FIXED_ELSEWHERE else (n, u) for n in sorted(_ordered_checks()) for u in (False, True)],
+    ids=[f"{n}-{'upper' if u else 'lower'}-middle" for n in sorted(_ordered_checks()) for u in (False, True)])
+def test_a_bisecting_learner_never_narrows_an_ordered_choice_below_four(name, upper, smollm2, capsys):
+    """Issue 29's review: an ordered choice is bisected like a number. Each try is the middle of the candidates the
+    messages left open; "over the budget", "misses the target", "is that the fewest?" move the bounds as "too
+    high" does. After every wrong try at least 4 candidates (or all of them, when fewer) are still consistent
+    with the messages: the tries themselves eliminate, the messages may not. Directions come on two tries at most."""
+    from vramlab.checks._core import DIRECTION_TRIES, reset_tries
+    from vramlab.serving.paged import forget_bursts
+
+    candidates, attempt, down, up = _ordered_checks()[name]
+    extra = _extra(name, *smollm2)
+    reset_tries()
+    forget_bursts()        # lab 04 refuses a design stored after its burst was simulated in this process
+    lo, hi, tried, directed = 0, len(candidates) - 1, set(), 0
+    for _ in range(8):
+        open_ = [i for i in range(lo, hi + 1) if i not in tried]
+        if not open_:
+            break
+        index = open_[len(open_) // 2 if upper else (len(open_) - 1) // 2]
+        result = _call(name, attempt(candidates[index]), extra)
+        out = capsys.readouterr().out
+        if result.passed:
+            break
+        tried.add(index)
+        below, above = bool(re.search(down, out)), bool(re.search(up, out))
+        if below != above:
+            directed += 1
+            lo, hi = (lo, index - 1) if below else (index + 1, hi)
+        left = hi - lo + 1
+        assert left >= min(4, len(candidates)), (
+            f"{name}: after trying {candidates[index]!r}, the messages leave {candidates[lo:hi + 1]}: {out}")
+    assert directed <= DIRECTION_TRIES, f"{name}: {directed} tries told a direction (at most {DIRECTION_TRIES})"
+    reset_tries()
+
+
 def _quoted(label: str) -> re.Pattern:
     return re.compile(rf"(?<![\w])['\"(]{re.escape(label)}['\")](?![\w])")
 

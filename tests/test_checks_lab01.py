@@ -413,10 +413,17 @@ def test_online_block_check_teaches_without_telling(down29, capsys):
     assert f"{target:.4f}" not in out and f"{target:.3f}" not in out and "0.1" not in out, out
     lab01.check_online_block("full", down29)
     out = capsys.readouterr().out
-    assert "meets the target" in out and "That is try 2" in out and "0.1" not in out, out
+    # the designs are ordered: from the second wrong try, no "meets" / "misses" (either points one way)
+    assert "not it" in out and "That is try 2" in out and "meets" not in out and "0.1" not in out, out
+    reset_tries()
     lab01.check_online_block("512", down29)
     out = capsys.readouterr().out
-    assert "not it" in out and "0.15" not in out, out          # from the third try: no facts, the next hint
+    # a design that meets the target but is not the cheapest: only that, no cost and no "is it the fewest?"
+    assert "this design meets the target" in out and "operations" not in out and "fewest" not in out, out
+    assert "13,824" not in out and "?" not in out.split("Hint:")[-1], out
+    lab01.check_online_block("64", down29)
+    out = capsys.readouterr().out
+    assert "not it" in out and "misses" not in out and "0.15" not in out, out   # then no facts, the next hint
     assert lab01.check_online_block(None, down29).untouched
     assert not lab01.check_online_block("3", down29) and "not one of the choices" in capsys.readouterr().out
     result = lab01.check_online_block("8", down29, reveal=True)

@@ -416,6 +416,13 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     ("00_start_here.ipynb", r"1,951\.8|2,099\.0", r"^#+\s*Exercise 0\.3\b"),
     ("00_start_here.ipynb", r"134,515,008|269,030,016", r"^#+\s*Exercise 0\.1\b"),
     ("01_outliers_and_rotation.ipynb", r"0\.1495|0\.1404|0\.1544", r"^#+\s*Exercise 6\b"),
+    # issue 29's review: prose under a capstone's check that settles it (bfloat16 misses the bar; a cheaper block
+    # meets the full transform's error) is printed after a pass, never in markdown the learner sees while working
+    ("00_start_here.ipynb", r"quality bar can cost|rounding (?:changes|flips) (?:some|the) greedy", r"^#+\s*Exercise 0\.3\b"),
+    ("01_outliers_and_rotation.ipynb", r"cheaper block-diagonal transform can meet", r"^#+\s*Exercise 6\b"),
+    ("06_accelerate_dispatch.ipynb", r"keeps `lm_head` resident", r"^#+\s*Exercise 4\b"),
+    ("07_bitsandbytes.ipynb", r"message's own advice is the fix", r"^#+\s*Exercise 5\b"),
+    ("08_watch_vram.ipynb", r"bytes per score element against eager", r"^#+\s*Exercise 5\b"),
     # issue 29, labs 04, 07 and 08: the capstones' runs, the doctor's reading of the unseen log, the T4 dry runs
     ("04_vllm_under_load.ipynb", r"max_num_seqs=3\b|in 40 steps", r"^#+\s*Exercise 5\b"),
     ("07_bitsandbytes.ipynb", r"libbitsandbytes_cuda122|no native library built|Why the message misled",
@@ -424,14 +431,62 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
 ]
 
 
-@pytest.mark.parametrize("name, answer, header", ANSWERS_AFTER_THEIR_EXERCISE,
-                         ids=[f"{n[:2]}-{a[:8]}" for n, a, _ in ANSWERS_AFTER_THEIR_EXERCISE])
+#: A "## " heading that ends what JupyterLab shows under an exercise while the learner works on it. The closing
+#: sections (key takeaways, stretch questions) sit right under the last exercise, so they do not end it.
+_SECTION_END = re.compile(r"^## (?!Key takeaways|Stretch questions)", re.M)
+
+
+def _markdown_while_working(path, header: str) -> tuple[int, str]:
+    """(index of the exercise's cell, the markdown of the learner version from that cell on, up to the next "## "
+    section heading): the prompt and its hints, the markdown between the exercise's cells and under its check,
+    collapsed boxes included. JupyterLab shows all of it while the learner works on the exercise. (Code cells are
+    left out: a post-check cell's code legitimately names the widget or table it shows once the check passed; a
+    lesson printed after the check lives in the package, as lab 00's ``explain_plan``.)"""
+    cells = nbformat.read(path, as_version=4).cells
+    start = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and re.search(header, c.source, re.M)),
+                 None)
+    assert start is not None, f"{path.name}: no cell matches {header!r}"
+    texts = []
+    for cell in cells[start:]:
+        if cell.cell_type != "markdown":
+            continue
+        end = _SECTION_END.search(cell.source, 1 if cell is cells[start] else 0)
+        texts.append(cell.source[:end.start()] if end else cell.source)
+        if end:
+            break
+    return start, "\n".join(texts)
+
+
+#: Leaks the markdown scan below found in labs that other helpers were fixing at the same time (issue 29's review,
+#: 2026-12-05): expected to fail until their fixes are merged; the lead drops an entry once it passes.
+_FIXED_ELSEWHERE = {
+    ("03_vllm_startup.ipynb", r"null block"): "lab 03 cell 18 explains the null block under Ex 4's check (fix03)",
+    ("06_accelerate_dispatch.ipynb", r"keeps `lm_head` resident"): "lab 06 cell 41, under Ex 4's check (fix0506)",
+    ("07_bitsandbytes.ipynb", r"message's own advice is the fix"): "lab 07 cell 42, under Ex 5's check (fix040708)",
+    ("08_watch_vram.ipynb", r"bytes per score element against eager"): "lab 08 cell 35, under Ex 5's check (fix040708)",
+}
+
+
+@pytest.mark.parametrize("name, answer, header", [
+    pytest.param(n, a, h, marks=pytest.mark.xfail(reason=_FIXED_ELSEWHERE[n, a], strict=False))
+    if (n, a) in _FIXED_ELSEWHERE else (n, a, h) for n, a, h in ANSWERS_AFTER_THEIR_EXERCISE],
+    ids=[f"{n[:2]}-{a[:8]}" for n, a, _ in ANSWERS_AFTER_THEIR_EXERCISE])
 def test_no_answer_on_screen_before_its_exercise(name, answer, header):
+    """Issue 29: the answer is in no cell before its exercise (markdown, code, the complete lesson's outputs), and
+    for an exercise, in no markdown of the learner version that JupyterLab shows under it while the learner works
+    (its prompt and hints, the markdown below its check up to the next section, collapsed boxes included):
+    prose that settles an exercise belongs in an output printed after its check passed or was revealed."""
     texts = list(_screen_texts(ROOT / "notebooks" / name))
     start = next((i for i, kind, t in texts if kind == "markdown" and re.search(header, t, re.M)), None)
     assert start is not None, f"{name}: no cell matches {header!r}"
     early = [i for i, _, t in texts[:start] if re.search(answer, t)]
     assert not early, f"{name}: the answer {answer!r} is on screen in cells {early}, before its exercise (cell {start})"
+    if "Exercise" not in header:        # a section heading: its own markdown explains the answer after the check
+        return
+    start, shown = _markdown_while_working(ROOT / "labs" / name, header)
+    found = re.search(answer, shown)
+    assert not found, (f"labs/{name}: {found.group(0)!r} (the answer {answer!r}) is in the markdown under {header!r} "
+                       f"(from cell {start}), which the learner sees while working: print it after the check instead")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -431,6 +431,9 @@ BLOCK_CHOICES = ("none", "2", "4", "8", "16", "32", "64", "128", "256", "512", "
 #: The target: the window's INT4 error within this factor of the full rotation's.
 BLOCK_TARGET = 1.10
 BLOCK_LAYER, BLOCK_SITE, BLOCK_SEED = 29, "down_in", 0
+#: The designs are ordered (by cost), so a "misses" or "meets" points one way: only the first wrong try is told
+#: which (with two, "32 misses, 512 meets" would leave two labels of eleven); later tries get "not it".
+BLOCK_REASON_TRIES = 1
 
 
 def block_cost(label: str, n: int = 1536) -> int:
@@ -545,9 +548,9 @@ def check_online_block(block, X=None, predicted=None) -> CheckResult:
     ``predicted``: the design the learner stored before measuring; the PASS line (or the revealed answer)
     compares it with the measurement.
 
-    A wrong choice is told why that choice fails, without the target's value: its error is above the target,
-    or it meets it at a cost it names, on its first two tries; after that only that it is not the one, with the
-    next hint."""
+    The designs are ordered by cost, so "misses" and "meets" each point one way: a wrong choice is told only
+    whether it misses the target or meets it (no cost, no target value, no "is it the cheapest?"), and only on
+    its first wrong try (:data:`BLOCK_REASON_TRIES`); after that only that it is not the one, with the next hint."""
     name = "online Hadamard design"
     key = id(X)
     if _BLOCK_X.get("errors_for") != key:
@@ -565,14 +568,13 @@ def check_online_block(block, X=None, predicted=None) -> CheckResult:
             options[label] = (f"INT4 window error {errors[label]:.4f}, within {target:.4f}, at "
                               f"{block_cost(label):,} operations per token"
                               + _prediction_against(predicted, errors, best))
-        elif tries(name) >= DIRECTION_TRIES:
+        elif tries(name) >= BLOCK_REASON_TRIES:
             options[label] = ("not it: measure each design's error with your butterfly, and compare the costs of "
                               "those that meet the target")
         elif errors[label] > target:
             options[label] = (f"this design's INT4 window error is more than {BLOCK_TARGET:g} times the full "
                               "transform's: it misses the target")
         else:
-            options[label] = (f"this design meets the target, at {block_cost(label):,} operations per token; is "
-                              "that the fewest of all designs that meet it?")
+            options[label] = "this design meets the target"
     label = str(block).strip().strip("'\"").strip().lower()
     return check_choice(name, label, options, best, what="one of the designs' labels")
