@@ -589,7 +589,6 @@ def test_every_ordered_choice_is_judged_as_ordered():
 #: Found by the test below in a lab another helper was fixing at the same time (issue 29's review, 2026-12-05);
 #: expected to fail until that fix is merged; the lead drops the entry once it passes.
 _ORDERED_FIXED_ELSEWHERE = {
-    ("check_seqs_design", False): "lab 04 Ex 5: max_num_seqs=4 is told the pool runs dry, leaving 1-3 (fix040708)",
 }
 
 

@@ -460,10 +460,7 @@ def _markdown_while_working(path, header: str) -> tuple[int, str]:
 #: Leaks the markdown scan below found in labs that other helpers were fixing at the same time (issue 29's review,
 #: 2026-12-05): expected to fail until their fixes are merged; the lead drops an entry once it passes.
 _FIXED_ELSEWHERE = {
-    ("03_vllm_startup.ipynb", r"null block"): "lab 03 cell 18 explains the null block under Ex 4's check (fix03)",
     ("06_accelerate_dispatch.ipynb", r"keeps `lm_head` resident"): "lab 06 cell 41, under Ex 4's check (fix0506)",
-    ("07_bitsandbytes.ipynb", r"message's own advice is the fix"): "lab 07 cell 42, under Ex 5's check (fix040708)",
-    ("08_watch_vram.ipynb", r"bytes per score element against eager"): "lab 08 cell 35, under Ex 5's check (fix040708)",
 }
 
 
