@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -246,3 +247,71 @@ def test_absorbed_in_smollm2_runs_the_learners_function_in_every_layer(capstone,
     assert "ZeroDivisionError" in out and "any sizes" in out, out
     assert type(model.model.layers[0].self_attn).__name__ == "LlamaAttention"       # restored
     assert type(model.model.layers[0].self_attn.k_proj).__name__ == "Linear"
+
+
+def test_the_prediction_is_graded_on_windows_the_plan_was_not_tuned_on(capstone, windows, capsys):
+    """try_plan and the check measure window 1; the prediction is compared with windows 6-8, which neither measures,
+    so no number printed while exploring is the one predicted. The yardstick printed before the prediction is one
+    rank for all there (it names no rank)."""
+    from vramlab import mla
+
+    model, window, covs = capstone
+    held = lab05.heldout_windows(windows)
+    assert torch.equal(window[0], windows[0]) and tuple(held.shape) == (3, 512)
+    assert not any(torch.equal(held[i], window[0]) for i in range(3))
+    base = lab05.heldout_baseline(model, windows, covs)
+    out = capsys.readouterr().out
+    assert "windows 6-8" in out and f"{base:.2f}" in out and "130" not in out, out
+    lesson = mla.expand_groups([130, 130, 130, 130, 178, 82], 5)
+    assert lab05.check_rank_plan(lesson, model, window, covs)
+    explored = capsys.readouterr().out
+    result = lab05.heldout_prediction(18.0, lesson, model, windows, covs)
+    out = capsys.readouterr().out
+    actual = lab05.measured_ppl(model, held, covs, lesson)
+    assert result.passed and f"{actual:.2f}" in out and "windows 6-8" in out, out
+    assert f"{actual:.2f}" not in explored
+    assert abs(actual - lab05.measured_ppl(model, window, covs, lesson)) > 1     # another number than window 1's
+    assert actual < base                                                        # the plan's lead survives there
+    for bad in (None, [131] * 30, [130] * 6):
+        assert lab05.heldout_prediction(18.0, bad, model, windows, covs) is None
+        assert "once plan_ranks is 30 ranks that fit" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="8, 512"):
+        lab05.heldout_windows(window)
+
+
+def test_after_capstone_holds_the_reference_plan_until_a_pass_or_a_reveal(capstone, windows, capsys):
+    model, window, covs = capstone
+    failed = lab05.check_rank_plan([130] * 30, model, window, covs)
+    capsys.readouterr()
+    lab05.after_capstone(failed, model, window, windows, covs)
+    out = capsys.readouterr().out
+    assert out.strip() == lab05.AFTER_CAPSTONE_WAITS and "178" not in out and "variance" not in out
+    for result in (lab05.check_rank_plan(lab05.reference_ranks(), model, window, covs),
+                   lab05.check_rank_plan([130] * 30, model, window, covs, reveal=True)):
+        capsys.readouterr()
+        lab05.after_capstone(result, model, window, windows, covs)
+        out = capsys.readouterr().out
+        assert "reference plan" in out and "[178, 82, 124, 130, 178, 88]" in out and "Kept variance" in out, out
+        rows = {m[1].strip(): (float(m[2]), float(m[3])) for m in
+                re.finditer(r"^(.{20}) +[\d.]+ MiB +([\d.]+) +([\d.]+) ", out, re.M)}
+        assert set(rows) == {"one rank for all", "most variance kept", "reference plan"}, out
+        for column in (0, 1):      # window 1, and windows 6-8 the plan was not tuned on
+            assert rows["reference plan"][column] < min(rows["one rank for all"][column],
+                                                        rows["most variance kept"][column]), out
+
+
+def test_no_markdown_under_the_capstones_check_holds_its_decision():
+    """JupyterLab shows the markdown below a check while the learner works: from the capstone's check to the end of
+    the lab, no markdown cell says how to spend the budget or names the reference plan's ranks."""
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "05_mla_latent_cache.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "check_rank_plan(" in c.source)
+    going_deeper = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "## Going deeper" in c.source)
+    for cell in nb.cells[at + 1:going_deeper]:
+        if cell.cell_type == "markdown":
+            assert not re.search(r"variance|evenly|178|reference plan", cell.source, re.I), cell.source
+    predict = next(i for i, c in enumerate(nb.cells) if "predicted_plan_ppl, None" in c.source)
+    assert predict < at                                  # the prediction is stored before the plan is measured

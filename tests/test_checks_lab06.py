@@ -237,3 +237,47 @@ def test_gpu_layers_counts_parent_entries():
     assert lab06.gpu_layers({"model": 0, "lm_head": "cpu"}, total=4) == 4
     assert lab06.gpu_layers({"model.layers.0": 0, "model.layers.1": "cpu"}) == 1
     assert lab06.gpu_layers({"model.layers.0": False, "model.layers.1": 0}) == 1
+
+
+def test_after_capstone_holds_the_decision_until_a_pass_or_a_reveal(capsys):
+    """The lesson under the capstone's check (the planner's maps, the best map, why lm_head stays) prints only
+    after check_serving_map passed or revealed: a failed try sees one line that names neither map nor module."""
+    failed = lab06.check_serving_map(lab06.layered_map(22, head="cpu"))
+    capsys.readouterr()
+    assert lab06.after_capstone(failed) is None
+    out = capsys.readouterr().out
+    assert out.strip() == lab06.AFTER_CAPSTONE_WAITS
+    assert not re.search(r"lm_head|KV cache|resident|\d+\.\d\d GiB", out), out
+    for result in (lab06.check_serving_map(lab06.layered_map(17)),
+                   lab06.check_serving_map(lab06.layered_map(22, head="cpu"), reveal=True)):
+        capsys.readouterr()
+        fig = lab06.after_capstone(result)
+        out = capsys.readouterr().out
+        assert "best map                     peak 14.91 GiB, 6.09 GiB copied per forward" in out, out
+        assert "planner, KV cache left out   peak 16.94 GiB" in out and "keeps lm_head resident" in out
+        assert len(fig.data) == 3
+
+
+def test_no_markdown_under_the_capstones_check_holds_its_decision():
+    """JupyterLab shows the markdown below a check while the learner works: from the capstone's check to the next
+    section, no markdown cell names what the best map does (lm_head resident, the KV cache left out)."""
+    import nbformat
+
+    from vramlab import labs
+
+    nb = nbformat.read(lab06_notebook(), as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "check_serving_map(" in c.source)
+    end = next(i for i, c in enumerate(nb.cells) if i > at and c.cell_type == "markdown"
+               and re.search(r"^## ", c.source, re.M))
+    after = [c.source for c in nb.cells[at + 1:end] if c.cell_type == "markdown"]
+    after += [labs.marked_source(c) for c in nb.cells[at + 1:end] if c.cell_type == "code"]
+    for text in after:
+        assert not re.search(r"resident|left out|best map", text, re.I), text
+    key = next(c.source for c in nb.cells[end:] if c.cell_type == "markdown" and "Key takeaways" in c.source)
+    assert not re.search(r"lm_head", key), key
+
+
+def lab06_notebook():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / "notebooks" / "06_accelerate_dispatch.ipynb"

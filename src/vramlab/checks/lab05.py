@@ -414,7 +414,8 @@ def measured_ppl(model, window, covariances, ranks) -> float:
     covariances and plan for this kernel (a plan is measured once even if checked twice)."""
     from vramlab.mla import measure_ranks
 
-    key = (id(model), id(window), id(covariances), tuple(int(r) for r in ranks))
+    # the windows by where their data lives, so windows[5:8] sliced twice from one tensor is one key
+    key = (id(model), window.data_ptr(), tuple(window.shape), id(covariances), tuple(int(r) for r in ranks))
     if key not in _MEASURED:
         _MEASURED[key] = measure_ranks(model, list(ranks), window, covariances)["ppl"]
     return _MEASURED[key]
@@ -533,3 +534,86 @@ def check_rank_plan(plan_ranks: Any, model=None, window=None, covariances=None) 
     else:
         hint = "it fits, but a plan under this budget measures clearly lower"
     return report(name, False, what, shown, hint, ppl=ppl, mib=mib)
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 5's prediction, on windows the plan was not tuned on, and the lesson after the check
+# --------------------------------------------------------------------------------------------
+
+# try_plan and check_rank_plan measure window 1 of the notebook's 8 x 512; the prediction is of the plan's
+# perplexity on windows 6-8, which neither measures, so no number the learner printed while exploring is it.
+HELDOUT = slice(5, 8)
+HELDOUT_LABEL = "windows 6-8"
+
+
+def heldout_windows(windows):
+    """The capstone's held-out windows ``[3, 512]``: windows 6-8 of the notebook's ``windows [8, 512]``."""
+    import torch
+
+    if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.shape[0] < HELDOUT.stop:
+        raise ValueError(f"`windows` must be the notebook's [8, 512] token windows (token_windows(tok, "
+                         f"n_windows=8, length=512)); got {getattr(windows, 'shape', type(windows).__name__)}.")
+    return windows[HELDOUT]
+
+
+def uniform_rank() -> int:
+    """The largest rank every layer can have under the capstone's budget (130)."""
+    return max(r for r in range(1, 385) if plan_budget_ok([r] * 30))
+
+
+def heldout_baseline(model, windows, covariances, print_line=print) -> float:
+    """Before the prediction: one rank for all layers (:func:`uniform_rank`) measured on the held-out windows, the
+    yardstick a learner predicts their plan against. Prints one line; returns the perplexity."""
+    ppl = measured_ppl(model, heldout_windows(windows), covariances, [uniform_rank()] * 30)
+    print_line(f"one rank for all layers (the largest that fits {PLAN_BUDGET_MIB} MiB): perplexity {ppl:.2f} on "
+               f"{HELDOUT_LABEL}, which try_plan and the check never measure")
+    return ppl
+
+
+def heldout_prediction(predicted: Any, plan_ranks: Any, model, windows, covariances) -> CheckResult | None:
+    """After :func:`check_rank_plan`: measure ``plan_ranks`` on the held-out windows and compare the learner's stored
+    prediction with it (:func:`vramlab.checks.check_prediction`: any honest number passes, the line says how far
+    off). A plan that is not 30 ranks within the budget is not measured: one line says so, and None is returned."""
+    from vramlab.checks.lab00 import check_prediction
+
+    what = f"perplexity of your plan on {HELDOUT_LABEL}"
+    try:
+        from vramlab.mla import check_ranks
+
+        ranks = check_ranks(plan_ranks, 30, 384)
+    except (TypeError, ValueError):
+        ranks = None
+    if ranks is None or not plan_budget_ok(ranks):
+        print(f"{HELDOUT_LABEL} are measured once plan_ranks is 30 ranks that fit the budget (see the check above).")
+        return None
+    actual = measured_ppl(model, heldout_windows(windows), covariances, ranks)
+    return check_prediction(predicted, round(actual, 2), what)
+
+
+AFTER_CAPSTONE_WAITS = ("Three plans measured side by side appear here once Exercise 5 passes "
+                        "(or after check_rank_plan(plan_ranks, ..., reveal=True)).")
+
+
+def after_capstone(result: Any, model, window, windows, covariances, print_line=print) -> None:
+    """After Exercise 5: when ``result`` (what :func:`check_rank_plan` returned) passed or was revealed, print one
+    rank for all, the plan that keeps the most K/V variance (:func:`vramlab.mla.variance_plan`) and the reference
+    plan, each on the capstone's ``window`` and on the held-out windows, with the mean rank of each group of five
+    layers, and what the comparison shows. Otherwise one line saying when it appears (the reference plan's ranks
+    are the capstone's answer)."""
+    from vramlab.mla import kv_spectra, plan_cache_mib, variance_plan
+
+    if not (bool(result) or getattr(result, "revealed", False)):
+        print_line(AFTER_CAPSTONE_WAITS)
+        return
+    held = heldout_windows(windows)
+    plans = (("one rank for all", [uniform_rank()] * 30),
+             ("most variance kept", variance_plan(kv_spectra(model, covariances), sum(reference_ranks()))),
+             ("reference plan", reference_ranks()))
+    print_line(f"{'plan':<20} {'cache':>9} {'window 1':>9} {HELDOUT_LABEL:>12}   mean rank of layers 0-4, 5-9, ...")
+    for label, ranks in plans:
+        print_line(f"{label:<20} {plan_cache_mib(ranks, PLAN_CONTEXT, PLAN_USERS):5.1f} MiB "
+                   f"{measured_ppl(model, window, covariances, ranks):9.2f} "
+                   f"{measured_ppl(model, held, covariances, ranks):12.2f}   "
+                   f"{[round(sum(ranks[i:i + PLAN_GROUP]) / PLAN_GROUP) for i in range(0, 30, PLAN_GROUP)]}")
+    print_line("Kept variance is not perplexity: a layer whose spectrum looks compressible can be one the model needs. "
+               "A plan tuned on one window keeps part of its lead on text it never saw.")

@@ -447,3 +447,42 @@ def check_serving_map(device_map: Any) -> CheckResult:
         return report(name, False, what, f"{where} (fits), with {copied}",
                       "it fits, but a map that fits this GPU copies less at every forward")
     return report(name, True, "", f"{where} of {SERVE_GPU_GIB}, {copied} ({layers} decoder layers on GPU 0)")
+
+
+# The lesson after the capstone: shown only once its check passed or its answer was revealed, so no cell below
+# the check holds the decision while the learner works (JupyterLab shows the cells below a check as they are).
+AFTER_CAPSTONE_WAITS = ("The planner's maps and the best map appear here once Exercise 4 passes "
+                        "(or after check_serving_map(serving_map, reveal=True)).")
+
+
+def after_capstone(result: Any, print_line=print):
+    """After Exercise 4: when ``result`` (what :func:`check_serving_map` returned) passed or was revealed, print
+    GPU 0's peak and the weight bytes copied per forward for three maps (the planner with the whole 15 GiB, the
+    planner with the forward's activations and logits taken off but not its KV cache, and
+    :func:`best_serving_map`), say what makes the best map, and return a :func:`vramlab.dispatch.replay_figure` of
+    the three (the caller shows it). Otherwise print one line saying when it appears and return None."""
+    from vramlab.dispatch import GiB, plan_device_map, replay_figure
+
+    if not (bool(result) or getattr(result, "revealed", False)):
+        print_line(AFTER_CAPSTONE_WAITS)
+        return None
+    trace = serving_trace()
+    model = _meta(SERVE_CONFIG, None)
+    at_peak = trace.breakdown("peak")
+    limit = SERVE_GPU_GIB * GiB
+    kv_blind = limit - (trace.peak_bytes - at_peak["weights"] - at_peak["kv_cache"])
+    maps = {f"planner, {SERVE_GPU_GIB} GiB": plan_device_map(model, {0: limit, "cpu": "64GiB"}),
+            "planner, KV cache left out": plan_device_map(model, {0: int(kv_blind), "cpu": "64GiB"}),
+            "best map": dict(best_serving_map()[0])}
+    replays = {label: serving_replay(m) for label, m in maps.items()}
+    for label, r in replays.items():
+        print_line(f"{label:<28} peak {r.peak_bytes / GiB:5.2f} GiB, {r.streamed_bytes / GiB:4.2f} GiB copied "
+                   "per forward")
+    import textwrap
+
+    print_line(textwrap.fill(
+        f"The planner counts weights only: given all {SERVE_GPU_GIB} GiB it leaves no room for the forward; with "
+        "the activations and logits taken off but not the KV cache it still runs out, because offloaded layers run "
+        "on GPU 0 and keep their KV cache there. The best map keeps lm_head resident: its weights are on GPU 0 at "
+        "the peak either way, so keeping it costs no room and saves its copy.", 100))
+    return replay_figure(replays, limit)
