@@ -460,7 +460,6 @@ def _markdown_while_working(path, header: str) -> tuple[int, str]:
 #: Leaks the markdown scan below found in labs that other helpers were fixing at the same time (issue 29's review,
 #: 2026-12-05): expected to fail until their fixes are merged; the lead drops an entry once it passes.
 _FIXED_ELSEWHERE = {
-    ("06_accelerate_dispatch.ipynb", r"keeps `lm_head` resident"): "lab 06 cell 41, under Ex 4's check (fix0506)",
 }
 
 
