@@ -284,7 +284,11 @@ def check_w16a4_prediction(predicted, measured: float, fp32: float) -> CheckResu
 
 # ----------------------------------------------------------------------------- the capstone (exercise 4)
 # Per-layer bit widths under a byte budget (vramlab.quarot.mixed_bits), scored live on one window in float64.
-PLAN_TOLERANCE = 0.03    # a plan passes within 3% of the reference search's best perplexity (or below it)
+# A plan passes within 3% of the reference record's best perplexity (or below it). The record of
+# 2026-12-05T07:50 holds five hand-picked designs only; benchmarks/mixed_bits.py now runs a real search (greedy
+# by whole-plan score, swaps, the KV8 branch, random plans) and writes "best" and "pass_rates": once a complete
+# record exists, _reference() reads its "best" and this tolerance is to be set from its measured pass rates.
+PLAN_TOLERANCE = 0.03
 _MIB = 2 ** 20
 
 
@@ -293,9 +297,10 @@ def _reference() -> dict:
     from vramlab.quarot import mixed_bits
 
     ref = mixed_bits.load_reference()
-    fits = [p for p in ref["designs"].values()
-            if mixed_bits.plan_bytes({k: p[k] for k in ("eight_bit_layers", "kv_bits")})["total"] <= mixed_bits.BUDGET_BYTES]
-    best = min(fits, key=lambda p: p["ppl"])
+    best = ref.get("best") or min(ref["designs"].values(), key=lambda p: p["ppl"])
+    plan = {k: best[k] for k in ("eight_bit_layers", "kv_bits")}
+    if mixed_bits.plan_bytes(plan)["total"] > mixed_bits.BUDGET_BYTES:
+        raise ValueError("results/mixed_bits.json's best plan is over the budget: rerun benchmarks/mixed_bits.py.")
     return {"plan": {"eight_bit_layers": best["eight_bit_layers"], "kv_bits": best["kv_bits"]}, "ppl": best["ppl"],
             "all4": ref["all4_kv4"], "target": best["ppl"] * (1 + PLAN_TOLERANCE), "ranking": ref["ranking"]}
 
@@ -332,8 +337,8 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     """Capstone: ``{"eight_bit_layers": [layer indices], "kv_bits": 4 | 8}`` for the Hadamard-rotated SmolLM2
     (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and
     whose float64 perplexity on the capstone's window, measured live by ``scorer`` (a
-    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within 3% of the reference search's
-    best (or lower)."""
+    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within :data:`PLAN_TOLERANCE` (3%) of
+    the reference search's best (or lower)."""
     from vramlab.quarot import mixed_bits
 
     name = "capstone: 8-bit layers under 66 MiB"
@@ -369,11 +374,9 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     if ppl <= ref["target"]:
         return report(name, True, "", f"{shown}; every layer at 4 bits measures {ref['all4']:.2f}, the reference "
                                       f"search's best {ref['ppl']:.2f}", ppl=ppl, bytes=size["total"])
-    spare = budget - size["total"]
-    more = mixed_bits.layers_within_budget(p.kv_bits) - len(p.eight_bit_layers)
-    if more > 0:
-        hint = (f"it fits with {spare / _MIB:.2f} MiB to spare, room for {more} more 8-bit layer(s): a layer left "
-                "at 4 bits is perplexity given away")
+    if mixed_bits.layers_within_budget(p.kv_bits) > len(p.eight_bit_layers):
+        hint = ("it leaves part of the budget unused: a layer kept at 4 bits where the bytes allowed 8 is "
+                "perplexity given away")
     elif p.kv_bits == 8:
         hint = ("the 8-bit cache takes as many bytes as several 8-bit layers: did you measure what it buys "
                 "against what the same bytes buy as layers?")

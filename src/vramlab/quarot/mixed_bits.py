@@ -2,10 +2,10 @@
 
 A *plan* says, for the Hadamard-rotated SmolLM2, which decoder layers run at 8 bits (weights *and* the
 inputs of their linears: W8A8) while the others run at 4 (W4A4), and whether the KV cache is stored in
-4 or 8 bits. Weights are round-to-nearest per output channel with QuaRot's MSE clip search
-(:func:`vramlab.quarot.quant.quantize_weights`), activations per token with clip 0.9, the cache
-asymmetric in groups of ``head_dim`` with clip 0.95, exactly as :func:`vramlab.quarot.quant.quantize_model`
-does for a whole model; this module only lets the bits differ from layer to layer.
+4 or 8 bits. Weights are round-to-nearest per output channel with one absmax scale per row (no clip search:
+:func:`vramlab.quarot.quant.quantize_weights` with ``mse=False``), activations per token with clip 0.9, the
+cache asymmetric in groups of ``head_dim`` with clip 0.95, as :func:`vramlab.quarot.quant.quantize_model`
+does for a whole model with ``w_clip=False``; this module only lets the bits differ from layer to layer.
 
 Bytes are counted from the real shapes: every decoder linear stores ``bits / 8`` bytes per weight plus one
 float16 scale per output row; the KV cache stores, per token and layer, K and V for each KV head as
@@ -257,14 +257,40 @@ def load_reference(path=None) -> dict:
         return json.load(f)
 
 
-def format_reference(reference: dict) -> str:
-    """The reference search as text: the single-layer measurements (largest gain first) and every design's plan
-    and perplexity (``reference`` from :func:`load_reference`)."""
+def format_reference(reference: dict, margin: float | None = None) -> str:
+    """The reference search as text (``reference`` from :func:`load_reference`): the single-layer measurements,
+    the greedy steps, the swaps, the KV8 branch, the best plan and, with ``margin`` (the pass mark is
+    ``best * margin``), which rule-of-thumb and random plans pass."""
     base, single = reference["all4_kv4"], reference["single_w8"]
     top = ", ".join(f"{i}: {single[i]:.1f}" for i in reference["ranking"][:10])
+    if "greedy" not in reference:      # a record of hand-picked designs only (before the search)
+        lines = [f"every layer W4A4: {base:.2f} with KV4, {reference['all4_kv8']:.2f} with KV8 "
+                 f"({reference['window_tokens']} tokens, float64)",
+                 f"one layer at 8 bits, largest gain first (layer: perplexity): {top}, ..."]
+        for name, p in sorted(reference["designs"].items(), key=lambda d: d[1]["ppl"]):
+            lines.append(f"  {p['ppl']:8.2f}  {name:26s} layers {p['eight_bit_layers']}, KV{p['kv_bits']}")
+        return "\n".join(lines)
+    greedy, local, best = reference["greedy"], reference["local_search"], reference["best"]
+    steps = ", ".join(f"+{s['added']} {s['ppl']:.1f}" for s in greedy["steps"])
     lines = [f"every layer W4A4: {base:.2f} with KV4, {reference['all4_kv8']:.2f} with KV8 "
-             f"({reference['window_tokens']} tokens, float64)",
-             f"one layer at 8 bits, largest gain first (layer: perplexity): {top}, ..."]
+             f"({reference['window_tokens']} tokens, float64; {reference['n_scores']} plans scored)",
+             f"one layer at 8 bits, largest gain first (layer: perplexity): {top}, ...",
+             f"greedy, one layer at a time by whole-plan score: {steps}",
+             f"then one-for-one swaps: {len(local['swaps'])} improved it, {local['new_scores']} new scores, "
+             f"{local['stopped']}"]
+    if "kv8_branch" in reference:
+        k = reference["kv8_branch"]
+        lines.append(f"KV8 leaves room for {reference['budget_layers']['8']} layer: best {k['eight_bit_layers']}, "
+                     f"{k['ppl']:.2f}")
+    mark = None if margin is None else best["ppl"] * margin
+    lines.append(f"the search's best: layers {best['eight_bit_layers']}, KV{best['kv_bits']}: {best['ppl']:.2f}"
+                 + ("" if mark is None else f" (pass mark {mark:.2f})"))
     for name, p in sorted(reference["designs"].items(), key=lambda d: d[1]["ppl"]):
-        lines.append(f"  {p['ppl']:8.2f}  {name:26s} layers {p['eight_bit_layers']}, KV{p['kv_bits']}")
+        verdict = "" if mark is None else ("  passes" if p["ppl"] <= mark else "  fails")
+        lines.append(f"  {p['ppl']:8.2f}  {name:22s} layers {p['eight_bit_layers']}, KV{p['kv_bits']}{verdict}")
+    rand = [r["ppl"] for r in reference.get("random", [])]
+    if rand:
+        passed = "" if mark is None else f"; {sum(r <= mark for r in rand)} of {len(rand)} pass"
+        lines.append(f"  {len(rand)} random plans of {len(reference['random'][0]['eight_bit_layers'])} layers: "
+                     f"{min(rand):.1f} to {max(rand):.1f}{passed}")
     return "\n".join(lines)
