@@ -359,3 +359,21 @@ def test_no_markdown_between_the_capstone_and_the_next_section_gives_it_away():
             text = cell.source.split("## Going deeper")[0]
             found = [s for s in ('What the T4 does', '9 bytes', 'math path', 'float32 upcast', 'no fused') if s in text]
             assert not found, (found, text[:200])
+
+
+def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
+    """An unseen reviewer read the answer off dry_run(..., dtype=torch.bfloat16, gpu="T4") (the guard keyed on the
+    dtype's text) and off batches 1 and 2 (a straight line gives batch 4): both count as having run the shape."""
+    import torch
+
+    from vramlab.vram.dryrun import dry_run, forget_shapes, shape_was_run
+
+    forget_shapes()
+    try:
+        assert not lab08._shape_already_run()
+        dry_run("smollm2-135m", batch_size=1, seq_len=4096, dtype=torch.bfloat16, gpu="T4")
+        assert shape_was_run(1, 4096, "bfloat16") and shape_was_run(None, 4096, torch.bfloat16)
+        assert not shape_was_run(4, 4096, "bfloat16") and not shape_was_run(None, 2048, "bfloat16")
+        assert lab08._shape_already_run()
+    finally:
+        forget_shapes()

@@ -364,7 +364,7 @@ def _t4_hint(impl: str, value: float, want: float, name: str) -> str:
 def _shape_already_run() -> bool:
     from vramlab.vram.dryrun import shape_was_run
 
-    return shape_was_run(T4_SETUP["batch_size"], T4_SETUP["seq_len"], T4_SETUP["dtype"])
+    return shape_was_run(None, T4_SETUP["seq_len"], T4_SETUP["dtype"])   # at any batch: peaks are linear in it
 
 
 @exercise("lab08", 5, _t4_answer)

@@ -619,9 +619,18 @@ _SHAPES_RUN: set[tuple[int, int, str]] = set()
 _RECORDING = [True]
 
 
-def shape_was_run(batch_size: int, seq_len: int, dtype: str) -> bool:
-    """Whether :func:`dry_run` ran a forward of ``batch_size`` x ``seq_len`` tokens in ``dtype`` in this process."""
-    return (int(batch_size), int(seq_len), str(dtype)) in _SHAPES_RUN
+def _dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` and ``"bfloat16"`` alike: ``"bfloat16"``."""
+    return str(dtype).replace("torch.", "")
+
+
+def shape_was_run(batch_size: int | None, seq_len: int, dtype: str) -> bool:
+    """Whether :func:`dry_run` ran a forward of ``batch_size`` x ``seq_len`` tokens in ``dtype`` (a name or a
+    ``torch.dtype``) in this process; ``batch_size=None``: at any batch (a peak at one batch, or two, gives every
+    other batch by a straight line)."""
+    name = _dtype_name(dtype)
+    return any(s == int(seq_len) and d == name and (batch_size is None or b == int(batch_size))
+               for b, s, d in _SHAPES_RUN)
 
 
 def forget_shapes() -> None:
@@ -667,7 +676,7 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     """
     if _RECORDING[-1]:
         try:
-            _SHAPES_RUN.add((int(batch_size), int(seq_len), str(dtype)))
+            _SHAPES_RUN.add((int(batch_size), int(seq_len), _dtype_name(dtype)))
         except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
             pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
