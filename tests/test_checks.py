@@ -729,11 +729,11 @@ def test_no_answer_value_is_on_screen_before_its_exercise(name, smollm2):
 def test_secrets_regex_is_linear():
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()
     _secrets("9" * 100_000)
     _secrets("1," * 50_000 + ".")
     _NUMBER_RE.findall("x" * 50_000_000)
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 20
 
 
 def test_the_wrong_values_cover_zero_a_large_number_and_a_wrong_label():

@@ -162,9 +162,9 @@ def test_parse_startup_is_linear_on_long_text():
 
     for text in ("x" * 50_000_000, "9" * 5_000_000 + " tokens", "KV cache size: " + "1," * 2_000_000,
                  "Explicitly set (" + "1." * 2_000_000):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         engine.parse_startup(text)
-        assert time.perf_counter() - t0 < 10      # about 0.6 s for the 50 MB line on one idle core
+        assert time.process_time() - t0 < 10      # about 0.6 s for the 50 MB line on one idle core
 
 
 # ------------------------------------------------------------------------------------------ with the engine
@@ -238,9 +238,9 @@ def test_log_readers_on_the_core_log_are_linear():
     assert (prelude, logs) == ("imports\n", ["a\n", "b\n"])
     for text in ("(EngineCore pid=7) " + "x" * 50_000_000, core * 100_000, "Model architectures [" + "a" * 5_000_000,
                  "=== vramlab engine job " + "9" * 5_000_000):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         engine._root_cause(text), engine._problem(text, "m"), engine._split_log(text, 3)
-        assert time.perf_counter() - t0 < 10
+        assert time.process_time() - t0 < 10
 
 
 def test_per_request_preemptions_need_the_in_process_scheduler():

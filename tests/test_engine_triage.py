@@ -63,6 +63,6 @@ def test_unsupported_architecture_log(runs):
 def test_process_reader_is_linear():
     head = "(EngineCore pid=1) ERROR 12-05 04:51:19 [core.py:1510] "
     for text in (head + "x" * 50_000_000, head * 200_000, "(" + "9" * 5_000_000 + " pid=1)"):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         triage.diagnose(text)
-        assert time.perf_counter() - t0 < 10
+        assert time.process_time() - t0 < 10

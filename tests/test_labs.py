@@ -230,10 +230,10 @@ def test_difficulty_lines_get_a_text_fallback_once(line, fallback):
 def test_text_fallback_is_linear():
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()
     labs.text_fallback("🔴" * 1_000_000 + " difficulty" + " importance" * 100_000)
     labs.text_fallback("9" * 100_000 + " difficulty")
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
 
 
 def _tmp_repo(tmp_path, name="r"):

@@ -277,10 +277,10 @@ def _random_inputs(seed: int) -> list:
 
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_readers_never_raise_on_random_text(reader):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for text in _random_inputs(seed=18):
         assert READERS[reader](text)
-    assert time.perf_counter() - t0 < 20
+    assert time.process_time() - t0 < 20
 
 
 @functools.lru_cache(maxsize=1)
@@ -313,9 +313,9 @@ _ADVERSARIAL_NAMES = ["50MB_one_line", "100k_digits", "50MB_random_printable", "
 def test_long_and_adversarial_inputs_are_read_in_bounded_time(name):
     text = _adversarial()[name]
     for reader, check in READERS.items():
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         assert check(text), reader
-        took = time.perf_counter() - t0
+        took = time.process_time() - t0
         assert took < 3.0, f"{reader} took {took:.2f} s on {name}"
 
 
@@ -444,12 +444,12 @@ def test_new_bnb_rules_stay_linear(name):
 
     big = ("C:\\Users\\" + "a" * 50_000_000) if name == "huge_line" else ("libbitsandbytes_cuda" + "9" * 50_000_000)
     for rule in (logs._rule_macos, logs._rule_not_built, logs._rule_windows_dll, logs._rule_cudart_diagnostics):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         rule(big)
-        assert time.perf_counter() - t0 < 5.0, rule.__name__
-    t0 = time.perf_counter()
+        assert time.process_time() - t0 < 5.0, rule.__name__
+    t0 = time.process_time()
     assert explain_log(big).label in LABELS
-    assert time.perf_counter() - t0 < 10.0
+    assert time.process_time() - t0 < 10.0
 
 
 def test_allowed_equal_to_the_total_capacity_is_no_cap():

@@ -62,10 +62,10 @@ def test_a_multiprocess_run_is_its_own_recording():
 
 
 def test_line_readers_are_linear():
-    start = time.perf_counter()
+    start = time.process_time()
     recorded.refusal_numbers("To serve at least one request " + "9" * 1_000_000)
     recorded.refusal_numbers("To serve at least one request with the model's max seq len (" * 200_000)
     recorded.capacity_numbers("KV cache size: " + "1," * 500_000)
     recorded.capacity_numbers("x" * 50_000_000 + "CPU KV cache size")
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 20
     assert recorded.refusal_numbers(None) == {} and recorded.capacity_numbers("") == {}
