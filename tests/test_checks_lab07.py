@@ -276,7 +276,10 @@ def test_the_reference_design_is_real_and_meets_the_target(capsys):
     m = lab07.measure_design_once(lab07.REFERENCE_DESIGN)
     assert result.passed, out
     assert m["bytes"] == lab07.REFERENCE_BYTES and m["quantized"] == 180 and m["lm_head"] == "Linear"
-    assert abs(m["ppl"] - lab07.REFERENCE_PPL) < 0.05 and m["ppl"] <= lab07.TARGET_PPL - 0.1
+    # Measured over ATEN_CPU_CAPABILITY=default/avx2/avx512 x 1 and 2 threads (issue 26; 2026-12-05, one AMD EPYC):
+    # 17.5514 (default), 17.6232 (avx2), 17.6096 (avx512), the same at 1 and 2 threads: a spread of 0.072, so the
+    # bound is 0.1 around the recorded 17.61; every path stays at least 0.17 under the target.
+    assert abs(m["ppl"] - lab07.REFERENCE_PPL) < 0.1 and m["ppl"] <= lab07.TARGET_PPL - 0.1
 
 
 def test_4bit_prediction_accepts_any_honest_number_and_says_how_far(capsys):
