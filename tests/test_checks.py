@@ -451,9 +451,13 @@ def test_the_tries_file_is_off_in_the_suite_named_by_the_notebook_otherwise_and_
     monkeypatch.delenv("VRAMLAB_TRIES_FILE")
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     assert tries_file() is None                                # a script or nbclient: no notebook name, no file
-    monkeypatch.setenv("VRAMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VRAMLAB_CACHE", str(tmp_path / "cache"))               # a room's shared cache: not there
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("JPY_SESSION_NAME", "labs/00_start_here.ipynb")
-    assert tries_file() == tmp_path / "cache" / "check_tries.json"
+    assert tries_file() == tmp_path / "state" / "vramlab" / "check_tries.json"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))                          # each learner's own home
+    assert tries_file() == tmp_path / "home" / ".local" / "state" / "vramlab" / "check_tries.json"
     for text in ("off", "0", "", "none"):
         monkeypatch.setenv("VRAMLAB_TRIES_FILE", text)
         assert tries_file() is None

@@ -490,7 +490,7 @@ DIRECTION_TRIES = 2
 HINT_TIERS = ("Hint 1 (the idea)", "Hint 2 (where to look)", "Hint 3 (pseudocode)")
 NO_DIRECTION = "not it"
 #: Where the tries are kept: a path; ``off`` (or ``0``, ``no``, ``none``, empty) keeps them in the kernel only.
-#: Unset: ``<vramlab cache>/check_tries.json`` in a notebook whose name the kernel knows (JupyterLab and Jupyter
+#: Unset: ``<learner's state folder>/vramlab/check_tries.json`` in a notebook whose name the kernel knows (JupyterLab and Jupyter
 #: Notebook set ``JPY_SESSION_NAME``; Colab has one notebook per runtime), else the kernel only (scripts, nbclient).
 #: The test suite sets it to ``off`` (tests/conftest.py), so it never reads or writes a learner's file.
 TRIES_ENV = "VRAMLAB_TRIES_FILE"
@@ -516,10 +516,11 @@ def _notebook_key() -> str | None:
 def tries_file() -> "Path | None":
     """The JSON file that keeps the tries across kernel restarts, or None when they live in the kernel only.
 
-    ``VRAMLAB_TRIES_FILE``: a path, or ``off``; unset: ``check_tries.json`` in the vramlab cache folder
-    (``VRAMLAB_CACHE``, default ``~/.cache/vramlab``) when the kernel runs a named notebook. The cache folder,
-    not the notebook's folder: it is the learner's own (a workshop's notebooks may sit in a shared or read-only
-    folder, and a file beside them would end up in a learner's git commits)."""
+    ``VRAMLAB_TRIES_FILE``: a path, or ``off``; unset: ``vramlab/check_tries.json`` in the learner's state folder
+    (``XDG_STATE_HOME``, default ``~/.local/state``) when the kernel runs a named notebook. Neither the notebook's
+    folder (a workshop's notebooks may sit in a shared or read-only folder, and a file beside them would end up in
+    a learner's git commits) nor the vramlab cache (``VRAMLAB_CACHE``: a workshop room shares one, read-only, among
+    all its learners, whose tries would then mix; the room's hub test caught it)."""
     import os
     from pathlib import Path
 
@@ -529,9 +530,8 @@ def tries_file() -> "Path | None":
         return None if raw.lower() in _OFF else Path(raw).expanduser()
     if _notebook_key() is None:
         return None
-    base = os.environ.get("VRAMLAB_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vramlab")
-    return Path(base).expanduser() / TRIES_FILE_NAME
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state).expanduser() / "vramlab" / TRIES_FILE_NAME
 
 
 def _tries_key(name: str) -> str:
