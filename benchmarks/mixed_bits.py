@@ -304,7 +304,8 @@ def main() -> None:
             if (tuple(cand), 4) not in scores and (tuple(cand), 4) not in known:
                 late = stop_at is not None and datetime.datetime.now(datetime.timezone.utc) >= stop_at
                 if spent >= args.max_scores or late:
-                    stopped = (f"stopped by a time cap after {spent} swap(s) scored, before a full pass "
+                    cap = "--stop-at's time" if late else f"--max-scores {args.max_scores}"
+                    stopped = (f"stopped by {cap} after {spent} swap(s) scored, before a full pass "
                                "without improvement")
                     break
             if (tuple(cand), 4) not in scores:

@@ -7,6 +7,8 @@ Each check prints one PASS/FAIL line with what was expected and what it got, and
 
 from __future__ import annotations
 
+from typing import Any
+
 from vramlab.checks._core import (CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
                                   is_untouched as is_untouched_value)
 from vramlab.checks.lab01 import prediction_report
@@ -284,11 +286,14 @@ def check_w16a4_prediction(predicted, measured: float, fp32: float) -> CheckResu
 
 # ----------------------------------------------------------------------------- the capstone (exercise 4)
 # Per-layer bit widths under a byte budget (vramlab.quarot.mixed_bits), scored live on one window in float64.
-# A plan passes within 3% of the reference record's best perplexity (or below it). The record of
-# 2026-12-05T07:50 holds five hand-picked designs only; benchmarks/mixed_bits.py now runs a real search (greedy
-# by whole-plan score, swaps, the KV8 branch, random plans) and writes "best" and "pass_rates": once a complete
-# record exists, _reference() reads its "best" and this tolerance is to be set from its measured pass rates.
-PLAN_TOLERANCE = 0.03
+# A plan passes within PLAN_TOLERANCE of the best plan the reference search found (benchmarks/mixed_bits.py: greedy
+# forward selection by whole-plan score, then one-for-one swaps to a local optimum, the KV8 branch, the rules of
+# thumb and 10 random plans; results/mixed_bits.json). Measured there (2026-12-05, 452 plans scored): best 62.88
+# (layers [1, 11, 12, 18, 29]); greedy over all 30 layers 66.74 (+6.1%), greedy over the 15 (12) largest single
+# gains 68.24 (+8.5%) and 68.83 (+9.5%); the reviewer's [0, 1, 2, 11, 29] 73.90 (+17.5%); the best of 10 random
+# plans 86.40 (+37%); the best rule of thumb (first three and last two layers) 99.83 (+59%); KV8 with its best layer
+# 119.84. 10% passes a learner who searches by whole-plan scores, and no rule of thumb or random plan.
+PLAN_TOLERANCE = 0.10
 _MIB = 2 ** 20
 
 
@@ -337,7 +342,7 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     """Capstone: ``{"eight_bit_layers": [layer indices], "kv_bits": 4 | 8}`` for the Hadamard-rotated SmolLM2
     (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and
     whose float64 perplexity on the capstone's window, measured live by ``scorer`` (a
-    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within :data:`PLAN_TOLERANCE` (3%) of
+    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within :data:`PLAN_TOLERANCE` (10%) of
     the reference search's best (or lower)."""
     from vramlab.quarot import mixed_bits
 
@@ -416,3 +421,23 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
     got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(items, ranks))
     return report(name, True, "", f"{got} of {len(ranking)} by measured gain (#1 gains most)",
                   result_class=PredictionResult)
+
+
+AFTER_CAPSTONE_WAITS = ("The reference search (every layer alone, the greedy steps, the swaps, the rules of thumb) "
+                        "appears here once Exercise 4 passes (or after check_mixed_plan(my_plan, scorer, reveal=True)).")
+
+
+def after_capstone(result: Any, predicted_layers: Any = None, print_line=print) -> None:
+    """After Exercise 4: when ``result`` (what :func:`check_mixed_plan` returned) passed or was revealed, compare
+    ``predicted_layers`` (the stored prediction) with the measured single-layer ranking and print the reference
+    search (:func:`vramlab.quarot.mixed_bits.format_reference`, with which rule-of-thumb and random plans pass the
+    mark). Otherwise print one line saying when it appears (the search's best plan is the capstone's answer)."""
+    from vramlab.quarot import mixed_bits
+
+    if not (bool(result) or getattr(result, "revealed", False)):
+        print_line(AFTER_CAPSTONE_WAITS)
+        return
+    reference = mixed_bits.load_reference()
+    if predicted_layers is not None:
+        check_layers_prediction(predicted_layers, reference["ranking"])
+    print_line(mixed_bits.format_reference(reference, margin=1 + PLAN_TOLERANCE))

@@ -285,6 +285,11 @@ def format_reference(reference: dict, margin: float | None = None) -> str:
     mark = None if margin is None else best["ppl"] * margin
     lines.append(f"the search's best: layers {best['eight_bit_layers']}, KV{best['kv_bits']}: {best['ppl']:.2f}"
                  + ("" if mark is None else f" (pass mark {mark:.2f})"))
+    ranked = [f"{i} #{reference['ranking'].index(i) + 1}" for i in best["eight_bit_layers"]]
+    worst = max(best["eight_bit_layers"], key=reference["ranking"].index)
+    twist = (f": layer {worst} alone at 8 bits measures {single[worst]:.2f}, worse than every layer at 4 bits "
+             f"({base:.2f}), yet the best plan keeps it" if single[worst] > base else "")
+    lines.append(f"  its layers' ranks alone (of {len(reference['ranking'])}): {', '.join(ranked)}{twist}")
     for name, p in sorted(reference["designs"].items(), key=lambda d: d[1]["ppl"]):
         verdict = "" if mark is None else ("  passes" if p["ppl"] <= mark else "  fails")
         lines.append(f"  {p['ppl']:8.2f}  {name:22s} layers {p['eight_bit_layers']}, KV{p['kv_bits']}{verdict}")
