@@ -428,6 +428,10 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     ("04_vllm_under_load.ipynb", r"max_num_seqs=3\b|in 40 steps", r"^#+\s*Exercise 5\b"),
     ("07_bitsandbytes.ipynb", r"libbitsandbytes_cuda122|no native library built|Why the message misled",
      r"^#+\s*Exercise 5\b"),
+    # lab 07's design capstone (the unseen review): what LLM.int8() and NF4 cost, and the benchmark's table and
+    # figure, print only after its check passed (after_capstone); never in the markdown under the check
+    ("07_bitsandbytes.ipynb", r"nearly matches float32|NF4 is \d{1,3}% worse|a third of\s{1,3}the bytes|"
+     r"LLM\.int8\(\) \(W8, A8\+16\)|18\.69|14\.91", r"^#+\s*Exercise 2\b"),
     ("08_watch_vram.ipynb", r"6,114|5,470|T4\s{1,9}sdpa", r"^#+\s*Exercise 5\b"),
 ]
 
@@ -451,8 +455,11 @@ def _markdown_while_working(path, header: str) -> tuple[int, str]:
     for cell in cells[start:]:
         if cell.cell_type != "markdown":
             continue
-        end = _SECTION_END.search(cell.source, 1 if cell is cells[start] else 0)
-        texts.append(cell.source[:end.start()] if end else cell.source)
+        # the exercise's own cell from its heading on: a "## " section heading above it in the same cell (lab 07's
+        # "## 3. Design" before "### Exercise 2") does not end what is shown under the exercise
+        source = cell.source[re.search(header, cell.source, re.M).start():] if cell is cells[start] else cell.source
+        end = _SECTION_END.search(source, 1 if cell is cells[start] else 0)
+        texts.append(source[:end.start()] if end else source)
         if end:
             break
     return start, "\n".join(texts)
