@@ -151,7 +151,7 @@ def main() -> None:
                         help="only recompute the pass rates of the record already written (no scoring)")
     args = parser.parse_args()
     if args.summarize:
-        out = mb.load_reference()
+        out = mb._load_reference()
         summarize(out)
         mb._RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         print(json.dumps(out["pass_rates"], indent=1))

@@ -147,11 +147,11 @@ def test_mixed_plan_says_what_is_wrong_and_never_the_plan(capsys):
     out = capsys.readouterr().out
     over = mb.plan_bytes({"eight_bit_layers": list(range(6)), "kv_bits": 4})["total"] - mb.BUDGET_BYTES
     assert f"over the 66 MiB budget by {over:,} bytes" in out, out
-    ranking = mb.load_reference()["ranking"]
+    ranking = mb._load_reference()["ranking"]
     weakest = sorted(ranking[-5:])                       # the five layers that gain least: within budget, far off
     for plan, phrase in (({"eight_bit_layers": ranking[-2:], "kv_bits": 4}, "leaves part of the budget unused"),
                          ({"eight_bit_layers": ranking[-1:], "kv_bits": 8}, "the 8-bit cache takes as many bytes"),
-                         ({"eight_bit_layers": weakest, "kv_bits": 4}, "which plans did you score whole")):
+                         ({"eight_bit_layers": weakest, "kv_bits": 4}, "does that measurement judge the plan you stored")):
         result = lab02.check_mixed_plan(plan)
         out = capsys.readouterr().out
         assert not result and phrase in out, out
@@ -314,7 +314,7 @@ def test_the_capstones_reference_comes_after_its_check():
 
     from vramlab.quarot import mixed_bits as mb
 
-    ref, cached = lab02._reference(), mb.load_reference()
+    ref, cached = lab02._reference(), mb._load_reference()
     answers = [str(ref["plan"]["eight_bit_layers"]), f"{ref['ppl']:.2f}", f"{ref['target']:.2f}",
                str(cached["ranking"][:5])[1:-1]]
     screens = _lab02_screens()

@@ -103,7 +103,7 @@ def test_the_reference_search_is_reproduced_live(scorer):
     best plan beats the uniform designs the capstone's budget allows."""
     from vramlab.checks import lab02
 
-    ref = mb.load_reference()
+    ref = mb._load_reference()
     assert ref["window_tokens"] == mb.SCORE_TOKENS and sorted(ref["ranking"]) == list(range(30))
     best = lab02._reference()
     assert scorer.score_plan(best["plan"]) == pytest.approx(best["ppl"], rel=1e-6)
@@ -142,7 +142,7 @@ def test_the_pass_mark_passes_a_search_and_no_rule_of_thumb_or_random_plan():
     rule of thumb, the best KV8 plan and all 10 random plans of the record; its pass_rates are for this tolerance."""
     from vramlab.checks import lab02
 
-    ref = mb.load_reference()
+    ref = mb._load_reference()
     scores, mark = _record_scores(ref), lab02._reference()["target"]
     assert ref["pass_rates"]["tolerance"] == lab02.PLAN_TOLERANCE and ref["pass_rates"]["pass_mark"] == mark
     size = ref["budget_layers"]["4"]
@@ -154,7 +154,7 @@ def test_the_pass_mark_passes_a_search_and_no_rule_of_thumb_or_random_plan():
 
 def test_the_reference_best_is_a_local_optimum_of_one_for_one_swaps():
     """The record's best is what its claim says: every plan one swap away was scored, and none is better."""
-    ref = mb.load_reference()
+    ref = mb._load_reference()
     scores, best = _record_scores(ref), ref["best"]
     assert ref["local_search"]["stopped"] == "no swap improves (a local optimum)"
     plan = set(best["eight_bit_layers"])
@@ -170,10 +170,14 @@ def test_after_capstone_prints_the_search_only_after_a_pass_or_a_reveal():
     from vramlab.checks._core import CheckResult
 
     lines: list[str] = []
-    lab02.after_capstone(CheckResult("x", False, "", ""), [0, 1, 29], print_line=lines.append)
+    lab02.after_capstone(CheckResult(lab02._CAPSTONE, False, "", ""), [0, 1, 29], print_line=lines.append)
     assert lines == [lab02.AFTER_CAPSTONE_WAITS]
-    best = mb.load_reference()["best"]
+    best = mb._load_reference()["best"]
     assert str(best["eight_bit_layers"]) not in lab02.AFTER_CAPSTONE_WAITS
+    for not_the_capstones in (True, 1, CheckResult("x", True, "", "")):
+        lines.clear()
+        lab02.after_capstone(not_the_capstones, None, print_line=lines.append)
+        assert lines == [lab02.AFTER_CAPSTONE_WAITS]
     lines.clear()
-    lab02.after_capstone(CheckResult("x", True, "", ""), None, print_line=lines.append)
+    lab02.after_capstone(CheckResult(lab02._CAPSTONE, True, "", ""), None, print_line=lines.append)
     assert str(best["eight_bit_layers"]) in lines[0] and "(pass mark" in lines[0]

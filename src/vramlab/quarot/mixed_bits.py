@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 __all__ = ["BUDGET_BYTES", "CONTEXT_TOKENS", "LAYER_BITS", "KV_BITS", "layers_within_budget", "SCORE_TOKENS", "MixedBits", "Plan",
-           "format_reference", "kv_bytes", "layer_weight_bytes", "load_reference", "normalize_plan", "plan_bytes"]
+           "format_reference", "kv_bytes", "layer_weight_bytes", "normalize_plan", "plan_bytes"]
 
 LAYER_BITS = (4, 8)            # the widths a plan may give a decoder layer (weights and linear inputs)
 KV_BITS = (4, 8)               # the widths a plan may give the KV cache
@@ -251,14 +251,16 @@ def layers_within_budget(kv_bits: int, budget: int = BUDGET_BYTES, tokens: int =
     return k
 
 
-def load_reference(path=None) -> dict:
-    """The cached reference search (``benchmarks/mixed_bits.py``): plans, their perplexities, the ranking."""
+def _load_reference(path=None) -> dict:
+    """The cached reference search (``benchmarks/mixed_bits.py``): plans, their perplexities, the ranking.
+
+    Private: its ``best`` is lab 02's capstone answer (``checks.lab02.after_capstone`` prints it after a pass)."""
     with open(path or _RESULTS, encoding="utf-8") as f:
         return json.load(f)
 
 
 def format_reference(reference: dict, margin: float | None = None) -> str:
-    """The reference search as text (``reference`` from :func:`load_reference`): the single-layer measurements,
+    """The reference search as text (``reference`` from :func:`_load_reference`): the single-layer measurements,
     the greedy steps, the swaps, the KV8 branch, the best plan and, with ``margin`` (the pass mark is
     ``best * margin``), which rule-of-thumb and random plans pass."""
     base, single = reference["all4_kv4"], reference["single_w8"]
@@ -290,6 +292,8 @@ def format_reference(reference: dict, margin: float | None = None) -> str:
     twist = (f": layer {worst} alone at 8 bits measures {single[worst]:.2f}, worse than every layer at 4 bits "
              f"({base:.2f}), yet the best plan keeps it" if single[worst] > base else "")
     lines.append(f"  its layers' ranks alone (of {len(reference['ranking'])}): {', '.join(ranked)}{twist}")
+    lines.append("  one layer's gain is not a plan's: on a model this damaged the 8-bit layers interact, so only whole "
+                 "plans, scored under the budget, decide")
     for name, p in sorted(reference["designs"].items(), key=lambda d: d[1]["ppl"]):
         verdict = "" if mark is None else ("  passes" if p["ppl"] <= mark else "  fails")
         lines.append(f"  {p['ppl']:8.2f}  {name:22s} layers {p['eight_bit_layers']}, KV{p['kv_bits']}{verdict}")
