@@ -104,7 +104,8 @@ _REFERENCE_DESIGN = {"bits": 4, "quant_type": "nf4", "double_quant": True, "comp
                      "skip": ["lm_head", "v_proj"]}
 _REFERENCE_BYTES = 116_583_352   # design.measure_design(_REFERENCE_DESIGN, windows 0-1)["bytes"], exact
 _REFERENCE_PPL = 17.61           # its perplexity on avx512 (17.6096); 17.5514 on default, 17.6232 on avx2 kernels
-BYTES_TOLERANCE = 0.01           # designs within 1% of the fewest bytes found pass (layer 29 instead of v_proj)
+BYTES_TOLERANCE = 0.001          # within 0.1% of the fewest bytes found: layer 29 in 16 bits (+0.30%) is told a design
+                                 # with fewer bytes meets the target too (review #3: cell 11 points at layer 29)
 #: The two numbers a learner predicts before a new design is measured: ``{"bytes": ..., "perplexity": ...}``.
 PREDICTION_FIELDS = ("bytes", "perplexity")
 _MEASURED: dict[str, dict] = {}
@@ -246,7 +247,7 @@ def check_cheapest_design(design: Any, prediction: Any = None) -> CheckResult:
         return report(name, False, "the target met in the fewest bytes", said + ": it meets the target, "
                       "but a design with fewer bytes meets it too",
                       "which of your choices buys perplexity, and which only costs bytes?")
-    return report(name, True, "", said + f": within the target ({TARGET_PPL}) in the fewest bytes found (1%)")
+    return report(name, True, "", said + f": within the target ({TARGET_PPL}) in the fewest bytes found (0.1%)")
 
 
 #: Printed by :func:`after_capstone` until Exercise 2 passed or was revealed.
