@@ -606,12 +606,12 @@ def test_a_bisecting_learner_never_narrows_an_ordered_choice_below_four(name, up
     high" does. After every wrong try at least 4 candidates (or all of them, when fewer) are still consistent
     with the messages: the tries themselves eliminate, the messages may not. Directions come on two tries at most."""
     from vramlab.checks._core import DIRECTION_TRIES, reset_tries
-    from vramlab.serving.paged import forget_bursts
+    from vramlab.ran import forget
 
     candidates, attempt, down, up = _ordered_checks()[name]
     extra = _extra(name, *smollm2)
     reset_tries()
-    forget_bursts()        # lab 04 refuses a design stored after its burst was simulated in this process
+    forget()        # lab 04 refuses a design stored after its burst was simulated in this process
     lo, hi, tried, directed = 0, len(candidates) - 1, set(), 0
     for _ in range(8):
         open_ = [i for i in range(lo, hi + 1) if i not in tried]
@@ -830,3 +830,30 @@ def test_reveal_wraps_its_answer_line_too(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert all(len(ln) <= _core.WRAP_WIDTH for ln in out.splitlines()) and out.startswith("ANSWER ")
     assert " ".join(ln.strip() for ln in out.splitlines()) == results[0].message
+
+
+def test_one_registry_of_what_ran_and_one_reset():
+    """The simulator's bursts, the dry run's shapes and the capstones' passed designs live in one registry
+    (vramlab.ran, re-exported by vramlab.checks._core) with one reset; the simulator and the dry run import no
+    check code to note a run."""
+    import subprocess
+    import sys
+
+    from vramlab.checks import _core, lab04
+    from vramlab.serving.paged import Request, burst_was_run, simulate
+    from vramlab.vram.dryrun import dry_run, shape_was_run
+
+    assert _core.forget_runs is __import__("vramlab.ran").ran.forget
+    simulate(10, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)
+    dry_run("smollm2-135m", 1, 256)
+    with _core.unrecorded():
+        dry_run("smollm2-135m", 2, 128)
+    assert burst_was_run(10, lab04.CAPSTONE_REQUESTS) and shape_was_run(1, 256, "bfloat16")
+    assert not shape_was_run(2, 128, "bfloat16")            # a check's own run is not the learner's
+    assert {k for k in _core.runs_noted("burst")} and not _core.runs_noted("passed check_seqs_design")
+    _core.forget_runs()
+    assert not burst_was_run(10, lab04.CAPSTONE_REQUESTS) and not shape_was_run(None, 256, "bfloat16")
+    code = ("import sys, vramlab.serving.paged, vramlab.vram.dryrun, vramlab.serving.recorded; "
+            "print(sorted(m for m in sys.modules if m.startswith('vramlab.checks')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

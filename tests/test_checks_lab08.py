@@ -37,18 +37,6 @@ WRONG = {
 STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_kernel():
-    """Each test starts as a fresh kernel would: no shape dry-run yet, no capstone plan passed."""
-    from vramlab.vram.dryrun import forget_shapes
-
-    forget_shapes()
-    lab08._PASSED_PLANS.clear()
-    yield
-    forget_shapes()
-    lab08._PASSED_PLANS.clear()
-
-
 def test_every_check_is_exported_and_covered():
     assert set(lab08.__all__) == set(SOLUTIONS) == set(WRONG)
     for name in lab08.__all__:
@@ -301,14 +289,15 @@ def test_t4_reveal_shows_the_answer(capsys):
 def test_t4_a_plan_stored_after_a_dry_run_of_this_shape_is_refused_unless_it_passed_before(capsys):
     """The prediction comes first: once dry_run has run 4 x 4,096 bf16 tokens in the kernel (any GPU, either
     implementation), a new plan is refused as a reading; a plan that passed before still passes (Run All again)."""
-    from vramlab.vram.dryrun import dry_run, forget_shapes
+    from vramlab.ran import forget
+    from vramlab.vram.dryrun import dry_run
 
     dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", attn_implementation="eager", gpu="A100")
     assert not checks.check_t4_plan(T4)
     out = capsys.readouterr().out
     assert "a reading, not a prediction" in out and "reveal=True" in out
     assert not any(s in out for s in _t4_secrets()), out
-    forget_shapes()
+    forget()
     dry_run("smollm2-135m", batch_size=8, seq_len=2048, dtype="bfloat16")      # Exercise 4's shape does not count
     assert checks.check_t4_plan(T4)
     dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", gpu="T4")
@@ -366,9 +355,10 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
     dtype's text) and off batches 1 and 2 (a straight line gives batch 4): both count as having run the shape."""
     import torch
 
-    from vramlab.vram.dryrun import dry_run, forget_shapes, shape_was_run
+    from vramlab.ran import forget
+    from vramlab.vram.dryrun import dry_run, shape_was_run
 
-    forget_shapes()
+    forget()
     try:
         assert not lab08._shape_already_run()
         dry_run("smollm2-135m", batch_size=1, seq_len=4096, dtype=torch.bfloat16, gpu="T4")
@@ -376,4 +366,4 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
         assert not shape_was_run(4, 4096, "bfloat16") and not shape_was_run(None, 2048, "bfloat16")
         assert lab08._shape_already_run()
     finally:
-        forget_shapes()
+        forget()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from vramlab import ran
 from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
@@ -299,8 +300,9 @@ def _seqs_answer(**_) -> str:
             "preemption(s)")
 
 
-# The designs that passed before the burst was run here: re-running the cell after the measurement still passes.
-_PASSED_DESIGNS: set[tuple[int, int]] = set()
+# The designs that passed before the burst was run here (vramlab.ran, this kind): re-running the cell after the
+# measurement still passes.
+_PASSED_KIND = "passed check_seqs_design"
 
 
 def _burst_already_run() -> bool:
@@ -334,7 +336,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a whole number of preemptions you predict for max_num_seqs=8",
                       fmt_number(got["preemptions"]), "your prediction from tracing the blocks, as a whole number")
     design = (int(k), int(p))
-    if _burst_already_run() and design not in _PASSED_DESIGNS:
+    if _burst_already_run() and design not in ran.ran(_PASSED_KIND):
         return report(name, False, "a design made by hand before this burst runs",
                       "a design stored after the simulator or the engine ran this very burst here",
                       "that is a reading, not a prediction: trace the blocks by hand as the hints say, or ask for "
@@ -343,7 +345,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a max_num_seqs that finishes soonest without a preemption, and the preemptions "
                       "max_num_seqs=8 costs", f"max_num_seqs={design[0]}, preemptions={design[1]}: {WRONG_DESIGN}",
                       "trace the blocks again, step by step: once for the value you chose, once for 8")
-    _PASSED_DESIGNS.add(design)
+    ran.note(_PASSED_KIND, design)
     return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption, and your "
                                   f"{int(p)} preemption(s) at 8 is the count; the next cell runs both")
 
