@@ -116,8 +116,8 @@ def test_reading_messages_are_parsed_to_their_verdicts_and_c_says_what_is_allowe
 
 
 def test_resident_requests_count_the_null_block():
-    assert lab04.resident_requests() == 4                       # (10 - 1) // ceil(139 / 128)
-    assert lab04.resident_requests(num_blocks=8) == 3
+    assert lab04._resident_requests() == 4                       # (10 - 1) // ceil(139 / 128)
+    assert lab04._resident_requests(num_blocks=8) == 3
 
 
 @pytest.mark.parametrize("name,stub", [("check_log_triage", {"A": None, "B": None, "C": None}),
@@ -128,11 +128,11 @@ def test_the_labs_stub_dicts_are_told_not_done_yet(name, stub, capsys):
 
 
 def test_each_wrong_choice_names_no_other_choice(capsys):
-    for label in lab04.PREEMPT_OPTIONS:
+    for label in lab04._PREEMPT_OPTIONS:
         result = lab04.check_preempted_request((label, "the newest request is popped"))
         out = capsys.readouterr().out
         assert result.passed == (label == "c")
-        others = [o for o in lab04.PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        others = [o for o in lab04._PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
         assert not others, out
 
 

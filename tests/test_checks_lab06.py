@@ -86,7 +86,7 @@ def test_plausible_wrong_answers_fail(name, capsys):
 
 
 def test_prediction_reports_how_far_off(capsys):
-    actual, total = lab06.predicted_layers_answer()
+    actual, total = lab06._predicted_layers_answer()
     assert (actual, total) == (19, 32)  # 10 GiB: embed (1 GiB) + 19 bf16 layers, lm_head reserved
     for guess in (0, 19, 24.0, 32):
         assert lab06.check_predicted_gpu_layers(guess)
@@ -127,11 +127,11 @@ def test_budget_is_the_planners_smallest_to_the_byte():
     from vramlab.dispatch import MiB, plan_device_map
 
     for name in lab06.BUDGET_CONFIGS:
-        need = lab06.smallest_budget_bytes(name)
+        need = lab06._smallest_budget_bytes(name)
         model = lab06._meta(name, "4bit")
         fits = lambda b: set(plan_device_map(model, {0: int(b), "cpu": "256GiB"}, quantization="4bit").values()) == {0}  # noqa: E731
         assert fits(need + 1) and not fits(need - MiB), name
-    assert 5.78 < lab06.smallest_budget_bytes("llama-3.1-8b") / 2**30 < 5.79
+    assert 5.78 < lab06._smallest_budget_bytes("llama-3.1-8b") / 2**30 < 5.79
 
 
 @pytest.mark.parametrize("mistake, phrase", [
@@ -148,7 +148,7 @@ def test_budget_names_each_mistake_and_never_the_number(mistake, phrase, capsys)
     if phrase == "just short":
         return                    # the learner's own value, 0.6 MiB short, prints like the answer
     for name in lab06.BUDGET_CONFIGS:
-        assert f"{lab06.smallest_budget_bytes(name) / 2**30:.3f}" not in out
+        assert f"{lab06._smallest_budget_bytes(name) / 2**30:.3f}" not in out
 
 
 def test_budget_counts_a_tied_lm_head_once(capsys):
@@ -196,7 +196,7 @@ def test_serving_map_judges_fit_then_copies_against_the_dry_run(capsys):
     from vramlab.vram import dry_run
 
     check = lab06.check_serving_map
-    items, peak, streamed = lab06.best_serving_map()
+    items, peak, streamed = lab06._best_serving_map()
     best = dict(items)
     assert peak <= 15 * GiB and lab06.gpu_layers(best, total=32) == 17 and best["lm_head"] == 0
     assert check(best)

@@ -81,7 +81,7 @@ def test_prediction_any_honest_number_passes_and_reports_distance(capsys):
 
     assert checks.check_reserved_prediction({"default": 0, "expandable": 1e6})
     capsys.readouterr()
-    actual = lab08.reserved_reference()
+    actual = lab08._reserved_reference()
     assert actual == {"default": 256 * MiB, "expandable": 140 * MiB}
     assert checks.check_reserved_prediction({"default": 200, "expandable": 150}, actual)
     out = capsys.readouterr().out
@@ -131,7 +131,7 @@ def _peak_secrets() -> list[str]:
 
 
 def test_peak_reference_is_the_dry_run_of_the_setup():
-    trace = lab08.peak_reference()
+    trace = lab08._peak_reference()
     assert (trace.model.lower(), trace.batch_size, trace.seq_len, trace.dtype, trace.attn_implementation) == (
         "smollm2-135m", 8, 2048, "bfloat16", "sdpa")
     at = trace.breakdown("peak")
@@ -150,7 +150,7 @@ def test_peak_stub_is_not_done_and_shows_nothing(capsys):
 
 
 def test_peak_solution_passes_and_the_pass_line_has_the_standard_shape(capsys):
-    assert checks.check_peak_terms(PEAK, lab08.peak_reference())
+    assert checks.check_peak_terms(PEAK, lab08._peak_reference())
     out = capsys.readouterr().out
     assert out == "PASS the prefill peak, term by term: 2,171 MiB, as expected.\n", out
 

@@ -51,7 +51,7 @@ def gpu_layers(device_map: Mapping[str, Any], device: Any = 0, total: int | None
     return count
 
 
-def predicted_layers_answer() -> tuple[int, int]:
+def _predicted_layers_answer() -> tuple[int, int]:
     """(decoder layers on GPU 0, total decoder layers) for exercise 1, from the real planner."""
     from vramlab.dispatch import plan_device_map
 
@@ -63,7 +63,7 @@ def predicted_layers_answer() -> tuple[int, int]:
 
 
 def _layers_answer(**_) -> str:
-    actual, total = predicted_layers_answer()
+    actual, total = _predicted_layers_answer()
     return f"the planner puts {actual} of the {total} decoder layers on GPU 0"
 
 
@@ -75,7 +75,7 @@ def check_predicted_gpu_layers(prediction: Any) -> CheckResult:
     if prediction is None or value is None:
         return report(name, False, "a number of layers (your guess, before running the planner)",
                       f"{prediction!r}", "store a number in `predicted_gpu_layers`, then run this cell")
-    actual, total = predicted_layers_answer()
+    actual, total = _predicted_layers_answer()
     if not 0 <= value <= total:
         return report(name, False, f"a count between 0 and {total} (the model has {total} decoder layers)",
                       fmt_number(prediction), "count decoder layers, not GiB")
@@ -188,7 +188,7 @@ def _bf16_sizes():
 # --------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def smallest_budget_bytes(config: str, quantization: str = "4bit") -> float:
+def _smallest_budget_bytes(config: str, quantization: str = "4bit") -> float:
     """The smallest ``max_memory[0]`` (bytes) at which ``device_map="auto"`` keeps the whole model on GPU 0.
 
     When everything fits, transformers' ``infer_auto_device_map`` (5.24, ``integrations/accelerate.py``) needs
@@ -209,7 +209,7 @@ def _budget_configs() -> list[dict]:
 def _budget_answer(**_) -> str:
     from vramlab.dispatch import GiB
 
-    needs = ", ".join(f"{name} {smallest_budget_bytes(name) / GiB:.4f}" for name in BUDGET_CONFIGS)
+    needs = ", ".join(f"{name} {_smallest_budget_bytes(name) / GiB:.4f}" for name in BUDGET_CONFIGS)
     return ("(Linear weights x 0.5 byte + embedding, lm_head unless tied, and norms x 2 bytes) / 0.90 / 2**30: "
             f"{needs} GiB; 4-bit shrinks only the decoder's Linear layers, and device_map='auto' plans with 90% "
             "of each budget (transformers' bitsandbytes quantizer, adjust_max_memory)")
@@ -236,7 +236,7 @@ def check_budget_gib(fn) -> CheckResult:
         if got is None or not math.isfinite(got):
             return report(name, False, what, f"{fmt_number(value)} for {label} (not a finite number)",
                           "return a number of GiB")
-        need = smallest_budget_bytes(model_name)
+        need = _smallest_budget_bytes(model_name)
         value_bytes = got * GiB
         if need - 0.1 * MiB <= value_bytes <= 1.02 * need:
             continue
@@ -324,7 +324,7 @@ def layered_map(gpu_layers: int, embed: Any = 0, head: Any = 0, total: int = 32)
 
 
 @functools.lru_cache(maxsize=None)
-def best_serving_map() -> tuple[tuple, float, float]:
+def _best_serving_map() -> tuple[tuple, float, float]:
     """The map that fits the capstone's GPU and copies the fewest weight bytes per forward, among maps with a
     prefix of the decoder layers on GPU 0 and the embedding and lm_head each on GPU 0 or the cpu (every decoder
     layer has the same size, so which layers does not matter, only how many). Returns (map items, GPU 0 peak,
@@ -351,7 +351,7 @@ def best_serving_map() -> tuple[tuple, float, float]:
 def _serving_answer(**_) -> str:
     from vramlab.dispatch import GiB
 
-    items, peak, streamed = best_serving_map()
+    items, peak, streamed = _best_serving_map()
     dmap = dict(items)
     on_gpu = gpu_layers(dmap, total=32)
     return (f"embed_tokens {dmap['model.embed_tokens']!r}, lm_head {dmap['lm_head']!r}, decoder layers 0-{on_gpu - 1} "
@@ -421,7 +421,7 @@ def check_serving_map(device_map: Any) -> CheckResult:
     """Capstone: a ``device_map`` for Llama-3.1-8B in bf16 serving 8 x 2,048 tokens on one GPU with 15 GiB for
     PyTorch, the rest on "cpu". The dry run is replayed on the map (:func:`vramlab.dispatch.replay`): GPU 0's peak
     must fit in 15 GiB, and the map must copy no more than 0.25 GiB more weight per forward than the best map
-    that fits (:func:`best_serving_map`)."""
+    that fits (:func:`_best_serving_map`)."""
     from vramlab.dispatch import GiB
 
     name = "capstone: a device map for the workload"
@@ -430,7 +430,7 @@ def check_serving_map(device_map: Any) -> CheckResult:
     if failed is not None:
         return failed
     r = serving_replay(dmap)
-    _, _, best_streamed = best_serving_map()
+    _, _, best_streamed = _best_serving_map()
     limit = SERVE_GPU_GIB * GiB
     layers = gpu_layers(dmap, total=32)
     where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}"
@@ -459,7 +459,7 @@ def after_capstone(result: Any, print_line=print):
     """After Exercise 4: when ``result`` (what :func:`check_serving_map` returned) passed or was revealed, print
     GPU 0's peak and the weight bytes copied per forward for three maps (the planner with the whole 15 GiB, the
     planner with the forward's activations and logits taken off but not its KV cache, and
-    :func:`best_serving_map`), say what makes the best map, and return a :func:`vramlab.dispatch.replay_figure` of
+    :func:`_best_serving_map`), say what makes the best map, and return a :func:`vramlab.dispatch.replay_figure` of
     the three (the caller shows it). Otherwise print one line saying when it appears and return None."""
     from vramlab.dispatch import GiB, plan_device_map, replay_figure
 
@@ -473,7 +473,7 @@ def after_capstone(result: Any, print_line=print):
     kv_blind = limit - (trace.peak_bytes - at_peak["weights"] - at_peak["kv_cache"])
     maps = {f"planner, {SERVE_GPU_GIB} GiB": plan_device_map(model, {0: limit, "cpu": "64GiB"}),
             "planner, KV cache left out": plan_device_map(model, {0: int(kv_blind), "cpu": "64GiB"}),
-            "best map": dict(best_serving_map()[0])}
+            "best map": dict(_best_serving_map()[0])}
     replays = {label: serving_replay(m) for label, m in maps.items()}
     for label, r in replays.items():
         print_line(f"{label:<28} peak {r.peak_bytes / GiB:5.2f} GiB, {r.streamed_bytes / GiB:4.2f} GiB copied "

@@ -13,7 +13,7 @@ from typing import Any
 from vramlab import ran
 from vramlab.vram.allocator import MiB, simulate
 from vramlab.checks._core import (CheckResult, as_float, check_choice, direction, exercise, fmt_number, is_untouched,
-                                  report)
+                                  malformed_reason, report)
 from vramlab.vram import parse_oom_message
 
 __all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms",
@@ -105,7 +105,7 @@ def _prediction_pair(pred: Any) -> tuple[float, float] | None:
 
 
 def _reserved_answer(actual: dict | None = None, **_) -> str:
-    real = actual if actual is not None else reserved_reference()
+    real = actual if actual is not None else _reserved_reference()
     return (f"default {real['default'] / MiB:g} MiB, expandable {real['expandable'] / MiB:g} MiB"
             + ("" if actual is not None else " (the allocator model; the GPU run may differ)"))
 
@@ -163,7 +163,7 @@ def check_cap_oom_reason(answer: Any) -> CheckResult:
                         what="the letter that explains it")
 
 
-def reserved_reference() -> dict:
+def _reserved_reference() -> dict:
     """The allocator model's reserved bytes after the pattern: ``{"default": ..., "expandable": ...}``."""
     return {"default": simulate(expandable=False).reserved, "expandable": simulate(expandable=True).reserved}
 
@@ -179,7 +179,7 @@ _PEAK_TOL = {"weights": 0.05, "kv_cache": 0.05, "logits": 0.05, "activations": 0
 
 
 @functools.lru_cache(maxsize=1)
-def peak_reference():
+def _peak_reference():
     """The dry run of :data:`PEAK_SETUP` (a :class:`vramlab.vram.dryrun.MemoryTrace`; computed once, ~1 s)."""
     from vramlab.vram.dryrun import dry_run
 
@@ -191,7 +191,7 @@ def _peak_terms(trace: Any) -> dict[str, int]:
     from vramlab.vram.dryrun import MemoryTrace
 
     if trace is None:
-        trace = peak_reference()
+        trace = _peak_reference()
     if not isinstance(trace, MemoryTrace) or not trace.events:
         raise TypeError("trace must be the MemoryTrace that dry_run(...) returned; run the dry-run cell first.")
     at = trace.breakdown("peak")
@@ -408,7 +408,10 @@ def check_t4_plan(plan: Any) -> CheckResult:
         return report(name, False, "choice as one of the two attn_implementation names",
                       f"choice={fmt_number(plan['choice'])}", "write the name you would pass to from_pretrained, "
                       "as a string")
-    why = plan["why"] if isinstance(plan["why"], str) else ""
+    malformed = malformed_reason(name, plan["why"], 'plan["why"]')   # a matter of form: not a wrong try
+    if malformed is not None:
+        return malformed
+    why = plan["why"]
     if len(why.split()) < 3:
         return report(name, False, "why as one sentence", repr(plan["why"])[:60],
                       "say in one sentence why the implementation you chose peaks lower on this GPU")
