@@ -200,13 +200,16 @@ def test_serving_map_judges_fit_then_copies_against_the_dry_run(capsys):
     best = dict(items)
     assert peak <= 15 * GiB and lab06.gpu_layers(best, total=32) == 17 and best["lm_head"] == 0
     assert check(best)
+    out = capsys.readouterr().out
+    assert "GPU 0's peak fits 15 GiB" in out and "14.91" not in out, out     # no prediction recorded yet
+    assert lab06.check_peak_prediction(14.0, best) and check(best)
     assert "14.91 GiB" in capsys.readouterr().out
     trace = dry_run("llama-3.1-8b", 8, 2048, gpu="sm_89")
     at = trace.breakdown("peak")
     model = lab06._meta("llama-3.1-8b", None)
     kv_blind = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"] - at["kv_cache"])),
                                        "cpu": "64GiB"})
-    assert not check(kv_blind)
+    assert lab06.check_peak_prediction(15.5, kv_blind) and not check(kv_blind)
     out = capsys.readouterr().out
     assert "over the 15 GiB" in out and "peaks at 16.94 GiB" in out, out
     kv_aware = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"])), "cpu": "64GiB"})
@@ -281,3 +284,38 @@ def lab06_notebook():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1] / "notebooks" / "06_accelerate_dispatch.ipynb"
+
+
+def test_the_peak_prediction_is_recorded_before_anything_shows_the_peak(capsys):
+    """Issue 29's last review: Exercise 4's peak could be read off dispatch.replay before the prediction. The
+    prediction is recorded per map (check_peak_prediction, its own cell); the replay's peak shows only for a
+    recorded prediction of that very map (replay_predicted_map, check_serving_map); a prediction stored after the
+    learner replayed that map is refused as a reading, without counting a try; the checks' own replays do not count."""
+    from vramlab.checks._core import tries
+    from vramlab.dispatch import replay
+
+    best = dict(lab06._best_serving_map()[0])
+    peak_text = re.compile(r"\d+\.\d\d GiB in|peaks at")
+    assert lab06.replay_predicted_map(14.0, best) is None                       # nothing recorded yet
+    assert lab06.check_serving_map(best)                                        # the check's own replay
+    out = capsys.readouterr().out
+    assert "prediction" in out and not peak_text.search(out) and "14.91" not in out, out
+    assert lab06.check_peak_prediction(None, best).untouched
+    assert not lab06.check_peak_prediction(-3, best) and tries("predicted GPU 0 peak") == 0
+    capsys.readouterr()
+    assert lab06.check_peak_prediction(14.0, best)                              # the check's replay did not count
+    assert "14 GiB stored" in capsys.readouterr().out
+    assert lab06.replay_predicted_map(13.0, best) is None                       # another number was not recorded
+    assert "14.91" not in capsys.readouterr().out
+    mine = lab06.replay_predicted_map(14.0, best)
+    out = capsys.readouterr().out
+    assert mine is not None and "GPU 0 peaks at 14.91 GiB" in out and "you predicted 14 GiB" in out, out
+    assert lab06.check_peak_prediction(14.0, best)                              # Run All: recorded before, still passes
+    # a map the learner replayed before predicting it: the prediction is a reading
+    other = lab06.layered_map(16)
+    replay(lab06.serving_trace(), lab06._meta("llama-3.1-8b", None), other)
+    capsys.readouterr()
+    refused = lab06.check_peak_prediction(14.0, other)
+    out = capsys.readouterr().out
+    assert not refused and "a reading, not a prediction" in out and tries("predicted GPU 0 peak") == 0, out
+    assert lab06.replay_predicted_map(14.0, other) is None

@@ -1,7 +1,8 @@
 """What the learner already ran in this kernel: one registry, one reset.
 
 A capstone's check refuses a design stored after the learner ran the very setup that answers it (lab 04: the
-capstone's burst in the scheduler simulator or on the engine; lab 08: a dry run of the T4 plan's shape), and
+capstone's burst in the scheduler simulator or on the engine; lab 06: a replay of the learner's device map; lab 08: a
+dry run of the T4 plan's shape), and
 still passes a design that passed before that run (Run All again). The runs and the passes are noted here, by
 kind, as hashable keys:
 
@@ -9,7 +10,10 @@ kind, as hashable keys:
   and ``vramlab.serving.recorded.runs`` (read by ``paged.burst_was_run``);
 - ``"dry_run shape"``: ``(batch_size, seq_len, dtype name)`` noted by ``vramlab.vram.dryrun.dry_run``
   (read by ``dryrun.shape_was_run``);
-- ``"passed <check>"``: the designs a capstone check passed before its setup ran.
+- ``"replayed map"``: ``vramlab.dispatch.replay.map_key(device_map)`` noted by ``vramlab.dispatch.replay`` (read by
+  ``replay.map_was_replayed``);
+- ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted gpu0 peak"``: lab 06's
+  recorded predictions, ``(map key, GiB)``.
 
 :func:`forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test). A check's own
 reference runs go inside :func:`unrecorded`. This module imports nothing from vramlab, so the simulator, the dry
