@@ -85,6 +85,7 @@ EXTRA_ARGS = {
     "check_zero_fraction_prediction": lambda model: (0.956,),
     "check_no_online_hadamard_prediction": lambda model: (20.4, 4.7),
     "check_w16a4_prediction": lambda model: (2379.0, 14.7),
+    "check_peak_prediction": lambda model: PREDICTION_ARGS["check_peak_prediction"],   # the map it is recorded for
 }
 
 
@@ -196,6 +197,9 @@ PREDICTION_ARGS = {
     "check_prediction_recorded": (),
     "check_conversion_prediction": (),
     "check_predicted_gpu_layers": (),
+    # lab 06's capstone prediction is recorded for a map: the complete lesson's (17 decoder layers on GPU 0)
+    "check_peak_prediction": ({**{f"model.layers.{i}": 0 if i < 17 else "cpu" for i in range(32)},
+                               "model.embed_tokens": 0, "model.rotary_emb": 0, "model.norm": "cpu", "lm_head": 0},),
     "check_4bit_prediction": (123456789.0,),
     "check_reserved_prediction": ({"default": 268435456, "expandable": 146800640},),
 }

@@ -45,6 +45,7 @@ SOLUTIONS = {
     "check_budget_gib": budget_by_hand,
     "check_map_covers": lab06.layered_map(17),
     "check_serving_map": lab06.layered_map(17),     # lm_head and the embedding resident, 17 layers on GPU 0
+    "check_peak_prediction": 14.0,                   # any honest positive number of GiB, recorded for the map
 }
 WRONG = {
     "check_predicted_gpu_layers": 40,                 # more layers than the model has
@@ -52,7 +53,10 @@ WRONG = {
     "check_budget_gib": lambda config: budget_by_hand(config, factor=1.0),   # forgot the 0.90
     "check_map_covers": {"model.layers": 0},          # the embedding, norm and lm_head have no device
     "check_serving_map": lab06.layered_map(22, head="cpu"),   # the headroom without the KV cache: out of memory
+    "check_peak_prediction": -3,                      # not a positive number of GiB
 }
+# The checks that take more than the learner's answer: the map a peak prediction is recorded for.
+ARGS = {"check_peak_prediction": (lab06.layered_map(17),)}
 STUBS = [None, _raises]
 
 
@@ -64,14 +68,14 @@ def test_every_check_is_exported_and_covered():
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_solution_passes(name, capsys):
-    result = getattr(lab06, name)(SOLUTIONS[name])
+    result = getattr(lab06, name)(SOLUTIONS[name], *ARGS.get(name, ()))
     assert result.passed and capsys.readouterr().out.startswith("PASS")
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 @pytest.mark.parametrize("stub", range(len(STUBS)))
 def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
-    result = getattr(lab06, name)(STUBS[stub])
+    result = getattr(lab06, name)(STUBS[stub], *ARGS.get(name, ()))
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
     out = re.sub(r"0x[0-9a-f]{1,16}", "0x…", out)   # a stub function's repr holds its address (may contain "19")
@@ -81,7 +85,7 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_plausible_wrong_answers_fail(name, capsys):
-    result = getattr(lab06, name)(WRONG[name])
+    result = getattr(lab06, name)(WRONG[name], *ARGS.get(name, ()))
     assert not result.passed and "expected" in capsys.readouterr().out
 
 

@@ -14,10 +14,9 @@ from typing import Any, Mapping
 from vramlab import ran
 from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 
-# also public, not star-exported: check_peak_prediction (Exercise 4's recorded prediction) and replay_predicted_map
-# (the replay after it), imported from vramlab.checks.lab06 by the notebook.
+# also public, not star-exported: replay_predicted_map (the replay after Exercise 4's recorded prediction).
 __all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_map_covers",
-           "check_serving_map"]
+           "check_peak_prediction", "check_serving_map"]
 
 # Exercise 1: Llama-3.1-8B in bf16, one GPU with a 10 GiB budget, 30 GiB of cpu.
 PREDICT_CONFIG = "llama-3.1-8b"
