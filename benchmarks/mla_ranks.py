@@ -7,7 +7,7 @@ x 4,000 tokens in 64-token blocks, bf16, 480 MiB), move ``step`` ranks from one 
 lowers the perplexity on the capstone's window (the first 512-token evaluation window; PCA subspace from
 4 x 512 calibration tokens), halve the step when no move helps, stop below 4. Every point is a live
 measurement (vramlab.mla.measure_ranks). Prints one JSON line per improvement and the best plan last; the
-check (vramlab.checks.lab05.REFERENCE_GROUP_RANKS) stores only the ranks and re-measures them live.
+check (vramlab.checks.lab05._REFERENCE_GROUP_RANKS) stores only the ranks and re-measures them live.
 """
 
 from __future__ import annotations

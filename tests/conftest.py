@@ -83,3 +83,14 @@ def _fresh_check_tries():
 
     reset_tries()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel():
+    """Each test starts as a fresh kernel would: nothing run yet and no capstone design passed (the one registry,
+    vramlab.ran, which vramlab.checks._core re-exports: a burst simulated, a shape dry-run, a design passed)."""
+    from vramlab.checks._core import forget_runs
+
+    forget_runs()
+    yield
+    forget_runs()

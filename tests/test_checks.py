@@ -85,6 +85,7 @@ EXTRA_ARGS = {
     "check_zero_fraction_prediction": lambda model: (0.956,),
     "check_no_online_hadamard_prediction": lambda model: (20.4, 4.7),
     "check_w16a4_prediction": lambda model: (2379.0, 14.7),
+    "check_peak_prediction": lambda model: PREDICTION_ARGS["check_peak_prediction"],   # the map it is recorded for
 }
 
 
@@ -196,6 +197,9 @@ PREDICTION_ARGS = {
     "check_prediction_recorded": (),
     "check_conversion_prediction": (),
     "check_predicted_gpu_layers": (),
+    # lab 06's capstone prediction is recorded for a map: the complete lesson's (17 decoder layers on GPU 0)
+    "check_peak_prediction": ({**{f"model.layers.{i}": 0 if i < 17 else "cpu" for i in range(32)},
+                               "model.embed_tokens": 0, "model.rotary_emb": 0, "model.norm": "cpu", "lm_head": 0},),
     "check_4bit_prediction": (123456789.0,),
     "check_reserved_prediction": ({"default": 268435456, "expandable": 146800640},),
 }
@@ -568,7 +572,7 @@ def _ordered_checks() -> dict:
     return {
         # lab 00's capstone: the batch of the design that wins, from 1 to the largest the check searches
         "check_serving_plan": (list(range(1, lab00.SERVE_MAX_BATCH + 1)),
-                               lambda n: {"design": lab00.SERVE_BEST, "batch": n}, _DOWN, _UP),
+                               lambda n: {"design": lab00._SERVE_BEST, "batch": n}, _DOWN, _UP),
         # lab 01's capstone: the online transforms by cost; "meets the target" says a cheaper one may too
         "check_online_block": (list(lab01.BLOCK_CHOICES), lambda label: label,
                                _DOWN + r"|\bmeets the target\b", _UP + r"|\bmisses the target\b"),
@@ -606,12 +610,12 @@ def test_a_bisecting_learner_never_narrows_an_ordered_choice_below_four(name, up
     high" does. After every wrong try at least 4 candidates (or all of them, when fewer) are still consistent
     with the messages: the tries themselves eliminate, the messages may not. Directions come on two tries at most."""
     from vramlab.checks._core import DIRECTION_TRIES, reset_tries
-    from vramlab.serving.paged import forget_bursts
+    from vramlab.ran import forget
 
     candidates, attempt, down, up = _ordered_checks()[name]
     extra = _extra(name, *smollm2)
     reset_tries()
-    forget_bursts()        # lab 04 refuses a design stored after its burst was simulated in this process
+    forget()        # lab 04 refuses a design stored after its burst was simulated in this process
     lo, hi, tried, directed = 0, len(candidates) - 1, set(), 0
     for _ in range(8):
         open_ = [i for i in range(lo, hi + 1) if i not in tried]
@@ -830,3 +834,119 @@ def test_reveal_wraps_its_answer_line_too(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert all(len(ln) <= _core.WRAP_WIDTH for ln in out.splitlines()) and out.startswith("ANSWER ")
     assert " ".join(ln.strip() for ln in out.splitlines()) == results[0].message
+
+
+def test_one_registry_of_what_ran_and_one_reset():
+    """The simulator's bursts, the dry run's shapes and the capstones' passed designs live in one registry
+    (vramlab.ran, re-exported by vramlab.checks._core) with one reset; the simulator and the dry run import no
+    check code to note a run."""
+    import subprocess
+    import sys
+
+    from vramlab.checks import _core, lab04
+    from vramlab.serving.paged import Request, burst_was_run, simulate
+    from vramlab.vram.dryrun import dry_run, shape_was_run
+
+    assert _core.forget_runs is __import__("vramlab.ran").ran.forget
+    simulate(10, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)
+    dry_run("smollm2-135m", 1, 256)
+    with _core.unrecorded():
+        dry_run("smollm2-135m", 2, 128)
+    assert burst_was_run(10, lab04.CAPSTONE_REQUESTS) and shape_was_run(1, 256, "bfloat16")
+    assert not shape_was_run(2, 128, "bfloat16")            # a check's own run is not the learner's
+    assert {k for k in _core.runs_noted("burst")} and not _core.runs_noted("passed check_seqs_design")
+    _core.forget_runs()
+    assert not burst_was_run(10, lab04.CAPSTONE_REQUESTS) and not shape_was_run(None, 256, "bfloat16")
+    code = ("import sys, vramlab.serving.paged, vramlab.vram.dryrun, vramlab.serving.recorded; "
+            "print(sorted(m for m in sys.modules if m.startswith('vramlab.checks')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+# Words that mark a name holding or computing an exercise's answer: a learner imports the check modules, so such
+# a public name is an answer on screen (`from vramlab.checks import lab01; lab01.cheapest_block(...)`, issue 29's
+# last review). Each check module keeps its answers private (a leading underscore, out of __all__).
+_ANSWER_WORDS = {"answer", "answers", "best", "cheapest", "correct", "expected", "reference", "solution", "solutions",
+                 "winner"}
+# The names the review found, and the others of their kind found with them: each stays private.
+_KNOWN_ANSWER_NAMES = {
+    "lab00": ("SERVE_BEST", "SERVE_MISS_BAR", "SERVE_DESIGNS", "serve_max_batch", "serve_peak_mib", "greedy_differ"),
+    "lab01": ("block_errors", "cheapest_block", "PLACEMENT"),
+    "lab03": ("reference_fixes", "reference_bytes_per_token", "engine_startup", "service_startup", "capstone_designs",
+              "EXACTLY_FULL_OPTIONS"),
+    "lab04": ("resident_requests", "TRIAGE_LOGS", "PREEMPT_OPTIONS", "REASON_WORDS"),
+    "lab05": ("reference_ranks", "REFERENCE_GROUP_RANKS"),
+    "lab06": ("predicted_layers_answer", "smallest_budget_bytes", "best_serving_map", "serving_replay"),
+    "lab08": ("reserved_reference", "peak_reference"),
+}
+# Modules another helper is making private now; remove the entry once its names pass.
+_ANSWER_NAMES_FIXED_ELSEWHERE = {"lab07": "lab 07's FIX_ANSWER, REFERENCE_* and DIAGNOSIS_FIX are fix07's to make private"}
+
+
+def _answer_like(name: str) -> bool:
+    """A public name spelled like an answer; the checks themselves (``check_...``) are public by design."""
+    return (not name.startswith(("_", "check_"))) and bool(_ANSWER_WORDS & set(name.lower().split("_")))
+
+
+def test_answer_like_names_are_recognised():
+    for name in ("SERVE_BEST", "cheapest_block", "reference_ranks", "REFERENCE_GROUP_RANKS", "FIX_ANSWER",
+                 "predicted_layers_answer", "best_serving_map"):
+        assert _answer_like(name), name
+    for name in ("_SERVE_BEST", "check_online_block", "check_cheapest_design", "BLOCK_TARGET", "after_capstone", "referenced", "bestow"):
+        assert not _answer_like(name), name
+
+
+@pytest.mark.parametrize("lab", [
+    pytest.param(lab, marks=pytest.mark.xfail(reason=_ANSWER_NAMES_FIXED_ELSEWHERE[lab], strict=False))
+    if lab in _ANSWER_NAMES_FIXED_ELSEWHERE else lab for lab in [f"lab{n:02d}" for n in range(9)]])
+def test_no_check_module_exports_an_answer(lab):
+    """No public name of a check module (no leading underscore, or listed in __all__) holds or computes an
+    exercise's answer: none is spelled like one (_ANSWER_WORDS), and none of the names found by the review is
+    public."""
+    import importlib
+
+    module = importlib.import_module(f"vramlab.checks.{lab}")
+    public = {n for n in vars(module) if not n.startswith("_")} | set(getattr(module, "__all__", ()))
+    spelled = sorted(n for n in public if _answer_like(n) or (n.startswith("_") and n in getattr(module, "__all__", ())))
+    known = sorted(n for n in _KNOWN_ANSWER_NAMES.get(lab, ()) if n in public)
+    assert not spelled and not known, (f"vramlab.checks.{lab} exports answer helpers {spelled + known}: make them "
+                                       "private (a leading underscore, out of __all__)")
+
+
+_MALFORMED_WHYS = (42, "", "   \n", None, ("because",))
+
+
+def _why_cases():
+    """(check name as it reports, call with a why) for every check that takes a choice plus a why."""
+    from vramlab.checks import lab03, lab04, lab08
+    from vramlab.vram.oom_message import parse_oom_message
+
+    verdicts = {k: parse_oom_message(t).verdict for k, t in lab04.READING_MESSAGES.items()}
+    return {
+        "the exactly-full refusal": lambda why: lab03.check_exactly_full(("a", why)),
+        "which request is preempted": lambda why: lab04.check_preempted_request(("a", why)),
+        "reading three OOM messages": lambda why: lab04.check_oom_reading(
+            {k: (v, why if k == "B" else "because of its free, reserved and allowed figures") for k, v in verdicts.items()}),
+        "a T4 plan (capstone)": lambda why: lab08.check_t4_plan({"sdpa_mib": 9000, "eager_mib": 8000, "choice": "eager",
+                                                                 "why": why}),
+    }
+
+
+@pytest.mark.parametrize("name", ["the exactly-full refusal", "which request is preempted", "reading three OOM messages",
+                                  "a T4 plan (capstone)"])
+def test_a_malformed_why_is_told_in_one_sentence_and_is_not_a_try(name, capsys):
+    """Issue 29's last review: a why that is not a sentence (not a string, empty, whitespace) gets one line naming the
+    field and the fix, and is not counted as a wrong try (tries open the hints and withhold the directions)."""
+    from vramlab.checks._core import FAIL_MARK, tries
+
+    call = _why_cases()[name]
+    for why in _MALFORMED_WHYS:
+        result = call(why)
+        out = capsys.readouterr().out
+        assert not result and not result.untouched, (why, out)
+        assert out.startswith(FAIL_MARK) and out.count("\n") == 1, out          # one line (no wrapping outside a kernel)
+        assert "why" in result.expected and "one sentence in quotes" in result.hint, out
+        assert "try" not in out.lower() and tries(name) == 0, (why, out)
+    # a real why is a real try: the choice ("a", wrong in both multiple choices) or the reason is judged and counted
+    call("because it is what the log says")
+    assert tries(name) == 1, capsys.readouterr().out

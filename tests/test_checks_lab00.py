@@ -109,13 +109,13 @@ def test_peak_reveal_gives_the_measurement(capsys):
 def test_serving_designs_and_the_winner():
     """The dry run of each design: bfloat16 generate (A) fits the most prompts, bfloat16 forward (C) more than
     float32 generate (D); among the float32 designs D fits the most. No design wins on every axis."""
-    largest = {d: lab00.serve_max_batch(d) for d in lab00.SERVE_DESIGNS}
+    largest = {d: lab00._serve_max_batch(d) for d in lab00._SERVE_DESIGNS}
     assert largest == {"A": 49, "B": 6, "C": 14, "D": 10}, largest
     for d, n in largest.items():
-        assert lab00.serve_peak_mib(d, n) <= lab00.SERVE_BUDGET_MIB < lab00.serve_peak_mib(d, n + 1)
-    meets_bar = [d for d in lab00.SERVE_DESIGNS if d not in lab00.SERVE_MISS_BAR]
-    assert max(meets_bar, key=largest.get) == lab00.SERVE_BEST == "D"
-    assert max(largest, key=largest.get) in lab00.SERVE_MISS_BAR          # the most prompts miss the bar
+        assert lab00._serve_peak_mib(d, n) <= lab00.SERVE_BUDGET_MIB < lab00._serve_peak_mib(d, n + 1)
+    meets_bar = [d for d in lab00._SERVE_DESIGNS if d not in lab00._SERVE_MISS_BAR]
+    assert max(meets_bar, key=largest.get) == lab00._SERVE_BEST == "D"
+    assert max(largest, key=largest.get) in lab00._SERVE_MISS_BAR          # the most prompts miss the bar
 
 
 def test_bfloat16_misses_the_reference_bar_and_float32_meets_it(smollm2, windows):
@@ -127,12 +127,12 @@ def test_bfloat16_misses_the_reference_bar_and_float32_meets_it(smollm2, windows
     ids = windows[:2]
     with torch.inference_mode():
         reference = model(ids).logits.argmax(-1)
-    bf16 = lab00.greedy_differ(model, ids, "bfloat16", reference=reference)
+    bf16 = lab00._greedy_differ(model, ids, "bfloat16", reference=reference)
     assert 1.5 * lab00.SERVE_MAX_DIFFER < bf16 < 0.05, bf16
-    assert lab00.greedy_differ(model, ids, "float32", reference=reference) == 0.0
-    assert {d for d, spec in lab00.SERVE_DESIGNS.items() if spec["dtype"] == "bfloat16"} == set(lab00.SERVE_MISS_BAR)
+    assert lab00._greedy_differ(model, ids, "float32", reference=reference) == 0.0
+    assert {d for d, spec in lab00._SERVE_DESIGNS.items() if spec["dtype"] == "bfloat16"} == set(lab00._SERVE_MISS_BAR)
     with pytest.raises(ValueError, match="dtype must be"):
-        lab00.greedy_differ(model, ids, "int8")
+        lab00._greedy_differ(model, ids, "int8")
 
 
 def test_serving_plan_passes_and_wrong_plans_are_told_what_is_wrong(capsys):

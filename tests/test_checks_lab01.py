@@ -9,6 +9,7 @@ import torch
 
 from vramlab import checks
 from vramlab.checks import lab01
+from vramlab.quarot import blocks
 
 
 def _raises(*args):
@@ -384,17 +385,17 @@ def down29(smollm2, windows):
 
 
 def test_online_block_errors_and_the_cheapest_design(down29):
-    errors = lab01.block_errors(down29)
+    errors = lab01._block_errors(down29)
     assert set(errors) == set(lab01.BLOCK_CHOICES)
-    best = lab01.cheapest_block(errors)
+    best = lab01._cheapest_block(errors)
     assert best == "256", {k: round(v, 4) for k, v in errors.items()}
     assert errors["256"] <= 1.1 * errors["full"] < errors["128"]          # a margin either side
     assert errors["32"] < errors["64"]                                      # not monotonic: measure, do not assume
-    assert lab01.block_cost("256") == 1536 * 8 and lab01.block_cost("full") == 1536 * (7 + 12)
-    assert lab01.block_cost("none") == 0
+    assert blocks.block_cost("256") == 1536 * 8 and blocks.block_cost("full") == 1536 * (7 + 12)
+    assert blocks.block_cost("none") == 0
     # the learner's butterfly gives the same errors as vramlab's fwht
     Xs = down29.double() * __import__("vramlab.quarot.hadamard", fromlist=["x"]).random_signs(1536, 0).double()
-    mine = lab01.int4_window_error(_reference_butterfly(Xs.reshape(512, 6, 256)).reshape(512, 1536))
+    mine = blocks.int4_window_error(_reference_butterfly(Xs.reshape(512, 6, 256)).reshape(512, 1536))
     assert abs(mine - errors["256"]) < 1e-9
 
 
@@ -404,7 +405,7 @@ def test_online_block_check_teaches_without_telling(down29, capsys):
     reset_tries()
     assert lab01.check_online_block("256", down29) and lab01.check_online_block(256, down29)
     assert capsys.readouterr().out.count("PASS") == 2
-    errors = lab01.block_errors(down29)
+    errors = lab01._block_errors(down29)
     target = lab01.BLOCK_TARGET * errors["full"]
     lab01.check_online_block("128", down29)
     out = capsys.readouterr().out

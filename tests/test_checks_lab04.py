@@ -74,18 +74,6 @@ WRONG = {
 STUBS = [None, lambda *a: None]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_kernel():
-    """Each test starts as a fresh kernel would: no burst run yet, no capstone design passed."""
-    from vramlab.serving.paged import forget_bursts
-
-    forget_bursts()
-    lab04._PASSED_DESIGNS.clear()
-    yield
-    forget_bursts()
-    lab04._PASSED_DESIGNS.clear()
-
-
 def test_every_check_is_exported_and_covered():
     assert set(lab04.__all__) == set(SOLUTIONS) == set(WRONG)
     for name in lab04.__all__:
@@ -128,8 +116,8 @@ def test_reading_messages_are_parsed_to_their_verdicts_and_c_says_what_is_allowe
 
 
 def test_resident_requests_count_the_null_block():
-    assert lab04.resident_requests() == 4                       # (10 - 1) // ceil(139 / 128)
-    assert lab04.resident_requests(num_blocks=8) == 3
+    assert lab04._resident_requests() == 4                       # (10 - 1) // ceil(139 / 128)
+    assert lab04._resident_requests(num_blocks=8) == 3
 
 
 @pytest.mark.parametrize("name,stub", [("check_log_triage", {"A": None, "B": None, "C": None}),
@@ -140,11 +128,11 @@ def test_the_labs_stub_dicts_are_told_not_done_yet(name, stub, capsys):
 
 
 def test_each_wrong_choice_names_no_other_choice(capsys):
-    for label in lab04.PREEMPT_OPTIONS:
+    for label in lab04._PREEMPT_OPTIONS:
         result = lab04.check_preempted_request((label, "the newest request is popped"))
         out = capsys.readouterr().out
         assert result.passed == (label == "c")
-        others = [o for o in lab04.PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
+        others = [o for o in lab04._PREEMPT_OPTIONS if o != label and re.search(rf"['\"(]{o}['\")]", out)]
         assert not others, out
 
 
@@ -177,9 +165,9 @@ def test_a_design_read_off_a_run_of_this_burst_is_refused_unless_it_passed_befor
     out = capsys.readouterr().out
     assert "a reading, not a prediction" in out and "reveal=True" in out
     # another burst, or the same requests on another pool, does not count
-    from vramlab.serving.paged import forget_bursts
+    from vramlab.ran import forget
 
-    forget_bursts()
+    forget()
     simulate(12, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)
     simulate(10, [Request(i, 120, 20) for i in range(8)], block_size=128)
     assert lab04.check_seqs_design(right)

@@ -66,7 +66,7 @@ SOLUTIONS = {
     "check_conversion_prediction": 20.0,
     "check_absorbed_in_smollm2": absorbed,
     "check_plan_budget": [130] * 30,
-    "check_rank_plan": "reference",          # lab05.reference_ranks(), measured in test_rank_plan_*
+    "check_rank_plan": "reference",          # lab05._reference_ranks(), measured in test_rank_plan_*
 }
 WRONG = {
     "check_mla_gqa_heads": 4.5,                                    # K and V: forgot the factor 2
@@ -99,7 +99,7 @@ def _call(name, value, capstone):
     """Call a lab-05 check the way the notebook does (the model-scale checks get the notebook's model)."""
     model, window, covs = capstone
     if name == "check_rank_plan":
-        return lab05.check_rank_plan(lab05.reference_ranks() if value == "reference" else value, model, window, covs)
+        return lab05.check_rank_plan(lab05._reference_ranks() if value == "reference" else value, model, window, covs)
     if name == "check_absorbed_in_smollm2":
         return lab05.check_absorbed_in_smollm2(value, model, window)
     return getattr(lab05, name)(value)
@@ -187,7 +187,7 @@ def test_rank_plan_judges_the_budget_exactly_in_whole_blocks(capsys):
     from vramlab.mla import plan_cache_mib
 
     assert plan_cache_mib([130] * 30, 4000, 16) <= 480 < plan_cache_mib([131] * 30, 4000, 16)
-    assert sum(lab05.reference_ranks()) == 3900 and lab05.plan_budget_ok(lab05.reference_ranks())
+    assert sum(lab05._reference_ranks()) == 3900 and lab05.plan_budget_ok(lab05._reference_ranks())
     assert not lab05.check_rank_plan([131] * 30)
     assert "whole 64-token blocks" in capsys.readouterr().out
     assert lab05.check_plan_budget([130] * 30) and "479.9 MiB of 480" in capsys.readouterr().out
@@ -216,7 +216,7 @@ def test_rank_plan_measures_live_and_never_tells_the_ranks(capstone, capsys):
     assert not check([130] * 30)
     out = capsys.readouterr().out
     assert "one rank for every layer" in out and "178" not in out and "82, 124" not in out, out
-    assert check(lab05.reference_ranks())
+    assert check(lab05._reference_ranks())
     capsys.readouterr()
     lesson = mla.expand_groups([130, 130, 130, 130, 178, 82], 5)
     assert check(lesson), capsys.readouterr().out
@@ -225,7 +225,7 @@ def test_rank_plan_measures_live_and_never_tells_the_ranks(capstone, capsys):
     assert not check(mla.variance_plan(spectra, 3900))
     out = capsys.readouterr().out
     assert "measures clearly lower" in out and "178" not in out, out
-    ref = lab05.measured_ppl(model, window, covs, lab05.reference_ranks())
+    ref = lab05.measured_ppl(model, window, covs, lab05._reference_ranks())
     uniform = lab05.measured_ppl(model, window, covs, [130] * 30)
     assert ref < 0.93 * uniform                              # the budget is worth spending unevenly
 
@@ -286,7 +286,7 @@ def test_after_capstone_holds_the_reference_plan_until_a_pass_or_a_reveal(capsto
     lab05.after_capstone(failed, model, window, windows, covs)
     out = capsys.readouterr().out
     assert out.strip() == lab05.AFTER_CAPSTONE_WAITS and "178" not in out and "variance" not in out
-    for result in (lab05.check_rank_plan(lab05.reference_ranks(), model, window, covs),
+    for result in (lab05.check_rank_plan(lab05._reference_ranks(), model, window, covs),
                    lab05.check_rank_plan([130] * 30, model, window, covs, reveal=True)):
         capsys.readouterr()
         lab05.after_capstone(result, model, window, windows, covs)

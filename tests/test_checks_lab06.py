@@ -45,6 +45,7 @@ SOLUTIONS = {
     "check_budget_gib": budget_by_hand,
     "check_map_covers": lab06.layered_map(17),
     "check_serving_map": lab06.layered_map(17),     # lm_head and the embedding resident, 17 layers on GPU 0
+    "check_peak_prediction": 14.0,                   # any honest positive number of GiB, recorded for the map
 }
 WRONG = {
     "check_predicted_gpu_layers": 40,                 # more layers than the model has
@@ -52,7 +53,10 @@ WRONG = {
     "check_budget_gib": lambda config: budget_by_hand(config, factor=1.0),   # forgot the 0.90
     "check_map_covers": {"model.layers": 0},          # the embedding, norm and lm_head have no device
     "check_serving_map": lab06.layered_map(22, head="cpu"),   # the headroom without the KV cache: out of memory
+    "check_peak_prediction": -3,                      # not a positive number of GiB
 }
+# The checks that take more than the learner's answer: the map a peak prediction is recorded for.
+ARGS = {"check_peak_prediction": (lab06.layered_map(17),)}
 STUBS = [None, _raises]
 
 
@@ -64,14 +68,14 @@ def test_every_check_is_exported_and_covered():
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_solution_passes(name, capsys):
-    result = getattr(lab06, name)(SOLUTIONS[name])
+    result = getattr(lab06, name)(SOLUTIONS[name], *ARGS.get(name, ()))
     assert result.passed and capsys.readouterr().out.startswith("PASS")
 
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 @pytest.mark.parametrize("stub", range(len(STUBS)))
 def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
-    result = getattr(lab06, name)(STUBS[stub])
+    result = getattr(lab06, name)(STUBS[stub], *ARGS.get(name, ()))
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
     out = re.sub(r"0x[0-9a-f]{1,16}", "0x…", out)   # a stub function's repr holds its address (may contain "19")
@@ -81,12 +85,12 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_plausible_wrong_answers_fail(name, capsys):
-    result = getattr(lab06, name)(WRONG[name])
+    result = getattr(lab06, name)(WRONG[name], *ARGS.get(name, ()))
     assert not result.passed and "expected" in capsys.readouterr().out
 
 
 def test_prediction_reports_how_far_off(capsys):
-    actual, total = lab06.predicted_layers_answer()
+    actual, total = lab06._predicted_layers_answer()
     assert (actual, total) == (19, 32)  # 10 GiB: embed (1 GiB) + 19 bf16 layers, lm_head reserved
     for guess in (0, 19, 24.0, 32):
         assert lab06.check_predicted_gpu_layers(guess)
@@ -127,11 +131,11 @@ def test_budget_is_the_planners_smallest_to_the_byte():
     from vramlab.dispatch import MiB, plan_device_map
 
     for name in lab06.BUDGET_CONFIGS:
-        need = lab06.smallest_budget_bytes(name)
+        need = lab06._smallest_budget_bytes(name)
         model = lab06._meta(name, "4bit")
         fits = lambda b: set(plan_device_map(model, {0: int(b), "cpu": "256GiB"}, quantization="4bit").values()) == {0}  # noqa: E731
         assert fits(need + 1) and not fits(need - MiB), name
-    assert 5.78 < lab06.smallest_budget_bytes("llama-3.1-8b") / 2**30 < 5.79
+    assert 5.78 < lab06._smallest_budget_bytes("llama-3.1-8b") / 2**30 < 5.79
 
 
 @pytest.mark.parametrize("mistake, phrase", [
@@ -148,7 +152,7 @@ def test_budget_names_each_mistake_and_never_the_number(mistake, phrase, capsys)
     if phrase == "just short":
         return                    # the learner's own value, 0.6 MiB short, prints like the answer
     for name in lab06.BUDGET_CONFIGS:
-        assert f"{lab06.smallest_budget_bytes(name) / 2**30:.3f}" not in out
+        assert f"{lab06._smallest_budget_bytes(name) / 2**30:.3f}" not in out
 
 
 def test_budget_counts_a_tied_lm_head_once(capsys):
@@ -196,17 +200,20 @@ def test_serving_map_judges_fit_then_copies_against_the_dry_run(capsys):
     from vramlab.vram import dry_run
 
     check = lab06.check_serving_map
-    items, peak, streamed = lab06.best_serving_map()
+    items, peak, streamed = lab06._best_serving_map()
     best = dict(items)
     assert peak <= 15 * GiB and lab06.gpu_layers(best, total=32) == 17 and best["lm_head"] == 0
     assert check(best)
+    out = capsys.readouterr().out
+    assert "GPU 0's peak fits 15 GiB" in out and "14.91" not in out, out     # no prediction recorded yet
+    assert lab06.check_peak_prediction(14.0, best) and check(best)
     assert "14.91 GiB" in capsys.readouterr().out
     trace = dry_run("llama-3.1-8b", 8, 2048, gpu="sm_89")
     at = trace.breakdown("peak")
     model = lab06._meta("llama-3.1-8b", None)
     kv_blind = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"] - at["kv_cache"])),
                                        "cpu": "64GiB"})
-    assert not check(kv_blind)
+    assert lab06.check_peak_prediction(15.5, kv_blind) and not check(kv_blind)
     out = capsys.readouterr().out
     assert "over the 15 GiB" in out and "peaks at 16.94 GiB" in out, out
     kv_aware = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"])), "cpu": "64GiB"})
@@ -281,3 +288,38 @@ def lab06_notebook():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1] / "notebooks" / "06_accelerate_dispatch.ipynb"
+
+
+def test_the_peak_prediction_is_recorded_before_anything_shows_the_peak(capsys):
+    """Issue 29's last review: Exercise 4's peak could be read off dispatch.replay before the prediction. The
+    prediction is recorded per map (check_peak_prediction, its own cell); the replay's peak shows only for a
+    recorded prediction of that very map (replay_predicted_map, check_serving_map); a prediction stored after the
+    learner replayed that map is refused as a reading, without counting a try; the checks' own replays do not count."""
+    from vramlab.checks._core import tries
+    from vramlab.dispatch import replay
+
+    best = dict(lab06._best_serving_map()[0])
+    peak_text = re.compile(r"\d+\.\d\d GiB in|peaks at")
+    assert lab06.replay_predicted_map(14.0, best) is None                       # nothing recorded yet
+    assert lab06.check_serving_map(best)                                        # the check's own replay
+    out = capsys.readouterr().out
+    assert "prediction" in out and not peak_text.search(out) and "14.91" not in out, out
+    assert lab06.check_peak_prediction(None, best).untouched
+    assert not lab06.check_peak_prediction(-3, best) and tries("predicted GPU 0 peak") == 0
+    capsys.readouterr()
+    assert lab06.check_peak_prediction(14.0, best)                              # the check's replay did not count
+    assert "14 GiB stored" in capsys.readouterr().out
+    assert lab06.replay_predicted_map(13.0, best) is None                       # another number was not recorded
+    assert "14.91" not in capsys.readouterr().out
+    mine = lab06.replay_predicted_map(14.0, best)
+    out = capsys.readouterr().out
+    assert mine is not None and "GPU 0 peaks at 14.91 GiB" in out and "you predicted 14 GiB" in out, out
+    assert lab06.check_peak_prediction(14.0, best)                              # Run All: recorded before, still passes
+    # a map the learner replayed before predicting it: the prediction is a reading
+    other = lab06.layered_map(16)
+    replay(lab06.serving_trace(), lab06._meta("llama-3.1-8b", None), other)
+    capsys.readouterr()
+    refused = lab06.check_peak_prediction(14.0, other)
+    out = capsys.readouterr().out
+    assert not refused and "a reading, not a prediction" in out and tries("predicted GPU 0 peak") == 0, out
+    assert lab06.replay_predicted_map(14.0, other) is None

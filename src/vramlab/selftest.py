@@ -110,12 +110,12 @@ def lab02(shared: _Shared) -> str:
 def lab03(shared: _Shared) -> str:
     import json
 
-    from vramlab.checks.lab03 import CONFIG_CASES, engine_startup, reference_bytes_per_token
+    from vramlab.checks.lab03 import CONFIG_CASES, _engine_startup, _reference_bytes_per_token
     from vramlab.serving.recorded import RESULTS, engine_available, refusal_numbers
 
-    per_token = reference_bytes_per_token(*CONFIG_CASES["SmolLM2-135M"])
+    per_token = _reference_bytes_per_token(*CONFIG_CASES["SmolLM2-135M"])
     _expect(per_token == 23_040, f"SmolLM2's bf16 KV bytes per token came out as {per_token:,}")
-    s = engine_startup(per_token, 65536, kv_cache_space_gib=1)
+    s = _engine_startup(per_token, 65536, kv_cache_space_gib=1)
     _expect((s.starts, s.needed_gib, s.estimated_max_model_len) == (False, 1.41, 46464),
             f"the start-up arithmetic gave {s.needed_gib} GiB and {s.estimated_max_model_len} tokens")
     recorded = sorted(RESULTS.glob("smollm2-135m-*.json"))
@@ -129,11 +129,11 @@ def lab03(shared: _Shared) -> str:
 
 
 def lab04(shared: _Shared) -> str:
-    from vramlab.checks.lab04 import READING_MESSAGES, resident_requests
+    from vramlab.checks.lab04 import READING_MESSAGES, _resident_requests
     from vramlab.serving import diagnose
     from vramlab.serving.paged import Request, simulate
 
-    _expect(resident_requests() == 4, f"the burst's pool holds {resident_requests()} requests at full length")
+    _expect(_resident_requests() == 4, f"the burst's pool holds {_resident_requests()} requests at full length")
     sim = simulate(10, [Request(i, 120, 20) for i in range(8)], block_size=128, max_num_seqs=8,
                    max_num_batched_tokens=4096, max_model_len=1024)
     _expect(sim.preemptions > 0, "the burst on 10 blocks preempted nothing in the simulator")

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 from vramlab import progress as _progress
+# The one registry of what the learner already ran in this kernel (a capstone's burst, a dry-run shape) and which
+# designs passed before that: vramlab.ran, a module without vramlab imports so the simulator and the dry run can
+# note their runs without importing checks. forget_runs() is its one reset (tests/conftest.py, around every test).
+from vramlab.ran import forget as forget_runs, note as note_run, ran as runs_noted, unrecorded  # noqa: F401
 
 PASS_MARK = "PASS"
 FAIL_MARK = "FAIL"
@@ -289,7 +293,8 @@ def reveal(lab: str, number: int | str) -> Revealed:
 
 
 def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, value: Any = _MISSING,
-           untouched_hint: str = "", result_class: type | None = None, **details) -> CheckResult:
+           untouched_hint: str = "", result_class: type | None = None, counts: bool = True,
+           **details) -> CheckResult:
     """Print the one-line verdict and return it as a :class:`CheckResult`.
 
     Format: ``PASS <name>: <got>[, as expected].`` or ``FAIL <name>: expected <expected>; got <got>. Hint: ...``.
@@ -297,7 +302,8 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     never the answer itself. A failure on an untouched stub (``value`` is None / ``...`` /
     NotImplementedError, or, when ``value`` is not given, ``got`` reads ``None``) says "not done yet".
     Inside a check called with ``reveal=True`` (or :func:`reveal`) the result carries the answer,
-    printed on an ``ANSWER`` line, and ``revealed=True``.
+    printed on an ``ANSWER`` line, and ``revealed=True``. ``counts=False``: a failure of form (a malformed "why",
+    :func:`malformed_reason`) that is not counted as a wrong try (tries open the hints and stop the directions).
     """
     untouched = not passed and (is_untouched(value) if value is not _MISSING else _untouched_text(got))
     if untouched:
@@ -305,7 +311,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     revealing = _REVEALING.get()
     if passed or revealing is not None:
         reset_tries(name)
-    elif not untouched and result_class is None:
+    elif not untouched and result_class is None and counts:
         offer = hint_offer(add_try(name))
         if offer:
             text = str(hint).strip()
@@ -727,11 +733,27 @@ def check_choice(name: str, got: Any, options: dict[str, str], correct: str | se
     return report(name, False, want, repr(match), hint=options[match])
 
 
+def malformed_reason(name: str, why: Any, field: str = "why", expected: str = "") -> CheckResult | None:
+    """The FAIL result to return when ``why`` (the reason part of an answer, named ``field`` in the learner's cell)
+    is not a sentence: not a string, empty, or only whitespace; else None. One sentence naming the field and the
+    fix, and not a wrong try: a reason the learner has not written yet is a matter of form, so it opens no hint and
+    withholds no direction (:func:`report` with ``counts=False``)."""
+    if isinstance(why, str) and why.strip():
+        return None
+    shown = ("an empty string" if isinstance(why, str) and not why else
+             "only whitespace" if isinstance(why, str) else f"{repr(why)[:40]} (not a string)")
+    return report(name, False, expected or f"{field} as one sentence in quotes", shown,
+                  f"write {field} as one sentence in quotes, e.g. \"because ...\", then run this cell again",
+                  value=shown, counts=False)   # a None why beside a real choice is told this too, not "not done yet"
+
+
 def check_choice_and_reason(name: str, got: Any, options: dict[str, str], correct: str, reason_words: tuple[str, ...],
                             reason: str, reason_hint: str) -> CheckResult:
     """A ``(choice, why)`` pair: ``choice`` is judged by :func:`check_choice`; once it is right, ``why`` must hold
     one of ``reason_words`` (the mechanism in the learner's words, never a number). ``reason`` names what the why
-    must give ("the mechanism"), ``reason_hint`` says what to write about, without the answer."""
+    must give ("the mechanism"), ``reason_hint`` says what to write about, without the answer. A ``why`` that is not
+    a sentence (not a string, empty, whitespace) is told so first, and is not counted as a wrong try
+    (:func:`malformed_reason`)."""
     if is_untouched(got):
         return report(name, False, "a pair (choice, why)", f"None ({NOT_DONE})", value=got)
     if isinstance(got, str):
@@ -740,10 +762,14 @@ def check_choice_and_reason(name: str, got: Any, options: dict[str, str], correc
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return report(name, False, "a pair (choice, why)", fmt_number(got))
     choice, why = got
+    if not is_untouched(choice):   # a malformed why is told first, and not counted as a wrong try of the choice
+        malformed = malformed_reason(name, why, "the why (the pair's second item)")
+        if malformed is not None:
+            return malformed
     result = check_choice(name, choice, options, correct, what="a letter from the list above")
     if not result.passed:
         return result
-    text = str(why).lower() if isinstance(why, str) else ""
+    text = why.lower()
     if not any(w in text for w in reason_words):
         return report(name, False, f"a why that names {reason}", repr(why)[:80], reason_hint)
     return result

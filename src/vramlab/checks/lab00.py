@@ -227,7 +227,7 @@ SERVE_MAX_DIFFER = 0.01
 #: answer and the instructor notes; a wrong try is never shown these, see :func:`_design_fails`). ``mode="generate"`` follows ``model.generate(max_new_tokens=1)`` of the installed
 #: transformers: the prefill keeps the logits of the last position only (``logits_to_keep=1``, transformers PR
 #: #31292, 4.45). No design wins on every axis: bfloat16 fits the most prompts, float32 matches the reference.
-SERVE_DESIGNS = {
+_SERVE_DESIGNS = {
     "A": {"mode": "generate", "dtype": "bfloat16", "attn_implementation": "sdpa",
           "why": "its first tokens differ from the float32 reference on more than 1 prompt in 100: bfloat16 keeps "
                  "8 significant bits (7 stored), and its rounding flips the greedy choice where two tokens score "
@@ -247,12 +247,12 @@ SERVE_MAX_BATCH = 128
 
 
 @functools.lru_cache(maxsize=256)
-def serve_peak_mib(design: str, batch: int) -> float:
-    """Peak allocated MiB of one SmolLM2 call of ``design`` (a key of :data:`SERVE_DESIGNS`) on ``batch`` prompts
+def _serve_peak_mib(design: str, batch: int) -> float:
+    """Peak allocated MiB of one SmolLM2 call of ``design`` (a key of :data:`_SERVE_DESIGNS`) on ``batch`` prompts
     of :data:`SERVE_PROMPT_TOKENS` tokens, computed by the dry run (meta device, about 1 s; cached)."""
     from vramlab.vram.dryrun import dry_run
 
-    spec = SERVE_DESIGNS[design]
+    spec = _SERVE_DESIGNS[design]
     trace = dry_run("smollm2-135m", batch_size=int(batch), seq_len=SERVE_PROMPT_TOKENS, dtype=spec["dtype"],
                     attn_implementation=spec["attn_implementation"], mode=spec["mode"],
                     new_tokens=1 if spec["mode"] == "generate" else 0)
@@ -260,23 +260,23 @@ def serve_peak_mib(design: str, batch: int) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def serve_max_batch(design: str) -> int:
+def _serve_max_batch(design: str) -> int:
     """The largest batch of ``design`` whose dry-run peak is within :data:`SERVE_BUDGET_MIB` (0 if none).
 
     The peak grows with the batch, almost linearly: the batches 1 and 2 give a first guess, then the search
     steps one prompt at a time to the boundary (about 4 dry runs, each cached)."""
-    if serve_peak_mib(design, 1) > SERVE_BUDGET_MIB:
+    if _serve_peak_mib(design, 1) > SERVE_BUDGET_MIB:
         return 0
-    slope = max(serve_peak_mib(design, 2) - serve_peak_mib(design, 1), 1e-6)
-    n = int(min(SERVE_MAX_BATCH, max(1, 1 + (SERVE_BUDGET_MIB - serve_peak_mib(design, 1)) // slope)))
-    while n > 1 and serve_peak_mib(design, n) > SERVE_BUDGET_MIB:
+    slope = max(_serve_peak_mib(design, 2) - _serve_peak_mib(design, 1), 1e-6)
+    n = int(min(SERVE_MAX_BATCH, max(1, 1 + (SERVE_BUDGET_MIB - _serve_peak_mib(design, 1)) // slope)))
+    while n > 1 and _serve_peak_mib(design, n) > SERVE_BUDGET_MIB:
         n -= 1
-    while n < SERVE_MAX_BATCH and serve_peak_mib(design, n + 1) <= SERVE_BUDGET_MIB:
+    while n < SERVE_MAX_BATCH and _serve_peak_mib(design, n + 1) <= SERVE_BUDGET_MIB:
         n += 1
     return n
 
 
-def greedy_differ(model, ids, dtype: str = "bfloat16", reference=None) -> float:
+def _greedy_differ(model, ids, dtype: str = "bfloat16", reference=None) -> float:
     """The share (0-1) of positions of ``ids`` ([windows, tokens] token ids) where SmolLM2 loaded in ``dtype``
     picks another greedy next token than ``model`` (the float32 model), or than ``reference`` (its greedy tokens,
     [windows, tokens], when already computed). Each position stands for a prompt that ends there (the model is
@@ -300,18 +300,18 @@ def greedy_differ(model, ids, dtype: str = "bfloat16", reference=None) -> float:
 
 #: The design that serves the most prompts per call among those that meet the reference bar
 #: (tests/test_checks_lab00.py measures the bar on the real model and computes all four peaks, and holds it).
-SERVE_BEST = "D"
+_SERVE_BEST = "D"
 #: The designs whose first tokens differ from the float32 reference on more than :data:`SERVE_MAX_DIFFER` of the
-#: prompts (bfloat16; measured by tests/test_checks_lab00.py with :func:`greedy_differ`).
-SERVE_MISS_BAR = ("A", "C")
+#: prompts (bfloat16; measured by tests/test_checks_lab00.py with :func:`_greedy_differ`).
+_SERVE_MISS_BAR = ("A", "C")
 
 
 def _serve_answer(predicted=None, **_) -> str:
-    best = SERVE_BEST
-    n = serve_max_batch(best)
-    return (f"design '{best}' with batch {n}: the dry run peaks at {serve_peak_mib(best, n):,.1f} MiB, and "
-            f"{n + 1} prompts would peak at {serve_peak_mib(best, n + 1):,.1f} MiB, over {SERVE_BUDGET_MIB:,} MiB "
-            f"({SERVE_DESIGNS[best]['why']}); the bfloat16 designs fit more prompts but miss the 1-in-100 bar"
+    best = _SERVE_BEST
+    n = _serve_max_batch(best)
+    return (f"design '{best}' with batch {n}: the dry run peaks at {_serve_peak_mib(best, n):,.1f} MiB, and "
+            f"{n + 1} prompts would peak at {_serve_peak_mib(best, n + 1):,.1f} MiB, over {SERVE_BUDGET_MIB:,} MiB "
+            f"({_SERVE_DESIGNS[best]['why']}); the bfloat16 designs fit more prompts but miss the 1-in-100 bar"
             + _plan_against(predicted))
 
 
@@ -333,7 +333,7 @@ def _read_plan(name: str, what: str, plan: Any) -> tuple[str, int] | CheckResult
     if is_untouched(design) and is_untouched(batch):
         return report(name, False, what, "a plan with no design and no batch", value=None)
     label = str(design).strip().strip("'\"").upper() if design is not None else ""
-    if label not in SERVE_DESIGNS:
+    if label not in _SERVE_DESIGNS:
         return report(name, False, what, f"design {design!r} (not one of the designs)",
                       hint="the design is one of the labels of the table above, as a string")
     number = as_float(batch)
@@ -349,12 +349,12 @@ def _plan_against(predicted: Any) -> str:
         return ""
     label = str(predicted.get("design", "")).strip().strip("'\"").upper()
     number = as_float(predicted.get("batch"))
-    if label not in SERVE_DESIGNS or number is None or not math.isfinite(number):
+    if label not in _SERVE_DESIGNS or number is None or not math.isfinite(number):
         return ""
-    n, best = serve_max_batch(SERVE_BEST), SERVE_BEST
+    n, best = _serve_max_batch(_SERVE_BEST), _SERVE_BEST
     said = f"; you predicted design {label!r} with {fmt_number(number)} prompts"
     if label != best:
-        return said + (": that design misses the 1-in-100 bar" if label in SERVE_MISS_BAR else
+        return said + (": that design misses the 1-in-100 bar" if label in _SERVE_MISS_BAR else
                        ": that design fits fewer prompts")
     if int(number) == n:
         return said + ": right on both"
@@ -374,14 +374,14 @@ def explain_plan(result: Any) -> None:
         return
     from vramlab.vram.dryrun import dry_run
 
-    spec, n = SERVE_DESIGNS[SERVE_BEST], serve_max_batch(SERVE_BEST)
+    spec, n = _SERVE_DESIGNS[_SERVE_BEST], _serve_max_batch(_SERVE_BEST)
     trace = dry_run("smollm2-135m", batch_size=n, seq_len=SERVE_PROMPT_TOKENS, dtype=spec["dtype"],
                     attn_implementation=spec["attn_implementation"], mode=spec["mode"], new_tokens=1)
     for key, value in trace.breakdown("peak").items():
         print(f"{key:>12}: {value / 2**20:>7.1f} MiB")
     print(f"peak at {n} prompts: {trace.peak_bytes / 2**20:,.1f} MiB, at {trace.peak['module']} ({trace.peak['op']})")
-    widest = max(SERVE_MISS_BAR, key=serve_max_batch)
-    print(f"the bar's price: design {widest!r} ({SERVE_DESIGNS[widest]['dtype']}) would fit {serve_max_batch(widest)} "
+    widest = max(_SERVE_MISS_BAR, key=_serve_max_batch)
+    print(f"the bar's price: design {widest!r} ({_SERVE_DESIGNS[widest]['dtype']}) would fit {_serve_max_batch(widest)} "
           f"prompts, {n} in {spec['dtype']}")
     print("Fewer bytes are not free: bfloat16 keeps 8 significant bits, and its rounding flips the greedy token\n"
           "where two tokens score close; a quality bar can cost most of the batch.\n"
@@ -397,7 +397,7 @@ def _design_fails(label: str) -> str:
     """Why a wrong design fails, in words that hold for that design alone: no mechanism (a dtype's rounding, the
     logits a forward keeps) that would also settle another design, and for a design that misses the bar not even
     which requirement it misses (the two designs that miss it share a dtype; the review of issue 29)."""
-    if label in SERVE_MISS_BAR:
+    if label in _SERVE_MISS_BAR:
         return "this design does not meet both requirements: measure it against each one"
     return "this design meets both requirements, but it serves fewer prompts per call than the design asked for"
 
@@ -419,7 +419,7 @@ def check_plan_prediction(predicted: Any) -> CheckResult:
 
 @exercise("lab00", 3, _serve_answer)
 def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
-    """Capstone: ``plan = {"design": one of "A".."D", "batch": int}``, the design of :data:`SERVE_DESIGNS` that
+    """Capstone: ``plan = {"design": one of "A".."D", "batch": int}``, the design of :data:`_SERVE_DESIGNS` that
     meets the reference bar (:data:`SERVE_MAX_DIFFER`) and serves the most prompts of 1,024 tokens per call within
     :data:`SERVE_BUDGET_MIB` MiB, and that batch, judged on the dry run of that call (computed live, then cached).
     ``predicted``: the plan the learner stored before measuring (:func:`check_plan_prediction`); the PASS line
@@ -437,16 +437,16 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     if isinstance(read, CheckResult):
         return read
     label, n = read
-    best = SERVE_BEST
+    best = _SERVE_BEST
     if label != best:
         if tries(name) >= DESIGN_REASON_TRIES:
             return report(name, False, what, f"design {label!r}, not it",
                           hint="measure each design on both requirements, the reference bar and the budget")
         return report(name, False, what, f"design {label!r}", hint=_design_fails(label))
-    limit = serve_max_batch(label)
+    limit = _serve_max_batch(label)
     if n == limit:
         return report(name, True, what, f"design {label!r} with {n} prompts of {SERVE_PROMPT_TOKENS:,} tokens: "
-                                         f"the dry run peaks at {serve_peak_mib(label, n):,.1f} MiB, within "
+                                         f"the dry run peaks at {_serve_peak_mib(label, n):,.1f} MiB, within "
                                          f"{SERVE_BUDGET_MIB:,} MiB; one more prompt would not fit"
                                          + _plan_against(predicted))
     if tries(name) >= DIRECTION_TRIES:

@@ -290,7 +290,7 @@ def check_no_online_hadamard_prediction(predicted, measured: float, rotated_valu
 # --------------------------------------------------------------------------- invariance reasoning
 _READS = "W Q"
 _WRITES = "Q^T W"
-PLACEMENT = {
+_PLACEMENT = {
     "embed_tokens": _READS,  # weight [vocab, hidden]: its rows are written to the stream, x -> x Q = E[t] Q
     "q_proj": _READS, "k_proj": _READS, "v_proj": _READS,
     "o_proj": _WRITES,
@@ -324,16 +324,16 @@ def check_rotation_placement(answer) -> CheckResult:
     """``answer``: dict weight name -> ``"W Q"`` or ``"Q^T W"``: how each weight ([out, in], or the
     embedding's [vocab, hidden]) changes when the residual stream ``x`` becomes ``x Q``."""
     name = "where Q goes"
-    want = f"a dict with a \"W Q\" or \"Q^T W\" for each of {', '.join(PLACEMENT)}"
+    want = f"a dict with a \"W Q\" or \"Q^T W\" for each of {', '.join(_PLACEMENT)}"
     if answer is None or answer is Ellipsis:
         return report(name, False, want, "None (not done yet)", hint="fill in the dict in the exercise cell")
     if not isinstance(answer, dict):
         return report(name, False, want, f"{type(answer).__name__}", hint="use a dict, e.g. {\"q_proj\": \"W Q\", ...}")
-    missing = [k for k in PLACEMENT if k not in answer or answer[k] in (None, "", Ellipsis)]
+    missing = [k for k in _PLACEMENT if k not in answer or answer[k] in (None, "", Ellipsis)]
     if missing:
         return report(name, False, want, f"no answer for {', '.join(missing)}",
                       hint="every weight that touches the residual stream gets Q on one side")
-    parsed = {k: _normalise_side(answer[k]) for k in PLACEMENT}
+    parsed = {k: _normalise_side(answer[k]) for k in _PLACEMENT}
     odd = [k for k, v in parsed.items() if v not in (_READS, _WRITES)]
     if odd:
         k = odd[0]
@@ -343,15 +343,15 @@ def check_rotation_placement(answer) -> CheckResult:
         else:
             hint = 'write "W Q" or "Q^T W"'
         return report(name, False, want, f"{answer[k]!r} for {k}", hint=hint)
-    wrong = [k for k in PLACEMENT if parsed[k] != PLACEMENT[k]]
+    wrong = [k for k in _PLACEMENT if parsed[k] != _PLACEMENT[k]]
     if not wrong:
         return report(name, True, want, "readers get W Q, writers (o_proj, down_proj) get Q^T W, "
                                         "and the embedding's rows become E Q")
     # Each key is a two-way choice: naming the wrong keys (or how many) would let a learner flip them until
     # it passes. The line names the misconception the answer shows, never which or how many keys are wrong.
     got = "not every weight on its side yet"
-    readers_wrong = [k for k in wrong if PLACEMENT[k] == _READS and k not in ("embed_tokens", "lm_head")]
-    writers_wrong = [k for k in wrong if PLACEMENT[k] == _WRITES]
+    readers_wrong = [k for k in wrong if _PLACEMENT[k] == _READS and k not in ("embed_tokens", "lm_head")]
+    writers_wrong = [k for k in wrong if _PLACEMENT[k] == _WRITES]
     if readers_wrong and writers_wrong:
         hint = ("sort the weights into those whose output is added to the residual stream and those that take "
                 "the stream as input, then derive one side for each group from y = x W^T")
@@ -436,46 +436,6 @@ BLOCK_LAYER, BLOCK_SITE, BLOCK_SEED = 29, "down_in", 0
 BLOCK_REASON_TRIES = 1
 
 
-def block_cost(label: str, n: int = 1536) -> int:
-    """Operations per token of the online transform ``label``: ``n log2(b)`` additions for blocks of ``b``
-    (radix-2 butterfly passes), ``n (log2(128) + 12)`` for the full order 1536 = 12 x 128 (seven passes and a
-    dense 12 x 12 product, 12 multiply-adds per value), 0 for none."""
-    if label == "none":
-        return 0
-    if label == "full":
-        from vramlab.quarot.hadamard import decompose
-
-        K, m, _ = decompose(n)
-        return n * (int(math.log2(m)) + (K if K > 1 else 0))
-    return n * int(math.log2(int(label)))
-
-
-def block_transform(X, label: str, butterfly=None, seed: int = BLOCK_SEED):
-    """``X`` ([tokens, n]) after the online transform ``label`` with the randomized signs of ``seed``:
-    ``butterfly`` (default vramlab's ``fwht``) on each block of ``b`` channels, or the full order-``n`` transform."""
-    from vramlab.quarot.butterfly import fwht_with
-    from vramlab.quarot.hadamard import fwht, random_signs
-
-    if label == "none":
-        return X
-    n = X.shape[-1]
-    Y = X * random_signs(n, seed).to(X.dtype)
-    if label == "full":
-        return fwht(Y) if butterfly is None else fwht_with(butterfly, Y)
-    b = int(label)
-    blocks = Y.reshape(-1, n // b, b)
-    out = (fwht if butterfly is None else butterfly)(blocks)
-    return out.reshape(X.shape)
-
-
-def int4_window_error(Y) -> float:
-    """``||Y - q(Y)|| / ||Y||`` over the whole window, ``q`` symmetric per-token INT4 (float64)."""
-    from vramlab.quarot.quant import quantize_per_token_sym
-
-    Y = Y.double()
-    return float((Y - quantize_per_token_sym(Y, bits=4)).norm() / Y.norm())
-
-
 _BLOCK_X: dict = {}
 
 
@@ -500,14 +460,18 @@ def _block_activation(X=None):
     return _BLOCK_X["X"]
 
 
-def block_errors(X=None) -> dict[str, float]:
+def _block_errors(X=None) -> dict[str, float]:
     """INT4 window error for every label of :data:`BLOCK_CHOICES` on ``X`` (see :func:`_block_activation`)."""
+    from vramlab.quarot.blocks import block_transform, int4_window_error
+
     X = _block_activation(X)
-    return {label: int4_window_error(block_transform(X, label)) for label in BLOCK_CHOICES}
+    return {label: int4_window_error(block_transform(X, label, seed=BLOCK_SEED)) for label in BLOCK_CHOICES}
 
 
-def cheapest_block(errors: dict[str, float]) -> str:
+def _cheapest_block(errors: dict[str, float]) -> str:
     """The cheapest label whose error is within :data:`BLOCK_TARGET` of the full transform's."""
+    from vramlab.quarot.blocks import block_cost
+
     ok = [label for label in BLOCK_CHOICES if errors[label] <= BLOCK_TARGET * errors["full"]]
     return min(ok, key=block_cost)
 
@@ -520,6 +484,8 @@ def _prediction_against(predicted, errors: dict[str, float], best: str) -> str:
     label = str(predicted).strip().strip("'\"").strip().lower()
     if label not in BLOCK_CHOICES:
         return ""
+    from vramlab.quarot.blocks import block_cost
+
     target = BLOCK_TARGET * errors["full"]
     if label == best:
         return f"; you predicted {label!r}: right"
@@ -532,8 +498,10 @@ def _prediction_against(predicted, errors: dict[str, float], best: str) -> str:
 
 
 def _block_answer(X=None, predicted=None, **_) -> str:
-    errors = block_errors(X)
-    best = cheapest_block(errors)
+    from vramlab.quarot.blocks import block_cost
+
+    errors = _block_errors(X)
+    best = _cheapest_block(errors)
     return (f"'{best}': INT4 window error {errors[best]:.4f} against {errors['full']:.4f} for the full transform "
             f"(target {BLOCK_TARGET * errors['full']:.4f}), at {block_cost(best):,} operations per token"
             + _prediction_against(predicted, errors, best))
@@ -551,6 +519,8 @@ def check_online_block(block, X=None, predicted=None) -> CheckResult:
     The designs are ordered by cost, so "misses" and "meets" each point one way: a wrong choice is told only
     whether it misses the target or meets it (no cost, no target value, no "is it the cheapest?"), and only on
     its first wrong try (:data:`BLOCK_REASON_TRIES`); after that only that it is not the one, with the next hint."""
+    from vramlab.quarot.blocks import block_cost
+
     name = "online Hadamard design"
     key = id(X)
     if _BLOCK_X.get("errors_for") != key:
@@ -558,10 +528,10 @@ def check_online_block(block, X=None, predicted=None) -> CheckResult:
     if block is None or block is Ellipsis:
         return report(name, False, "one of the designs' labels", fmt_number(block), value=block)
     if _BLOCK_X["errors"] is None:
-        _BLOCK_X["errors"] = block_errors(X)
+        _BLOCK_X["errors"] = _block_errors(X)
     errors = _BLOCK_X["errors"]
     target = BLOCK_TARGET * errors["full"]
-    best = cheapest_block(errors)
+    best = _cheapest_block(errors)
     options = {}
     for label in BLOCK_CHOICES:
         if label == best:

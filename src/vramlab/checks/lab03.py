@@ -4,7 +4,7 @@ The references are vLLM's own start-up rules as the installed engine runs them (
 ``vllm/v1/core/kv_cache_utils.py``: ``get_kv_cache_configs``, ``check_enough_kv_cache_memory``,
 ``_check_enough_kv_cache_memory``, ``estimate_max_model_len``, ``get_max_concurrency_for_kv_cache_config``,
 ``update_kv_cache_capacity``; ``vllm/v1/core/block_pool.py``: the null block), written out in
-:func:`engine_startup` so each check and the lesson read the same numbers; the lab's recorded engine runs
+:func:`_engine_startup` so each check and the lesson read the same numbers; the lab's recorded engine runs
 (``results/vllm/``) hold them to the engine. An untouched stub is told "not done yet" without the answer; a
 recognisable wrong value (K or V forgotten, GB for GiB, the query heads, a config's missing ``head_dim``) gets a
 hint aimed at it.
@@ -22,7 +22,9 @@ from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal che
 
 __all__ = ["check_prediction", "check_kv_bytes_from_config", "check_startup_prediction", "check_three_fixes",
            "check_exactly_full", "check_two_engines"]
-# also public, not star-exported: engine_startup, reference_fixes, capstone_designs, service_startup, capstone_debrief
+# also public, not star-exported: fixes_to_run, design_to_run, capstone_debrief (each hands out vramlab's answer only
+# after its check passed or was revealed). The arithmetic that answers the exercises is private: _engine_startup,
+# _reference_fixes, _capstone_designs, _service_startup (tests/test_checks.py: no answer helper in a public name).
 
 GiB = 2**30
 CPU_BLOCK_SIZE = 128   # vllm/platforms/cpu.py (0.32.0): the CPU backend's KV block is 128 tokens
@@ -80,7 +82,7 @@ class EngineStartup:
         return self.usable_blocks // self.blocks_per_request
 
 
-def engine_startup(bytes_per_token: int, max_model_len: int, kv_cache_space_gib: int | None = None,
+def _engine_startup(bytes_per_token: int, max_model_len: int, kv_cache_space_gib: int | None = None,
                    num_blocks_override: int | None = None, block_size: int = CPU_BLOCK_SIZE) -> EngineStartup:
     """vLLM 0.32's start-up decision for a full-attention model whose KV cache takes ``bytes_per_token`` bytes
     per token (all layers), with ``kv_cache_space_gib`` GiB of KV memory (``VLLM_CPU_KVCACHE_SPACE``, whole GiB) or
@@ -137,7 +139,7 @@ CONFIG_CASES = {
 }
 
 
-def reference_bytes_per_token(config: dict, dtype_bytes: int) -> int:
+def _reference_bytes_per_token(config: dict, dtype_bytes: int) -> int:
     """KV bytes per token (K and V, every layer) of a transformers ``config.json`` dict, as vLLM sizes it:
     ``head_dim`` from the config or ``hidden_size // num_attention_heads``; ``num_key_value_heads`` from the
     config or, absent, ``num_attention_heads`` (transformers' default)."""
@@ -186,7 +188,7 @@ def check_kv_bytes_from_config(fn) -> CheckResult:
     GQA model in fp8 and an MHA config without ``num_key_value_heads``."""
     name = "KV bytes per token from config.json"
     for label, (config, b) in CONFIG_CASES.items():
-        want = reference_bytes_per_token(config, b)
+        want = _reference_bytes_per_token(config, b)
         got, failed = call_learner(name, fn, dict(config), b, expected="a number of bytes per token")
         if failed is not None:
             return failed
@@ -203,12 +205,12 @@ def check_kv_bytes_from_config(fn) -> CheckResult:
             return report(name, False, f"a number of bytes per token for {label} ({b}-byte cache)",
                           f"{fmt_number(value)}, {direction(value, want, name=name)}", hint)
     return report(name, True, "", f"all {len(CONFIG_CASES)} real configs match (SmolLM2-135M in bf16: "
-                                  f"{reference_bytes_per_token(*CONFIG_CASES['SmolLM2-135M']):,} bytes per token)")
+                                  f"{_reference_bytes_per_token(*CONFIG_CASES['SmolLM2-135M']):,} bytes per token)")
 
 
 # ------------------------------------------------------------------------ exercise 2: will it start?
 def _startup_answer(**_) -> str:
-    s = engine_startup(LAB_ENGINE["bytes_per_token"], LAB_ENGINE["max_model_len"], LAB_ENGINE["kv_cache_space_gib"])
+    s = _engine_startup(LAB_ENGINE["bytes_per_token"], LAB_ENGINE["max_model_len"], LAB_ENGINE["kv_cache_space_gib"])
     return (f"{s.needed_gib} GiB needed, so it does not start (starts=False): 65,536 tokens = 512 blocks of 128 "
             "tokens x 23,040 bytes per token, in GiB with two decimals as vLLM prints")
 
@@ -225,7 +227,7 @@ def check_startup_prediction(got: Any) -> CheckResult:
     if not isinstance(got, dict) or not {"starts", "needed_gib", "estimated_max_model_len"} <= set(got):
         return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
                       "a dict with the three keys starts, needed_gib and estimated_max_model_len")
-    s = engine_startup(LAB_ENGINE["bytes_per_token"], LAB_ENGINE["max_model_len"], LAB_ENGINE["kv_cache_space_gib"])
+    s = _engine_startup(LAB_ENGINE["bytes_per_token"], LAB_ENGINE["max_model_len"], LAB_ENGINE["kv_cache_space_gib"])
     if not isinstance(got["starts"], bool):
         return report(name, False, "True or False for starts", repr(got["starts"]))
     if got["starts"] != s.starts:
@@ -264,22 +266,30 @@ def _fix_startup(fix: dict) -> EngineStartup:
     cfg = {"max_model_len": LAB_ENGINE["max_model_len"], "kv_cache_dtype": "auto",
            "kv_cache_space_gib": LAB_ENGINE["kv_cache_space_gib"], **fix}
     per_token = LAB_ENGINE["bytes_per_token"] // (2 if str(cfg["kv_cache_dtype"]).startswith("fp8") else 1)
-    return engine_startup(per_token, int(cfg["max_model_len"]), int(cfg["kv_cache_space_gib"]))
+    return _engine_startup(per_token, int(cfg["max_model_len"]), int(cfg["kv_cache_space_gib"]))
 
 
-def reference_fixes() -> dict[str, dict]:
+def _reference_fixes() -> dict[str, dict]:
     """The three one-knob fixes of the lab's refused start: the longest context that starts, an fp8 cache, and
     the least whole GiB that starts."""
-    base = engine_startup(LAB_ENGINE["bytes_per_token"], LAB_ENGINE["max_model_len"], LAB_ENGINE["kv_cache_space_gib"])
+    base = _engine_startup(LAB_ENGINE["bytes_per_token"], LAB_ENGINE["max_model_len"], LAB_ENGINE["kv_cache_space_gib"])
     gib = next(g for g in range(1, 64) if _fix_startup({"kv_cache_space_gib": g}).starts)
     return {"shorter": {"max_model_len": base.estimated_max_model_len}, "fp8": {"kv_cache_dtype": "fp8"},
             "memory": {"kv_cache_space_gib": gib}}
 
 
+def fixes_to_run(result: Any, fixes: Any) -> tuple[dict, dict]:
+    """The three fixes the lab's engine cell starts after Exercise 3, and the ones it replays where a config was
+    never recorded: ``(fixes, reference)`` once ``result`` (Exercise 3's :class:`CheckResult`) passed, else
+    ``(reference, reference)``: vramlab's fixes run in place of the learner's, and the cell says so."""
+    reference = _reference_fixes()
+    return (fixes if bool(result) and isinstance(fixes, dict) else reference), reference
+
+
 def _fixes_answer(**_) -> str:
     return ("any max_model_len up to the engine's estimate (the longest: "
-            f"{reference_fixes()['shorter']['max_model_len']:,}); kv_cache_dtype 'fp8'; "
-            f"kv_cache_space_gib {reference_fixes()['memory']['kv_cache_space_gib']}")
+            f"{_reference_fixes()['shorter']['max_model_len']:,}); kv_cache_dtype 'fp8'; "
+            f"kv_cache_space_gib {_reference_fixes()['memory']['kv_cache_space_gib']}")
 
 
 @exercise("lab03", 3, _fixes_answer)
@@ -294,7 +304,7 @@ def check_three_fixes(got: Any) -> CheckResult:
     if not isinstance(got, dict) or set(got) != set(FIX_NAMES):
         return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
                       "one entry per fix, named shorter, fp8 and memory")
-    ref = reference_fixes()
+    ref = _reference_fixes()
     for label, key in zip(FIX_NAMES, FIX_KEYS):
         fix = got[label]
         if is_untouched(fix):
@@ -331,7 +341,7 @@ def check_three_fixes(got: Any) -> CheckResult:
 
 
 # ------------------------------------------------------------------------ exercise 4: exactly full
-EXACTLY_FULL_OPTIONS = {
+_EXACTLY_FULL_OPTIONS = {
     "a": "no: the engine compares bytes, not the rounded GiB it prints (format_gib only formats the message), "
          "and 16 blocks of memory are exactly 16 blocks of need",
     "b": "the block pool keeps one block for itself (the null block, vllm/v1/core/block_pool.py) and never "
@@ -352,9 +362,9 @@ def _exactly_full_answer(**_) -> str:
 @exercise("lab03", 4, _exactly_full_answer)   # (choice, why) pairs: its labels are tested in its own tests
 def check_exactly_full(got: Any) -> CheckResult:
     """``(choice, why)``: why 16 blocks of 128 tokens refuse one request of 2,048 tokens. ``choice`` is one of
-    :data:`EXACTLY_FULL_OPTIONS`; ``why`` is checked for the mechanism (a block the pool holds back), not for
+    :data:`_EXACTLY_FULL_OPTIONS`; ``why`` is checked for the mechanism (a block the pool holds back), not for
     a number."""
-    return check_choice_and_reason("the exactly-full refusal", got, EXACTLY_FULL_OPTIONS, "b", _NULL_WORDS,
+    return check_choice_and_reason("the exactly-full refusal", got, _EXACTLY_FULL_OPTIONS, "b", _NULL_WORDS,
                                    "the mechanism", "say what the pool does with one of its blocks, in your words")
 
 
@@ -376,11 +386,11 @@ CAPSTONE = {
 _DESIGN_KEYS = {"kv_cache_space_gib", "kv_cache_dtype", "max_model_len"}
 
 
-def service_startup(spec: dict) -> EngineStartup:
+def _service_startup(spec: dict) -> EngineStartup:
     """The start-up of one SmolLM2 engine of the capstone: ``{"kv_cache_space_gib", "kv_cache_dtype",
     "max_model_len"}`` (an fp8 cache stores 1 byte per element: half the bytes per token)."""
     per_token = CAPSTONE["bytes_per_token"] // (2 if str(spec["kv_cache_dtype"]).startswith("fp8") else 1)
-    return engine_startup(per_token, int(spec["max_model_len"]), int(spec["kv_cache_space_gib"]))
+    return _engine_startup(per_token, int(spec["max_model_len"]), int(spec["kv_cache_space_gib"]))
 
 
 def _whole_blocks(tokens: int) -> int:
@@ -394,14 +404,14 @@ def _shortfall(design: dict) -> str | None:
         if need["same_answers"] and spec["kv_cache_dtype"] != "auto":
             return (f"{key} promises the bf16 cache's answers, and section 3's probe showed that an fp8 cache "
                     "changes them")
-        if not service_startup(spec).starts:
+        if not _service_startup(spec).starts:
             return f"{key}'s engine is refused at start-up"
-        if service_startup(spec).full_requests_at_once < need["hold"]:
+        if _service_startup(spec).full_requests_at_once < need["hold"]:
             return f"{key} holds fewer than {need['hold']} requests of its max_model_len at once"
     return None
 
 
-def capstone_designs() -> list[dict]:
+def _capstone_designs() -> list[dict]:
     """Every design that meets each service's requirement and holds the most summaries at once (one per whole-GiB
     split and dtype, each service's longest request rounded up to whole blocks: any length in the same blocks
     holds as many, and this one is the lab's recorded run)."""
@@ -415,13 +425,13 @@ def capstone_designs() -> list[dict]:
                           for k, g, d in (("chat", chat_gib, chat_dtype),
                                           ("summaries", CAPSTONE["budget_gib"] - chat_gib, sum_dtype))}
                 if _shortfall(design) is None:
-                    scored.append((service_startup(design["summaries"]).full_requests_at_once, design))
+                    scored.append((_service_startup(design["summaries"]).full_requests_at_once, design))
     best = max(s for s, _ in scored)
     return [d for s, d in scored if s == best]
 
 
 def _most_summaries() -> int:
-    return service_startup(capstone_designs()[0]["summaries"]).full_requests_at_once
+    return _service_startup(_capstone_designs()[0]["summaries"]).full_requests_at_once
 
 
 def _printed(value: float) -> float:
@@ -429,15 +439,18 @@ def _printed(value: float) -> float:
     return float(f"{value:.2f}")
 
 
-def capstone_debrief(design: dict | None = None) -> str:
-    """What the capstone teaches, for after its check passed or was revealed: the reference design's held and
-    printed numbers, and what each competing design costs."""
-    best = design or capstone_designs()[0]
-    chat, summ = service_startup(best["chat"]), service_startup(best["summaries"])
-    fp8_chat = service_startup({**best["chat"], "kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"})
-    fp8_summ = service_startup({**best["summaries"], "kv_cache_space_gib": 2})
-    bf16_summ = service_startup({**best["summaries"], "kv_cache_dtype": "auto"})
-    round_summ = service_startup({**best["summaries"], "max_model_len": SMOLLM2_POSITIONS})
+def capstone_debrief(result: Any, design: dict | None = None) -> str:
+    """What the capstone teaches, once ``result`` (Exercise 5's :class:`CheckResult`) passed or was revealed:
+    ``design``'s (default the reference design's) held and printed numbers, and what each competing design costs.
+    Before either, one sentence saying to run the check first: the numbers that settle the capstone wait for it."""
+    if not (bool(result) or getattr(result, "revealed", False)):
+        return "The debrief appears here once Exercise 5 has passed (or was revealed with reveal=True)."
+    best = design if isinstance(design, dict) else _capstone_designs()[0]
+    chat, summ = _service_startup(best["chat"]), _service_startup(best["summaries"])
+    fp8_chat = _service_startup({**best["chat"], "kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"})
+    fp8_summ = _service_startup({**best["summaries"], "kv_cache_space_gib": 2})
+    bf16_summ = _service_startup({**best["summaries"], "kv_cache_dtype": "auto"})
+    round_summ = _service_startup({**best["summaries"], "max_model_len": SMOLLM2_POSITIONS})
     return (f"chat prints {chat.max_concurrency:.2f}x and holds {chat.full_requests_at_once}; summaries prints "
             f"{summ.max_concurrency:.2f}x and holds {summ.full_requests_at_once}: the line divides every block of "
             f"the pool, the null block included. What the other designs cost: an fp8 chat in 1 GiB holds "
@@ -452,18 +465,18 @@ def design_to_run(result: Any, design: Any) -> tuple[dict | None, dict | None]:
     ``(design, reference)`` once ``result`` (Exercise 5's :class:`CheckResult`) passed, ``(reference, reference)``
     once it was revealed, else ``(None, None)``: the reference is not handed out before either."""
     if bool(result):
-        return design, capstone_designs()[0]
+        return design, _capstone_designs()[0]
     if getattr(result, "revealed", False):
-        return capstone_designs()[0], capstone_designs()[0]
+        return _capstone_designs()[0], _capstone_designs()[0]
     return None, None
 
 
 def _capstone_answer(**_) -> str:
-    d = capstone_designs()[0]
+    d = _capstone_designs()[0]
     need = {k: v["prompt"] + v["output"] for k, v in CAPSTONE["services"].items()}
-    chat, summ = service_startup(d["chat"]), service_startup(d["summaries"])
+    chat, summ = _service_startup(d["chat"]), _service_startup(d["summaries"])
     chat_max = max(L for L in range(need["chat"], SMOLLM2_POSITIONS + 1)
-                   if service_startup({**d["chat"], "max_model_len": L}).full_requests_at_once
+                   if _service_startup({**d["chat"], "max_model_len": L}).full_requests_at_once
                    >= CAPSTONE["services"]["chat"]["hold"])
     return (f"chat {d['chat']['kv_cache_space_gib']} GiB {d['chat']['kv_cache_dtype']!r} with max_model_len "
             f"{need['chat']:,} to {chat_max:,}, summaries {d['summaries']['kv_cache_space_gib']} GiB "
@@ -539,7 +552,7 @@ def check_two_engines(design: Any, predicted_concurrency: Any = None) -> CheckRe
     shortfall = _shortfall(read)
     best = _most_summaries()
     designs_tried = f"{name}: designs"
-    if shortfall is not None or service_startup(read["summaries"]).full_requests_at_once < best:
+    if shortfall is not None or _service_startup(read["summaries"]).full_requests_at_once < best:
         first = tries(designs_tried) == 0      # wrong designs judged so far (a malformed dict does not count)
         add_try(designs_tried)
         why = (shortfall or "every requirement is met; not it") if first else "not it"
@@ -547,7 +560,7 @@ def check_two_engines(design: Any, predicted_concurrency: Any = None) -> CheckRe
                       "another design", why)
     pred_name = "the printed concurrency"
     for key, spec in read.items():
-        want = _printed(service_startup(spec).max_concurrency)
+        want = _printed(_service_startup(spec).max_concurrency)
         value = as_float(predicted_concurrency[key])
         if value is None or not math.isfinite(value):
             return report(pred_name, False, f"a number for {key}'s Maximum concurrency",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, report
+from vramlab import ran
+from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, malformed_reason, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
 
@@ -37,7 +38,7 @@ def _blocks_per_request(prompt: int, new: int, block_size: int) -> int:
     return math.ceil((prompt + new - 1) / block_size)
 
 
-def resident_requests(num_blocks: int = BURST["num_blocks"], prompt: int = BURST["prompt_tokens"],
+def _resident_requests(num_blocks: int = BURST["num_blocks"], prompt: int = BURST["prompt_tokens"],
                       new: int = BURST["max_tokens"], block_size: int = BURST["block_size"]) -> int:
     """How many requests of ``prompt`` + ``new`` tokens a pool of ``num_blocks`` holds at their full length at
     once (one block is the pool's null block, never lent)."""
@@ -46,7 +47,7 @@ def resident_requests(num_blocks: int = BURST["num_blocks"], prompt: int = BURST
 
 # ------------------------------------------------------------------------ exercise 1: how many fit at full length
 def _resident_answer(**_) -> str:
-    n = resident_requests()
+    n = _resident_requests()
     per = _blocks_per_request(BURST["prompt_tokens"], BURST["max_tokens"], BURST["block_size"])
     return f"{n} requests: {BURST['num_blocks']} - 1 usable blocks, {per} blocks per finished request"
 
@@ -61,7 +62,7 @@ def check_resident_requests(got: Any) -> CheckResult:
     if value is None or not math.isfinite(value):
         return report(name, False, "a number of requests", f"{fmt_number(got)} (not a number)",
                       "store a plain whole number")
-    want = resident_requests()
+    want = _resident_requests()
     if value == want:
         return report(name, True, "", f"{want} requests")
     if not float(value).is_integer():
@@ -80,7 +81,7 @@ def check_resident_requests(got: Any) -> CheckResult:
 
 
 # ------------------------------------------------------------------------ exercise 2: who is preempted
-PREEMPT_OPTIONS = {
+_PREEMPT_OPTIONS = {
     "a": "no: V1 does not take the block from the request that asked for it unless that request is itself the "
          "victim its rule picks; the rule looks at the running queue, not at who is asking",
     "b": "no: the FCFS policy protects the requests that came first; dropping the oldest would throw away the "
@@ -101,13 +102,8 @@ def _preempted_answer(**_) -> str:
 def check_preempted_request(got: Any) -> CheckResult:
     """``(choice, why)``: which running request V1 drops when one needs a block and the pool has none; ``why`` is
     checked for the rule (arrival order, the end of the running queue), not for a number."""
-    return check_choice_and_reason("which request is preempted", got, PREEMPT_OPTIONS, "c", _NEWEST_WORDS, "the rule",
+    return check_choice_and_reason("which request is preempted", got, _PREEMPT_OPTIONS, "c", _NEWEST_WORDS, "the rule",
                                    "say how the scheduler orders the running requests and which end it takes from")
-    text = str(why).lower() if isinstance(why, str) else ""
-    if not any(w in text for w in _NEWEST_WORDS):
-        return report(name, False, "a why that names the rule", repr(why)[:80],
-                      "say how the scheduler orders the running requests and which end it takes from")
-    return result
 
 
 # ------------------------------------------------------------------------ exercise 3: triage the engine's logs
@@ -118,7 +114,7 @@ TRIAGE_KINDS = ("one request does not fit", "no room for any block", "pressure u
 #   B: num_gpu_blocks_override=1: after the null block nothing is left (vllm/v1/core/kv_cache_utils.py,
 #      _check_enough_kv_cache_memory: "No available memory for the cache blocks")
 #   C: the burst of exercise 1: it finished; V1 logged no warning, its metric counted preemptions
-TRIAGE_LOGS = {"A": "one request does not fit", "B": "no room for any block", "C": "pressure under load"}
+_TRIAGE_LOGS = {"A": "one request does not fit", "B": "no room for any block", "C": "pressure under load"}
 _TRIAGE_WRONG = {
     ("A", "no room for any block"): "log A: the engine had blocks; read the error above the wrapper: it compares "
                                     "two sizes",
@@ -133,7 +129,7 @@ _TRIAGE_WRONG = {
 
 
 def _triage_answer(**_) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in TRIAGE_LOGS.items())
+    return ", ".join(f"{k}: {v}" for k, v in _TRIAGE_LOGS.items())
 
 
 @exercise("lab04", 3, _triage_answer)
@@ -146,11 +142,11 @@ def check_log_triage(got: Any) -> CheckResult:
     if not isinstance(got, dict):
         return report(name, False, kind, f"{type(got).__name__} {fmt_number(got)}",
                       'write a dict such as {"A": "...", "B": "...", "C": "..."}')
-    missing = [k for k in TRIAGE_LOGS if k not in got]
+    missing = [k for k in _TRIAGE_LOGS if k not in got]
     if missing:
         return report(name, False, kind, f"no entry for {', '.join(missing)}", "give a kind for every log")
     labels = ", ".join(map(repr, TRIAGE_KINDS))
-    for key, want in TRIAGE_LOGS.items():
+    for key, want in _TRIAGE_LOGS.items():
         label = str(got[key]).strip().lower() if isinstance(got[key], str) else got[key]
         if label not in TRIAGE_KINDS:
             return report(name, False, f"one of {labels} for log {key}", repr(got[key])[:60], f"use one of {labels}")
@@ -197,7 +193,7 @@ _MISREAD = {
                             "cannot serve 2.00 GiB",
 }
 # The reason a verdict rests on: a word of its mechanism (never a number from the message).
-REASON_WORDS = {
+_REASON_WORDS = {
     "fragmentation": ("unallocated", "reserved", "cache", "piece", "contiguous", "fragment", "segment"),
     "shortage": ("free", "not enough", "too little", "less than", "short", "neither", "nowhere", "exceed", "smaller"),
     "cap": ("allowed", "limit", "cap", "fraction", "quota", "per-process", "mig"),
@@ -219,7 +215,7 @@ def _reading_answer(**_) -> str:
 def check_oom_reading(got: Any) -> CheckResult:
     """``{"A": (verdict, why), "B": ..., "C": ...}`` for :data:`READING_MESSAGES`: the verdict is "shortage",
     "fragmentation" or "cap" (the rule of :func:`vramlab.vram.oom_message.oom_verdict`); ``why`` is checked for the
-    mechanism the verdict rests on (:data:`REASON_WORDS`), not for a number."""
+    mechanism the verdict rests on (:data:`_REASON_WORDS`), not for a number."""
     name = "reading three OOM messages"
     kind = "a dict {message: (verdict, why)} for A, B and C"
     if is_untouched(got) or _stub_dict(got):
@@ -242,12 +238,15 @@ def check_oom_reading(got: Any) -> CheckResult:
         verdict, why = entry
         if verdict not in VERDICTS:
             return report(name, False, f"one of {labels} for message {key}", repr(verdict), f"use one of {labels}")
+        malformed = malformed_reason(name, why, f"the why of message {key}")   # a matter of form: not a wrong try
+        if malformed is not None:
+            return malformed
         want = parse_oom_message(text).verdict
         if verdict != want:
             return report(name, False, f"the verdict the figures of message {key} support", repr(verdict),
                           _MISREAD[(key, verdict)])
-        words = str(why).lower() if isinstance(why, str) else ""
-        if not any(w in words for w in REASON_WORDS[want]):
+        words = why.lower()
+        if not any(w in words for w in _REASON_WORDS[want]):
             return report(name, False, f"a reason for message {key} that says what decided it", repr(why)[:80],
                           "not just the numbers: say which figure could or could not have served the request")
     return report(name, True, "", "all three verdicts, each for its reason")
@@ -299,8 +298,9 @@ def _seqs_answer(**_) -> str:
             "preemption(s)")
 
 
-# The designs that passed before the burst was run here: re-running the cell after the measurement still passes.
-_PASSED_DESIGNS: set[tuple[int, int]] = set()
+# The designs that passed before the burst was run here (vramlab.ran, this kind): re-running the cell after the
+# measurement still passes.
+_PASSED_KIND = "passed check_seqs_design"
 
 
 def _burst_already_run() -> bool:
@@ -334,7 +334,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a whole number of preemptions you predict for max_num_seqs=8",
                       fmt_number(got["preemptions"]), "your prediction from tracing the blocks, as a whole number")
     design = (int(k), int(p))
-    if _burst_already_run() and design not in _PASSED_DESIGNS:
+    if _burst_already_run() and design not in ran.ran(_PASSED_KIND):
         return report(name, False, "a design made by hand before this burst runs",
                       "a design stored after the simulator or the engine ran this very burst here",
                       "that is a reading, not a prediction: trace the blocks by hand as the hints say, or ask for "
@@ -343,7 +343,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a max_num_seqs that finishes soonest without a preemption, and the preemptions "
                       "max_num_seqs=8 costs", f"max_num_seqs={design[0]}, preemptions={design[1]}: {WRONG_DESIGN}",
                       "trace the blocks again, step by step: once for the value you chose, once for 8")
-    _PASSED_DESIGNS.add(design)
+    ran.note(_PASSED_KIND, design)
     return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption, and your "
                                   f"{int(p)} preemption(s) at 8 is the count; the next cell runs both")
 

@@ -396,7 +396,7 @@ PLAN_BUDGET_MIB = 480
 PLAN_GROUP = 5                      # layers per group in the reference plan (30 layers = 6 groups)
 # Found by benchmarks/mla_ranks.py (a hill climb over the six groups' ranks under the budget, on the capstone's
 # window); the check re-measures it live, so only its ranks are stored here.
-REFERENCE_GROUP_RANKS = (178, 82, 124, 130, 178, 88)
+_REFERENCE_GROUP_RANKS = (178, 82, 124, 130, 178, 88)
 PLAN_TOLERANCE = 0.06               # a plan passes within 6% of the reference plan's perplexity (or below it)
 
 
@@ -433,15 +433,15 @@ def _capstone_setup():
     return model, window, collect_input_covariance(model, calibration)
 
 
-def reference_ranks() -> list[int]:
+def _reference_ranks() -> list[int]:
     from vramlab.mla import expand_groups
 
-    return expand_groups(REFERENCE_GROUP_RANKS, PLAN_GROUP)
+    return expand_groups(_REFERENCE_GROUP_RANKS, PLAN_GROUP)
 
 
 def _rank_plan_answer(**_) -> str:
-    return (f"groups of {PLAN_GROUP} layers at ranks {', '.join(map(str, REFERENCE_GROUP_RANKS))} (sum x 5 = "
-            f"{sum(REFERENCE_GROUP_RANKS) * PLAN_GROUP:,} values per token, the most 480 MiB allows in whole blocks), "
+    return (f"groups of {PLAN_GROUP} layers at ranks {', '.join(map(str, _REFERENCE_GROUP_RANKS))} (sum x 5 = "
+            f"{sum(_REFERENCE_GROUP_RANKS) * PLAN_GROUP:,} values per token, the most 480 MiB allows in whole blocks), "
             "found by measuring which groups cost perplexity when cut and moving rank from the cheap groups to the "
             "expensive ones; the spectrum's kept variance points elsewhere")
 
@@ -520,7 +520,7 @@ def check_rank_plan(plan_ranks: Any, model=None, window=None, covariances=None) 
     if model is None or window is None or covariances is None:
         model, window, covariances = _capstone_setup()
     ppl = measured_ppl(model, window, covariances, ranks)
-    ref = measured_ppl(model, window, covariances, reference_ranks())
+    ref = measured_ppl(model, window, covariances, _reference_ranks())
     uniform_rank = max(r for r in range(1, 385) if plan_budget_ok([r] * 30))
     shown = f"{mib:.1f} MiB of {PLAN_BUDGET_MIB} and perplexity {ppl:.2f} on the window"
     if ppl <= ref * (1 + PLAN_TOLERANCE):
@@ -607,8 +607,8 @@ def after_capstone(result: Any, model, window, windows, covariances, print_line=
         return
     held = heldout_windows(windows)
     plans = (("one rank for all", [uniform_rank()] * 30),
-             ("most variance kept", variance_plan(kv_spectra(model, covariances), sum(reference_ranks()))),
-             ("reference plan", reference_ranks()))
+             ("most variance kept", variance_plan(kv_spectra(model, covariances), sum(_reference_ranks()))),
+             ("reference plan", _reference_ranks()))
     print_line(f"{'plan':<20} {'cache':>9} {'window 1':>9} {HELDOUT_LABEL:>12}   mean rank of layers 0-4, 5-9, ...")
     for label, ranks in plans:
         print_line(f"{label:<20} {plan_cache_mib(ranks, PLAN_CONTEXT, PLAN_USERS):5.1f} MiB "

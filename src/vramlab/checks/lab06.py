@@ -11,10 +11,12 @@ import functools
 import warnings
 from typing import Any, Mapping
 
+from vramlab import ran
 from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 
+# also public, not star-exported: replay_predicted_map (the replay after Exercise 4's recorded prediction).
 __all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_map_covers",
-           "check_serving_map"]
+           "check_peak_prediction", "check_serving_map"]
 
 # Exercise 1: Llama-3.1-8B in bf16, one GPU with a 10 GiB budget, 30 GiB of cpu.
 PREDICT_CONFIG = "llama-3.1-8b"
@@ -51,7 +53,7 @@ def gpu_layers(device_map: Mapping[str, Any], device: Any = 0, total: int | None
     return count
 
 
-def predicted_layers_answer() -> tuple[int, int]:
+def _predicted_layers_answer() -> tuple[int, int]:
     """(decoder layers on GPU 0, total decoder layers) for exercise 1, from the real planner."""
     from vramlab.dispatch import plan_device_map
 
@@ -63,7 +65,7 @@ def predicted_layers_answer() -> tuple[int, int]:
 
 
 def _layers_answer(**_) -> str:
-    actual, total = predicted_layers_answer()
+    actual, total = _predicted_layers_answer()
     return f"the planner puts {actual} of the {total} decoder layers on GPU 0"
 
 
@@ -75,7 +77,7 @@ def check_predicted_gpu_layers(prediction: Any) -> CheckResult:
     if prediction is None or value is None:
         return report(name, False, "a number of layers (your guess, before running the planner)",
                       f"{prediction!r}", "store a number in `predicted_gpu_layers`, then run this cell")
-    actual, total = predicted_layers_answer()
+    actual, total = _predicted_layers_answer()
     if not 0 <= value <= total:
         return report(name, False, f"a count between 0 and {total} (the model has {total} decoder layers)",
                       fmt_number(prediction), "count decoder layers, not GiB")
@@ -188,7 +190,7 @@ def _bf16_sizes():
 # --------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def smallest_budget_bytes(config: str, quantization: str = "4bit") -> float:
+def _smallest_budget_bytes(config: str, quantization: str = "4bit") -> float:
     """The smallest ``max_memory[0]`` (bytes) at which ``device_map="auto"`` keeps the whole model on GPU 0.
 
     When everything fits, transformers' ``infer_auto_device_map`` (5.24, ``integrations/accelerate.py``) needs
@@ -209,7 +211,7 @@ def _budget_configs() -> list[dict]:
 def _budget_answer(**_) -> str:
     from vramlab.dispatch import GiB
 
-    needs = ", ".join(f"{name} {smallest_budget_bytes(name) / GiB:.4f}" for name in BUDGET_CONFIGS)
+    needs = ", ".join(f"{name} {_smallest_budget_bytes(name) / GiB:.4f}" for name in BUDGET_CONFIGS)
     return ("(Linear weights x 0.5 byte + embedding, lm_head unless tied, and norms x 2 bytes) / 0.90 / 2**30: "
             f"{needs} GiB; 4-bit shrinks only the decoder's Linear layers, and device_map='auto' plans with 90% "
             "of each budget (transformers' bitsandbytes quantizer, adjust_max_memory)")
@@ -236,7 +238,7 @@ def check_budget_gib(fn) -> CheckResult:
         if got is None or not math.isfinite(got):
             return report(name, False, what, f"{fmt_number(value)} for {label} (not a finite number)",
                           "return a number of GiB")
-        need = smallest_budget_bytes(model_name)
+        need = _smallest_budget_bytes(model_name)
         value_bytes = got * GiB
         if need - 0.1 * MiB <= value_bytes <= 1.02 * need:
             continue
@@ -307,11 +309,13 @@ def serving_trace():
     return dry_run(SERVE_CONFIG, SERVE_BATCH, SERVE_SEQ, gpu=SERVE_GPU)
 
 
-def serving_replay(device_map: Mapping[str, Any]):
-    """:func:`vramlab.dispatch.replay` of the capstone's dry run on ``device_map``."""
+def _serving_replay(device_map: Mapping[str, Any]):
+    """:func:`vramlab.dispatch.replay` of the capstone's dry run on ``device_map``: the checks' own replay, not
+    remembered as the learner's (:func:`vramlab.ran.unrecorded`). Private: its peak is what Exercise 4 predicts."""
     from vramlab.dispatch import replay
 
-    return replay(serving_trace(), _meta(SERVE_CONFIG, None), device_map)
+    with ran.unrecorded():
+        return replay(serving_trace(), _meta(SERVE_CONFIG, None), device_map)
 
 
 def layered_map(gpu_layers: int, embed: Any = 0, head: Any = 0, total: int = 32) -> dict:
@@ -324,7 +328,7 @@ def layered_map(gpu_layers: int, embed: Any = 0, head: Any = 0, total: int = 32)
 
 
 @functools.lru_cache(maxsize=None)
-def best_serving_map() -> tuple[tuple, float, float]:
+def _best_serving_map() -> tuple[tuple, float, float]:
     """The map that fits the capstone's GPU and copies the fewest weight bytes per forward, among maps with a
     prefix of the decoder layers on GPU 0 and the embedding and lm_head each on GPU 0 or the cpu (every decoder
     layer has the same size, so which layers does not matter, only how many). Returns (map items, GPU 0 peak,
@@ -338,11 +342,11 @@ def best_serving_map() -> tuple[tuple, float, float]:
             lo, hi = 0, 32                         # the peak grows with the layers kept: bisect the largest that fits
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if serving_replay(layered_map(mid, embed, head)).peak_bytes <= limit:
+                if _serving_replay(layered_map(mid, embed, head)).peak_bytes <= limit:
                     lo = mid
                 else:
                     hi = mid - 1
-            r = serving_replay(layered_map(lo, embed, head))
+            r = _serving_replay(layered_map(lo, embed, head))
             if r.peak_bytes <= limit and (best is None or r.streamed_bytes < best[2]):
                 best = (tuple(layered_map(lo, embed, head).items()), r.peak_bytes, r.streamed_bytes)
     return best
@@ -351,7 +355,7 @@ def best_serving_map() -> tuple[tuple, float, float]:
 def _serving_answer(**_) -> str:
     from vramlab.dispatch import GiB
 
-    items, peak, streamed = best_serving_map()
+    items, peak, streamed = _best_serving_map()
     dmap = dict(items)
     on_gpu = gpu_layers(dmap, total=32)
     return (f"embed_tokens {dmap['model.embed_tokens']!r}, lm_head {dmap['lm_head']!r}, decoder layers 0-{on_gpu - 1} "
@@ -416,12 +420,92 @@ def check_map_covers(device_map: Any) -> CheckResult:
                                   "dry-run after your prediction")
 
 
+# ----------------------------------------------------------------------- Exercise 4's prediction, recorded first
+# GPU 0's peak for the learner's map is predicted in its own cell and recorded here (vramlab.ran, this kind, as
+# (map key, GiB)) before any cell shows it: replay_predicted_map shows the replay's peak only for a recorded
+# prediction of that very map, check_serving_map names the peak only then, and a prediction stored after the
+# learner ran dispatch.replay on that very map is refused as a reading (as lab 04 and lab 08 refuse a design stored
+# after its burst or shape ran).
+_PREDICTED_KIND = "predicted gpu0 peak"
+
+
+def _peak_prediction_answer(**_) -> str:
+    return "a prediction has no answer to reveal: the next cell replays your map and compares"
+
+
+def _recorded(dmap: Mapping[str, Any], value: float | None = None) -> bool:
+    """Whether a prediction (``value`` GiB, or any) was recorded for the map ``dmap`` in this kernel."""
+    from vramlab.dispatch.replay import map_key
+
+    key = map_key(dmap)
+    return any(k == key and (value is None or v == value) for k, v in ran.ran(_PREDICTED_KIND))
+
+
+@exercise("lab06", None, _peak_prediction_answer, prediction=True)
+def check_peak_prediction(predicted: Any, device_map: Any) -> CheckResult:
+    """Exercise 4's prediction, in its own cell before the replay: ``predicted`` is GPU 0's peak in GiB for
+    ``device_map`` (the learner's ``serving_map``). Any honest positive number passes and is recorded for that map;
+    the replay in the next cell (:func:`replay_predicted_map`) compares. A prediction stored after
+    ``dispatch.replay`` ran this very map in this kernel is a reading, not a prediction: it is refused (one that was
+    recorded before that still passes on Run All). Reveals nothing."""
+    from vramlab.dispatch.replay import map_key, map_was_replayed
+
+    name = "predicted GPU 0 peak"
+    what = "GPU 0's peak for your map, a number of GiB you predict before the replay"
+    if predicted is None or predicted is Ellipsis:
+        return report(name, False, what, fmt_number(predicted), value=predicted,
+                      untouched_hint="not done yet: write your guess (GiB) in place of None, then run this cell again")
+    value = as_float(predicted)
+    if value is None or value != value or value in (float("inf"), float("-inf")) or value <= 0:
+        return report(name, False, "a positive number of GiB", f"{fmt_number(predicted)} (not a positive number)",
+                      hint="store a plain number of GiB, e.g. 12.5", counts=False)
+    dmap, failed = _serving_map_or_fail(name, "serving_map: a dict {module: 0 or 'cpu'} covering every module",
+                                        device_map)
+    if failed is not None:
+        return failed
+    if map_was_replayed(dmap) and not _recorded(dmap, value):
+        return report(name, False, "a peak predicted before your map is replayed",
+                      "a prediction stored after dispatch.replay ran this very map in this kernel",
+                      "that is a reading, not a prediction: predict by hand (the hints above) for a map you have not "
+                      "replayed, or restart the kernel", counts=False)
+    ran.note(_PREDICTED_KIND, (map_key(dmap), value))
+    return report(name, True, "", f"{fmt_number(value, 4)} GiB stored for your map; the next cell replays it and "
+                                  "compares")
+
+
+def replay_predicted_map(predicted: Any, device_map: Any, trace=None, model=None, print_line=print):
+    """The measurement after Exercise 4's prediction: once :func:`check_peak_prediction` recorded ``predicted`` for
+    ``device_map``, replay the capstone's dry run (``trace``: the notebook's, default the capstone's; ``model``: a
+    meta Llama-3.1-8B, default built here) on the map, print GPU 0's peak and what is live there, compare the
+    prediction (:func:`vramlab.checks.check_prediction`) and return the :class:`vramlab.dispatch.MapReplay`.
+    Before that (no prediction recorded for this map, or another number), print one line saying so and return
+    None: the peak is not shown before the prediction is recorded."""
+    from vramlab.checks.lab00 import check_prediction
+    from vramlab.dispatch import GiB, replay
+
+    value = as_float(predicted)
+    try:
+        dmap = {k: (0 if v == "cuda:0" else v) for k, v in dict(device_map).items()}
+    except (TypeError, ValueError):
+        dmap = None
+    if dmap is None or value is None or not _recorded(dmap, value):
+        print_line("GPU 0's peak for your map shows here once your prediction for this map is recorded: run the "
+                   "prediction cell above with your number (after any change to serving_map), then this cell.")
+        return None
+    r = replay(serving_trace() if trace is None else trace, _meta(SERVE_CONFIG, None) if model is None else model, dmap)
+    print_line(f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}: "
+               + str({k: f"{v / GiB:.2f}" for k, v in r.at_peak.items()}) + " GiB")
+    check_prediction(value, round(r.peak_bytes / GiB, 2), "GPU 0's peak for your map", "GiB")
+    return r
+
+
 @exercise("lab06", 4, _serving_answer)
 def check_serving_map(device_map: Any) -> CheckResult:
     """Capstone: a ``device_map`` for Llama-3.1-8B in bf16 serving 8 x 2,048 tokens on one GPU with 15 GiB for
     PyTorch, the rest on "cpu". The dry run is replayed on the map (:func:`vramlab.dispatch.replay`): GPU 0's peak
     must fit in 15 GiB, and the map must copy no more than 0.25 GiB more weight per forward than the best map
-    that fits (:func:`best_serving_map`)."""
+    that fits (:func:`_best_serving_map`). GPU 0's peak is named (its GiB, its module) only once a prediction for
+    this map was recorded (:func:`check_peak_prediction`): before that the line says whether it fits, not where."""
     from vramlab.dispatch import GiB
 
     name = "capstone: a device map for the workload"
@@ -429,24 +513,27 @@ def check_serving_map(device_map: Any) -> CheckResult:
     dmap, failed = _serving_map_or_fail(name, what, device_map)
     if failed is not None:
         return failed
-    r = serving_replay(dmap)
-    _, _, best_streamed = best_serving_map()
+    r = _serving_replay(dmap)
+    _, _, best_streamed = _best_serving_map()
     limit = SERVE_GPU_GIB * GiB
     layers = gpu_layers(dmap, total=32)
-    where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}"
+    shown = _recorded(dmap)   # the peak's value and module only after a prediction for this map was recorded
+    where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}" if shown else "GPU 0's peak"
+    later = "" if shown else "; its value shows once your prediction for this map is recorded"
     if r.peak_bytes > limit:
         if not r.offloaded:
             hint = "every module is on GPU 0: the weights alone leave too little room for the forward"
         else:
             hint = "list what is on GPU 0 at that moment, category by category, and compare with your plan"
-        return report(name, False, what, f"{where}: over the {SERVE_GPU_GIB} GiB ({layers} decoder layers on GPU 0)",
-                      hint)
+        return report(name, False, what, f"{where}: over the {SERVE_GPU_GIB} GiB ({layers} decoder layers on GPU 0)"
+                      + later, hint)
     extra = r.streamed_bytes - best_streamed
     copied = f"{r.streamed_bytes / GiB:.2f} GiB of weights copied to GPU 0 per forward"
     if extra > SERVE_STREAM_SLACK_GIB * GiB:
         return report(name, False, what, f"{where} (fits), with {copied}",
                       "it fits, but a map that fits this GPU copies less at every forward")
-    return report(name, True, "", f"{where} of {SERVE_GPU_GIB}, {copied} ({layers} decoder layers on GPU 0)")
+    fits = f"{where} of {SERVE_GPU_GIB}" if shown else f"{where} fits {SERVE_GPU_GIB} GiB"
+    return report(name, True, "", f"{fits}, {copied} ({layers} decoder layers on GPU 0)")
 
 
 # The lesson after the capstone: shown only once its check passed or its answer was revealed, so no cell below
@@ -459,7 +546,7 @@ def after_capstone(result: Any, print_line=print):
     """After Exercise 4: when ``result`` (what :func:`check_serving_map` returned) passed or was revealed, print
     GPU 0's peak and the weight bytes copied per forward for three maps (the planner with the whole 15 GiB, the
     planner with the forward's activations and logits taken off but not its KV cache, and
-    :func:`best_serving_map`), say what makes the best map, and return a :func:`vramlab.dispatch.replay_figure` of
+    :func:`_best_serving_map`), say what makes the best map, and return a :func:`vramlab.dispatch.replay_figure` of
     the three (the caller shows it). Otherwise print one line saying when it appears and return None."""
     from vramlab.dispatch import GiB, plan_device_map, replay_figure
 
@@ -473,8 +560,8 @@ def after_capstone(result: Any, print_line=print):
     kv_blind = limit - (trace.peak_bytes - at_peak["weights"] - at_peak["kv_cache"])
     maps = {f"planner, {SERVE_GPU_GIB} GiB": plan_device_map(model, {0: limit, "cpu": "64GiB"}),
             "planner, KV cache left out": plan_device_map(model, {0: int(kv_blind), "cpu": "64GiB"}),
-            "best map": dict(best_serving_map()[0])}
-    replays = {label: serving_replay(m) for label, m in maps.items()}
+            "best map": dict(_best_serving_map()[0])}
+    replays = {label: _serving_replay(m) for label, m in maps.items()}
     for label, r in replays.items():
         print_line(f"{label:<28} peak {r.peak_bytes / GiB:5.2f} GiB, {r.streamed_bytes / GiB:4.2f} GiB copied "
                    "per forward")

@@ -10,9 +10,10 @@ import functools
 import math
 from typing import Any
 
+from vramlab import ran
 from vramlab.vram.allocator import MiB, simulate
 from vramlab.checks._core import (CheckResult, as_float, check_choice, direction, exercise, fmt_number, is_untouched,
-                                  report)
+                                  malformed_reason, report)
 from vramlab.vram import parse_oom_message
 
 __all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms",
@@ -104,7 +105,7 @@ def _prediction_pair(pred: Any) -> tuple[float, float] | None:
 
 
 def _reserved_answer(actual: dict | None = None, **_) -> str:
-    real = actual if actual is not None else reserved_reference()
+    real = actual if actual is not None else _reserved_reference()
     return (f"default {real['default'] / MiB:g} MiB, expandable {real['expandable'] / MiB:g} MiB"
             + ("" if actual is not None else " (the allocator model; the GPU run may differ)"))
 
@@ -162,7 +163,7 @@ def check_cap_oom_reason(answer: Any) -> CheckResult:
                         what="the letter that explains it")
 
 
-def reserved_reference() -> dict:
+def _reserved_reference() -> dict:
     """The allocator model's reserved bytes after the pattern: ``{"default": ..., "expandable": ...}``."""
     return {"default": simulate(expandable=False).reserved, "expandable": simulate(expandable=True).reserved}
 
@@ -178,7 +179,7 @@ _PEAK_TOL = {"weights": 0.05, "kv_cache": 0.05, "logits": 0.05, "activations": 0
 
 
 @functools.lru_cache(maxsize=1)
-def peak_reference():
+def _peak_reference():
     """The dry run of :data:`PEAK_SETUP` (a :class:`vramlab.vram.dryrun.MemoryTrace`; computed once, ~1 s)."""
     from vramlab.vram.dryrun import dry_run
 
@@ -190,7 +191,7 @@ def _peak_terms(trace: Any) -> dict[str, int]:
     from vramlab.vram.dryrun import MemoryTrace
 
     if trace is None:
-        trace = peak_reference()
+        trace = _peak_reference()
     if not isinstance(trace, MemoryTrace) or not trace.events:
         raise TypeError("trace must be the MemoryTrace that dry_run(...) returned; run the dry-run cell first.")
     at = trace.breakdown("peak")
@@ -309,8 +310,9 @@ T4_TOL = 0.05
 #: Words of the mechanism a "why" must name: the T4 runs sdpa's math path, upcast to float32 (torch 2.5+).
 T4_REASON_WORDS = ("math", "float32", "fp32", "32-bit", "upcast", "full precision", "no fused", "no flash",
                    "not flash", "without flash", "no memory-efficient")
-# Plans that passed before this shape was dry-run here: re-running the cell after the comparison still passes.
-_PASSED_PLANS: set[tuple[float, float, str]] = set()
+# Plans that passed before this shape was dry-run here (vramlab.ran, this kind): re-running the cell after the
+# comparison still passes.
+_PASSED_KIND = "passed check_t4_plan"
 
 
 @functools.lru_cache(maxsize=4)
@@ -318,10 +320,10 @@ def _t4_reference(attn_implementation: str, torch_version: str = "2.13", gpu: st
     """The dry run of :data:`T4_SETUP` with ``attn_implementation`` (a ``MemoryTrace``; about 1 s each once
     transformers is imported), not remembered as a dry run of the learner's. ``torch_version`` / ``gpu`` other
     than the setup's are for the checks' hints."""
-    from vramlab.vram.dryrun import dry_run, unrecorded
+    from vramlab.vram.dryrun import dry_run
 
     setup = {k: v for k, v in T4_SETUP.items() if k not in ("model", "torch_version", "gpu")}
-    with unrecorded():
+    with ran.unrecorded():
         return dry_run(T4_SETUP["model"], attn_implementation=attn_implementation, torch_version=torch_version,
                        gpu=gpu, **setup)
 
@@ -406,12 +408,15 @@ def check_t4_plan(plan: Any) -> CheckResult:
         return report(name, False, "choice as one of the two attn_implementation names",
                       f"choice={fmt_number(plan['choice'])}", "write the name you would pass to from_pretrained, "
                       "as a string")
-    why = plan["why"] if isinstance(plan["why"], str) else ""
+    malformed = malformed_reason(name, plan["why"], 'plan["why"]')   # a matter of form: not a wrong try
+    if malformed is not None:
+        return malformed
+    why = plan["why"]
     if len(why.split()) < 3:
         return report(name, False, "why as one sentence", repr(plan["why"])[:60],
                       "say in one sentence why the implementation you chose peaks lower on this GPU")
     key = (round(values["sdpa"], 3), round(values["eager"], 3), choice)
-    if _shape_already_run() and key not in _PASSED_PLANS:
+    if _shape_already_run() and key not in ran.ran(_PASSED_KIND):
         return report(name, False, "a plan predicted before any dry run of this shape",
                       "a plan stored after dry_run ran 4 x 4,096 bf16 tokens in this kernel",
                       "that is a reading, not a prediction: predict from the config and the kernels as the hints "
@@ -430,7 +435,7 @@ def check_t4_plan(plan: Any) -> CheckResult:
         return report(name, False, "a why that names the mechanism", repr(why)[:80],
                       "not the numbers: say what the attention of the other implementation does on this GPU that "
                       "costs it more")
-    _PASSED_PLANS.add(key)
+    ran.note(_PASSED_KIND, key)
     return report(name, True, kind, f"sdpa {values['sdpa']:,.0f} MiB, eager {values['eager']:,.0f} MiB "
                                     f"(dry run {want['sdpa']:,.0f} and {want['eager']:,.0f}): {choice}")
 

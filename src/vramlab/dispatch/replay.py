@@ -26,7 +26,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from vramlab import ran
+
 OFFLOADED = ("cpu", "disk")
+# Maps replayed in this process, in vramlab.ran's one registry (this kind): lab 06's capstone refuses a prediction of
+# GPU 0's peak stored after the learner replayed that very map (vramlab.checks.lab06.check_peak_prediction). A
+# check's own replays run inside vramlab.ran.unrecorded().
+REPLAYED_KIND = "replayed map"
+
+
+def map_key(device_map: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """One hashable key per device map: its ``(module, device)`` entries as text, sorted (``"cuda:0"`` read as 0)."""
+    return tuple(sorted((str(k), str(0 if v in ("cuda:0", "cuda") else v)) for k, v in device_map.items()))
+
+
+def map_was_replayed(device_map: Mapping[str, Any]) -> bool:
+    """Whether :func:`replay` ran on this very map in this process (outside :func:`vramlab.ran.unrecorded`)."""
+    return map_key(device_map) in ran.ran(REPLAYED_KIND)
 
 
 def _device_of(name: str, device_map: Mapping[str, Any]) -> Any:
@@ -108,6 +124,7 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
     from vramlab.dispatch.planner import empty_model
 
     dmap = _check_map(device_map)
+    ran.note(REPLAYED_KIND, map_key(dmap))
     model = config_or_model if isinstance(config_or_model, torch.nn.Module) else empty_model(config_or_model)
     buffers = {name for name, _ in model.named_buffers()}
     events = getattr(trace, "events", None)
@@ -170,4 +187,4 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
                      offloaded=sorted(owner_bytes))
 
 
-__all__ = ["MapReplay", "replay", "OFFLOADED"]
+__all__ = ["MapReplay", "replay", "OFFLOADED", "map_key", "map_was_replayed"]

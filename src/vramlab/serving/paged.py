@@ -59,6 +59,7 @@ import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from vramlab import ran
 from vramlab.serving.kvcache import cdiv
 from vramlab.serving.vllm_memory import V0_PREEMPTION_FORMAT, V1_PREEMPTION_METRIC
 
@@ -496,25 +497,25 @@ def burst(n: int = 32, seed: int = 0, prompt: tuple[int, int] = (64, 512), outpu
 
 
 # Bursts run in this process (the simulator here, the engine through vramlab.serving.recorded.runs), keyed by the
-# pool and the requests' shapes in arrival order. A capstone's check reads it to tell a prediction made by hand
-# from one read off a run of that very burst (vramlab.checks.lab04.check_seqs_design).
-_BURSTS_RUN: set[tuple[int | None, tuple[tuple[int, int], ...]]] = set()
+# pool and the requests' shapes in arrival order, in vramlab.ran's one registry (kind "burst"). A capstone's check
+# reads it to tell a prediction made by hand from one read off a run of that very burst
+# (vramlab.checks.lab04.check_seqs_design). vramlab.ran.forget() is the reset.
+BURST_KIND = "burst"
+
+
+def _burst_key(num_blocks: int | None, shapes) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    return (num_blocks, tuple((int(p), int(n)) for p, n in shapes))
 
 
 def note_burst(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> None:
     """Remember that a burst of ``shapes`` (``(prompt tokens, new tokens)`` per request, in arrival order) ran on a
-    pool of ``num_blocks`` blocks in this process."""
-    _BURSTS_RUN.add((num_blocks, tuple((int(p), int(n)) for p, n in shapes)))
+    pool of ``num_blocks`` blocks in this process (in :mod:`vramlab.ran`)."""
+    ran.note(BURST_KIND, _burst_key(num_blocks, shapes))
 
 
 def burst_was_run(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> bool:
     """Whether :func:`simulate` (or the engine, through ``recorded.runs``) ran this burst on this pool here."""
-    return (num_blocks, tuple((int(p), int(n)) for p, n in shapes)) in _BURSTS_RUN
-
-
-def forget_bursts() -> None:
-    """Forget every burst run so far (a fresh kernel; the tests call it)."""
-    _BURSTS_RUN.clear()
+    return _burst_key(num_blocks, shapes) in ran.ran(BURST_KIND)
 
 
 def simulate(num_blocks: int, requests: list[Request], block_size: int = 16, max_num_seqs: int = 256,
@@ -539,5 +540,5 @@ def simulate(num_blocks: int, requests: list[Request], block_size: int = 16, max
 
 
 __all__ = ["Request", "BlockPool", "Scheduler", "StepRecord", "SimResult", "burst", "simulate", "note_burst",
-           "burst_was_run", "forget_bursts", "V1_PREEMPTION_METRIC",
+           "burst_was_run", "V1_PREEMPTION_METRIC",
            "V1_REQUEST_PREEMPTION_METRIC"]

@@ -60,6 +60,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from vramlab import ran
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
 from vramlab.vram.blocks import block_bytes
 from vramlab.vram.generation import generate_loop, legacy_buffers, transformers_release
@@ -612,11 +613,11 @@ def _phase_ends(events: list[dict]) -> dict:
     return out
 
 
-# Shapes dry-run in this process, (batch_size, seq_len, dtype): a capstone's check reads it to tell a prediction
-# from one read off a dry run of that very shape (vramlab.checks.lab08.check_t4_plan). A check's own reference
-# runs inside unrecorded() and are not remembered.
-_SHAPES_RUN: set[tuple[int, int, str]] = set()
-_RECORDING = [True]
+# Shapes dry-run in this process, (batch_size, seq_len, dtype), in vramlab.ran's one registry (kind "dry_run
+# shape"): a capstone's check reads it to tell a prediction from one read off a dry run of that very shape
+# (vramlab.checks.lab08.check_t4_plan). A check's own reference runs inside vramlab.ran.unrecorded() and are not
+# remembered; vramlab.ran.forget() is the reset.
+SHAPE_KIND = "dry_run shape"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -630,22 +631,7 @@ def shape_was_run(batch_size: int | None, seq_len: int, dtype: str) -> bool:
     other batch by a straight line)."""
     name = _dtype_name(dtype)
     return any(s == int(seq_len) and d == name and (batch_size is None or b == int(batch_size))
-               for b, s, d in _SHAPES_RUN)
-
-
-def forget_shapes() -> None:
-    """Forget the shapes dry-run so far (a fresh kernel; the tests call it)."""
-    _SHAPES_RUN.clear()
-
-
-@contextlib.contextmanager
-def unrecorded() -> Iterator[None]:
-    """Dry runs inside the block are not remembered by :func:`shape_was_run` (a check's own reference runs)."""
-    _RECORDING.append(False)
-    try:
-        yield
-    finally:
-        _RECORDING.pop()
+               for b, s, d in ran.ran(SHAPE_KIND))
 
 
 def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
@@ -674,11 +660,10 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     one sentence naming the field; nothing is written anywhere. ``sdpa_kernel``: force that kernel (as
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` does on a GPU) instead of choosing it.
     """
-    if _RECORDING[-1]:
-        try:
-            _SHAPES_RUN.add((int(batch_size), int(seq_len), _dtype_name(dtype)))
-        except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
-            pass
+    try:
+        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype)))
+    except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
+        pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
                   reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
@@ -842,5 +827,5 @@ def trace_figure(trace: MemoryTrace, upto: int | None = None, title: str | None 
     return fig
 
 
-__all__ = ["dry_run", "shape_was_run", "forget_shapes", "unrecorded", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
+__all__ = ["dry_run", "shape_was_run", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
            "trace_figure", "random_model", "GPUS", "CATEGORIES"]

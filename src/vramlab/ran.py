@@ -1,0 +1,59 @@
+"""What the learner already ran in this kernel: one registry, one reset.
+
+A capstone's check refuses a design stored after the learner ran the very setup that answers it (lab 04: the
+capstone's burst in the scheduler simulator or on the engine; lab 06: a replay of the learner's device map; lab 08: a
+dry run of the T4 plan's shape), and
+still passes a design that passed before that run (Run All again). The runs and the passes are noted here, by
+kind, as hashable keys:
+
+- ``"burst"``: ``(num_blocks, ((prompt tokens, new tokens), ...))`` noted by ``vramlab.serving.paged.simulate``
+  and ``vramlab.serving.recorded.runs`` (read by ``paged.burst_was_run``);
+- ``"dry_run shape"``: ``(batch_size, seq_len, dtype name)`` noted by ``vramlab.vram.dryrun.dry_run``
+  (read by ``dryrun.shape_was_run``);
+- ``"replayed map"``: ``vramlab.dispatch.replay.map_key(device_map)`` noted by ``vramlab.dispatch.replay`` (read by
+  ``replay.map_was_replayed``);
+- ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted gpu0 peak"``: lab 06's
+  recorded predictions, ``(map key, GiB)``.
+
+:func:`forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test). A check's own
+reference runs go inside :func:`unrecorded`. This module imports nothing from vramlab, so the simulator, the dry
+run and ``vramlab.checks._core`` (which re-exports it) can all use it without an import circle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Hashable, Iterator
+
+_RAN: dict[str, set] = {}
+_RECORDING = [True]
+
+
+def note(kind: str, key: Hashable) -> None:
+    """Remember that ``key`` of ``kind`` (``"burst"``, ``"dry_run shape"``, ...) ran here (not inside
+    :func:`unrecorded`)."""
+    if _RECORDING[-1]:
+        _RAN.setdefault(kind, set()).add(key)
+
+
+def ran(kind: str) -> frozenset:
+    """Every key of ``kind`` noted since the last :func:`forget` (empty when none)."""
+    return frozenset(_RAN.get(kind, ()))
+
+
+def forget() -> None:
+    """Forget everything noted so far, of every kind: what a fresh kernel knows (the tests call it)."""
+    _RAN.clear()
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Nothing noted inside the block is remembered (a check's own reference runs are not the learner's)."""
+    _RECORDING.append(False)
+    try:
+        yield
+    finally:
+        _RECORDING.pop()
+
+
+__all__ = ["note", "ran", "forget", "unrecorded"]
