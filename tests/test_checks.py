@@ -880,7 +880,7 @@ _KNOWN_ANSWER_NAMES = {
     "lab08": ("reserved_reference", "peak_reference"),
 }
 # Modules another helper is making private now; remove the entry once its names pass.
-_ANSWER_NAMES_FIXED_ELSEWHERE = {"lab07": "lab 07's FIX_ANSWER, REFERENCE_* and DIAGNOSIS_FIX are fix07's to make private"}
+_ANSWER_NAMES_FIXED_ELSEWHERE: dict[str, str] = {}
 
 
 def _answer_like(name: str) -> bool:
@@ -950,3 +950,18 @@ def test_a_malformed_why_is_told_in_one_sentence_and_is_not_a_try(name, capsys):
     # a real why is a real try: the choice ("a", wrong in both multiple choices) or the reason is judged and counted
     call("because it is what the log says")
     assert tries(name) == 1, capsys.readouterr().out
+
+
+def test_a_cell_after_a_capstone_opens_only_for_that_checks_own_result():
+    """Review #3: `after_capstone(True)` printed lab 02's reference search. opened_by accepts only the CheckResult the
+    named check returned, passed or revealed; a truthy value, a result built by hand or another check's does not."""
+    from vramlab.checks import _core, lab02
+
+    assert not _core.opened_by(True, "check_mixed_plan") and not _core.opened_by(1, "check_mixed_plan")
+    assert not _core.opened_by(CheckResult("x", True, "", ""), "check_mixed_plan")
+    passed = lab02.check_kv4_bytes_per_token(2 * 30 * 3 * (64 // 2 + 2 + 2))
+    assert passed and passed.details["check"] == "check_kv4_bytes_per_token"
+    assert _core.opened_by(passed, "check_kv4_bytes_per_token") and not _core.opened_by(passed, "check_mixed_plan")
+    failed = lab02.check_kv4_bytes_per_token(5760)
+    assert not _core.opened_by(failed, "check_kv4_bytes_per_token")
+    assert _core.opened_by(lab02.check_kv4_bytes_per_token(5760, reveal=True), "check_kv4_bytes_per_token")

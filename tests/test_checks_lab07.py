@@ -357,12 +357,14 @@ def test_the_lesson_after_the_capstone_waits_for_a_pass_or_a_reveal(measured, ca
 
     table, calls, key = measured
     said: list[str] = []
-    for result in (CheckResult("cheapest design", False, "", ""), None):
+    not_opened = (CheckResult("cheapest design", False, "", ""), None, True, CheckResult("cheapest design", True, "", ""))
+    for result in not_opened:              # nor a truthy value or a passed result built by hand (review #3)
         assert lab07.after_capstone(result, said.append) is None
-    assert said == [lab07.AFTER_CAPSTONE_WAITS] * 2
+    assert said == [lab07.AFTER_CAPSTONE_WAITS] * len(not_opened)
     design = {"bits": 8}
     table[key(design)] = (163_484_032, 14.62)
-    for result in (lab07.check_cheapest_design(design, reveal=True), CheckResult("cheapest design", True, "", "")):
+    for result in (lab07.check_cheapest_design(design, reveal=True),
+                   CheckResult("cheapest design", True, "", "", details={"check": "check_cheapest_design"})):
         said.clear()
         fig = lab07.after_capstone(result, said.append)
         text = "\n".join(said)
@@ -374,7 +376,11 @@ def test_the_lesson_after_the_capstone_waits_for_a_pass_or_a_reveal(measured, ca
     lab07.after_diagnosis(CheckResult("diagnosis", False, "", ""), print_line=said.append)
     assert len(said) == 1 and "once Exercise 5 passes" in said[0]
     said.clear()
-    lab07.after_diagnosis(CheckResult("diagnosis", True, "", ""), print_line=said.append)
+    lab07.after_diagnosis(CheckResult("diagnosis", True, "", ""), print_line=said.append)     # built by hand
+    assert len(said) == 1 and "once Exercise 5 passes" in said[0]
+    said.clear()
+    lab07.after_diagnosis(CheckResult("diagnosis", True, "", "", details={"check": "check_diagnosis"}),
+                          print_line=said.append)
     assert "native_library_not_built" in said[0] and said[-1] == lab07._DIAGNOSIS_READING
 
 
@@ -465,3 +471,32 @@ def test_no_markdown_between_the_capstone_and_the_next_section_gives_it_away():
             text = cell.source
             found = [s for s in ("library load error", 'advice is the fix', 'clone', 'unbuilt', 'never built', 'cuda122', 'DCOMPUTE_BACKEND=cuda', 'misled') if s in text]
             assert not found, (found, text[:200])
+
+
+def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(capsys):
+    """Review #3 passed part 2's capstone in one call: logs.explain_log(colleague_log) prints the label and both fixes.
+    A diagnosis stored after the tool read that very log (colour codes or prefixes aside) is refused; one that
+    passed before it still passes (Run All again); another log's reading does not count."""
+    from vramlab import ran
+    from vramlab.bnb import logs
+
+    ran.forget()
+    try:
+        right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
+                 "fix": lab07._DIAGNOSIS_FIX[0]}
+        logs.explain_log(logs.corpus_entry(lab07.LABEL_EXERCISE_LOG)["text"])     # another log: no effect
+        assert not logs.was_explained(lab07.unseen_log())
+        logs.explain_log("\x1b[31m" + lab07.unseen_log())
+        assert logs.was_explained(lab07.unseen_log())
+        result = lab07.check_diagnosis(right)
+        assert not result and "after explain_log read this very log" in capsys.readouterr().out
+        ran.forget()
+        assert lab07.check_diagnosis(right)            # passed first ...
+        logs.explain_log(lab07.unseen_log())
+        assert lab07.check_diagnosis(right)            # ... still passes after the tool read it
+        with ran.unrecorded():
+            ran.forget()
+            logs.explain_log(lab07.unseen_log())       # the lab's own reading (after_diagnosis) is not noted
+        assert not logs.was_explained(lab07.unseen_log())
+    finally:
+        ran.forget()

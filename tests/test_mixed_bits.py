@@ -174,10 +174,12 @@ def test_after_capstone_prints_the_search_only_after_a_pass_or_a_reveal():
     assert lines == [lab02.AFTER_CAPSTONE_WAITS]
     best = mb._load_reference()["best"]
     assert str(best["eight_bit_layers"]) not in lab02.AFTER_CAPSTONE_WAITS
-    for not_the_capstones in (True, 1, CheckResult("x", True, "", "")):
+    for not_the_capstones in (True, 1, CheckResult(lab02._CAPSTONE, True, "", ""),
+                              CheckResult("x", True, "", "", details={"check": "check_layers_prediction"})):
         lines.clear()
         lab02.after_capstone(not_the_capstones, None, print_line=lines.append)
         assert lines == [lab02.AFTER_CAPSTONE_WAITS]
     lines.clear()
-    lab02.after_capstone(CheckResult(lab02._CAPSTONE, True, "", ""), None, print_line=lines.append)
+    lab02.after_capstone(CheckResult(lab02._CAPSTONE, True, "", "", details={"check": "check_mixed_plan"}), None,
+                         print_line=lines.append)
     assert str(best["eight_bit_layers"]) in lines[0] and "(pass mark" in lines[0]

@@ -53,6 +53,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from vramlab import ran
 from vramlab.logtext import bounded, clean_lines, skipped_note
 
 LABELS = (
@@ -766,6 +767,7 @@ def explain_log(text) -> Finding:
         raise TypeError(f"explain_log(text): text must be the log as a str, got {type(text).__name__}.")
     text, skipped = bounded(text)   # a 50 MB paste is read at its start and end (vramlab.logtext)
     text = clean_lines(text)        # colour codes, HTML escapes, worker/CI/docker prefixes
+    ran.note(EXPLAINED_KIND, _cleaned_key(text))
     found = None
     for rule in _RULES:
         try:
@@ -780,6 +782,23 @@ def explain_log(text) -> Finding:
     if skipped:
         found.detail += f" ({skipped_note(skipped)})"
     return found
+
+
+#: vramlab.ran's kind for the logs explain_log read in this process: lab 07's diagnosis capstone refuses a diagnosis
+#: stored after the tool read that very log (review #3 passed it in one call of explain_log).
+EXPLAINED_KIND = "explained log"
+
+
+def _cleaned_key(cleaned: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(cleaned.strip().encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def was_explained(text: str) -> bool:
+    """Whether :func:`explain_log` read ``text`` (the same log after cleaning) in this process, outside
+    ``vramlab.ran.unrecorded()``."""
+    return _cleaned_key(clean_lines(bounded(text)[0])) in ran.ran(EXPLAINED_KIND)
 
 
 # --------------------------------------------------------------------------- the corpus
@@ -799,6 +818,6 @@ def corpus_entry(entry_id: str) -> dict:
     raise ValueError(f"No corpus log with id {entry_id!r}; ids: {', '.join(e['id'] for e in logs)}.")
 
 
-__all__ = ["LABELS", "Finding", "explain_log", "fix_for_missing", "soname_major", "missing_versions", "compute_capabilities", "bnb_binaries",
+__all__ = ["LABELS", "Finding", "explain_log", "was_explained", "fix_for_missing", "soname_major", "missing_versions", "compute_capabilities", "bnb_binaries",
            "load_corpus", "corpus_entry", "override_value", "MIN_COMPUTE_CAPABILITY", "MIN_COMPUTE_CAPABILITY_BEFORE_048",
            "FAST_INT8_COMPUTE_CAPABILITY"]

@@ -212,7 +212,7 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
         @functools.wraps(check)
         def wrapper(*args, reveal: bool = False, **kwargs) -> CheckResult:
             if not reveal:
-                return check(*args, **kwargs)
+                return _stamped(check(*args, **kwargs))
             try:
                 bound = sig.bind(*args, **kwargs)
                 context = {k: v for k, v in list(bound.arguments.items())[1:]}
@@ -220,9 +220,15 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                 context = {}
             token = _REVEALING.set((entry, context))
             try:
-                return check(*args, **kwargs)
+                return _stamped(check(*args, **kwargs))
             finally:
                 _REVEALING.reset(token)
+
+        def _stamped(result):
+            """The result, marked with the check that returned it (read by :func:`opened_by`)."""
+            if isinstance(result, CheckResult):
+                result.details.setdefault("check", check.__name__)
+            return result
 
         wrapper.__signature__ = sig.replace(parameters=[
             *sig.parameters.values(),
@@ -789,3 +795,11 @@ def learners_or_package(passed: Any, learner: Callable | None, package: Callable
     qualified = f"{getattr(package, '__module__', 'vramlab')}.{getattr(package, '__qualname__', repr(package))}"
     print_line(f"Your {what} has not passed its check yet, so the lab runs vramlab's {qualified} in its place.")
     return package
+
+
+def opened_by(result: Any, check_name: str) -> bool:
+    """True when ``result`` is the :class:`CheckResult` that the check ``check_name`` (``"check_rank_plan"``) returned
+    and it passed or was revealed: what a cell after a capstone's check waits for before it shows the answer. Any
+    other value (``True``, ``1``, another check's result, a result built by hand) is not."""
+    return (isinstance(result, CheckResult) and result.details.get("check") == check_name
+            and bool(result.passed or result.revealed))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramlab.checks._core import (CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
+from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
                                   is_untouched as is_untouched_value)
 from vramlab.checks.lab01 import prediction_report
 
@@ -438,7 +438,7 @@ def after_capstone(result: Any, predicted_layers: Any = None, print_line=print) 
     best plan is the capstone's answer."""
     from vramlab.quarot import mixed_bits
 
-    if not (isinstance(result, CheckResult) and result.name == _CAPSTONE and (result.passed or result.revealed)):
+    if not opened_by(result, "check_mixed_plan"):
         print_line(AFTER_CAPSTONE_WAITS)
         return
     reference = mixed_bits._load_reference()

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vramlab.checks._core import (CheckResult, as_float, call_learner, check_choice_and_reason, direction, NOT_DONE,
+from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, check_choice_and_reason, direction, NOT_DONE,
                                   add_try, exercise, fmt_number, is_untouched, report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
@@ -443,7 +443,7 @@ def capstone_debrief(result: Any, design: dict | None = None) -> str:
     """What the capstone teaches, once ``result`` (Exercise 5's :class:`CheckResult`) passed or was revealed:
     ``design``'s (default the reference design's) held and printed numbers, and what each competing design costs.
     Before either, one sentence saying to run the check first: the numbers that settle the capstone wait for it."""
-    if not (bool(result) or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_two_engines"):
         return "The debrief appears here once Exercise 5 has passed (or was revealed with reveal=True)."
     best = design if isinstance(design, dict) else _capstone_designs()[0]
     chat, summ = _service_startup(best["chat"]), _service_startup(best["summaries"])
@@ -464,9 +464,9 @@ def design_to_run(result: Any, design: Any) -> tuple[dict | None, dict | None]:
     """The capstone design the lab's engine cell starts, and the one it replays where a design was never recorded:
     ``(design, reference)`` once ``result`` (Exercise 5's :class:`CheckResult`) passed, ``(reference, reference)``
     once it was revealed, else ``(None, None)``: the reference is not handed out before either."""
-    if bool(result):
+    if opened_by(result, "check_two_engines") and result.passed:
         return design, _capstone_designs()[0]
-    if getattr(result, "revealed", False):
+    if opened_by(result, "check_two_engines"):
         return _capstone_designs()[0], _capstone_designs()[0]
     return None, None
 

@@ -11,7 +11,7 @@ import functools
 import math
 from typing import Any
 
-from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
+from vramlab.checks._core import opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.serving.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
 __all__ = ["check_mla_gqa_heads", "check_latent_per_layer_ratio", "check_v2_lite_expansion",
@@ -602,7 +602,7 @@ def after_capstone(result: Any, model, window, windows, covariances, print_line=
     are the capstone's answer)."""
     from vramlab.mla import kv_spectra, plan_cache_mib, variance_plan
 
-    if not (bool(result) or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_rank_plan"):
         print_line(AFTER_CAPSTONE_WAITS)
         return
     held = heldout_windows(windows)

@@ -12,7 +12,7 @@ import warnings
 from typing import Any, Mapping
 
 from vramlab import ran
-from vramlab.checks._core import CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
+from vramlab.checks._core import opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 
 # also public, not star-exported: replay_predicted_map (the replay after Exercise 4's recorded prediction).
 __all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_map_covers",
@@ -550,7 +550,7 @@ def after_capstone(result: Any, print_line=print):
     the three (the caller shows it). Otherwise print one line saying when it appears and return None."""
     from vramlab.dispatch import GiB, plan_device_map, replay_figure
 
-    if not (bool(result) or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_serving_map"):
         print_line(AFTER_CAPSTONE_WAITS)
         return None
     trace = serving_trace()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramlab.bnb.logs import LABELS, corpus_entry, explain_log
-from vramlab.checks._core import CheckResult, as_float, check_choice, exercise, fmt_number, is_untouched, report, tries
+from vramlab import ran
+from vramlab.bnb.logs import LABELS, corpus_entry, explain_log, was_explained
+from vramlab.checks._core import opened_by, CheckResult, as_float, check_choice, exercise, fmt_number, is_untouched, report, tries
 
 __all__ = ["check_4bit_prediction", "check_cheapest_design", "check_log_label", "check_log_fix",
            "check_binary_prediction", "check_diagnosis"]
@@ -265,7 +266,7 @@ def after_capstone(result: Any, print_line=print):
     against perplexity (the caller shows it). Otherwise print one line saying when it appears and return None:
     the table and the sentence tell what NF4 and int8 cost, so they wait for the check (an unseen review found the
     sentence in a markdown cell under the check)."""
-    if not (bool(result) or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_cheapest_design"):
         print_line(AFTER_CAPSTONE_WAITS)
         return None
     import textwrap
@@ -467,6 +468,9 @@ def _diagnosis_answer(**_) -> str:
             "wheel): " + DIAGNOSIS_FIXES["e"] + " / " + DIAGNOSIS_FIXES["f"])
 
 
+_DIAGNOSIS_PASSED = "passed check_diagnosis"
+
+
 @exercise("lab07", 5, _diagnosis_answer)
 def check_diagnosis(diagnosis: Any) -> CheckResult:
     """Exercise 5: ``{"evidence": <one line of the log, copied>, "fix": <a letter of DIAGNOSIS_FIXES>}`` for the
@@ -491,6 +495,12 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     if letter not in DIAGNOSIS_FIXES:
         return report(name, False, "'fix': one of the letters " + ", ".join(DIAGNOSIS_FIXES), repr(fix)[:40],
                       "store the letter of one fix, as a string")
+    key = (line, letter)
+    if was_explained(unseen_log()) and key not in ran.ran(_DIAGNOSIS_PASSED):
+        return report(name, False, "a diagnosis made before logs.explain_log read this log",
+                      "a diagnosis stored after explain_log read this very log in this kernel",
+                      "that is the tool's reading, not yours: diagnose it from the log as the hints say, or ask for "
+                      "the answer with reveal=True")
     explain = tries(name) < REASON_TRIES
     if not _is_cause_line(line):
         why = (next((w for phrase, w in _LINE_REASONS if phrase in line),
@@ -499,6 +509,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     if letter not in _DIAGNOSIS_FIX:
         why = _DIAGNOSIS_FIX_REASONS[letter] if explain else _NOT_IT
         return report(name, False, "the fix that removes that cause", f"{letter}: {DIAGNOSIS_FIXES[letter]}", why)
+    ran.note(_DIAGNOSIS_PASSED, key)      # passed before the tool read the log: a Run All again still passes
     return report(name, True, "", "bitsandbytes runs from a clone whose native library was never built (no library "
                   f"in its folder, so it asked for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}")
 
@@ -507,9 +518,10 @@ def after_diagnosis(result: Any, log: str | None = None, print_line=print) -> No
     """After Exercise 5: when ``result`` (what :func:`check_diagnosis` returned) passed or was revealed, print the
     doctor's reading of ``log`` (default :func:`unseen_log`) and why the log's own message misled; otherwise one line
     saying when it appears."""
-    if not (bool(result) or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_diagnosis"):
         print_line("The doctor's reading of this log appears here once Exercise 5 passes (or after reveal=True).")
         return
-    print_line(str(explain_log(unseen_log() if log is None else log)))
+    with ran.unrecorded():             # the lab's own reading is not the learner's
+        print_line(str(explain_log(unseen_log() if log is None else log)))
     print_line("")
     print_line(_DIAGNOSIS_READING)

@@ -12,7 +12,7 @@ from typing import Any
 
 from vramlab import ran
 from vramlab.vram.allocator import MiB, simulate
-from vramlab.checks._core import (CheckResult, as_float, check_choice, direction, exercise, fmt_number, is_untouched,
+from vramlab.checks._core import (opened_by, CheckResult, as_float, check_choice, direction, exercise, fmt_number, is_untouched,
                                   malformed_reason, report)
 from vramlab.vram import parse_oom_message
 
@@ -363,10 +363,18 @@ def _t4_hint(impl: str, value: float, want: float, name: str) -> str:
             "implementation, with their shapes and dtypes")
 
 
-def _shape_already_run() -> bool:
-    from vramlab.vram.dryrun import shape_was_run
+#: A dry run this close to the capstone's sequence length (relative) reads its answer off, at any batch (peaks are
+#: linear in it), dtype or GPU (eager's peak barely depends on the GPU): review #3 read it off 4 x 4,095 on a T4.
+T4_NEAR_SEQ = 0.25
 
-    return shape_was_run(None, T4_SETUP["seq_len"], T4_SETUP["dtype"])   # at any batch: peaks are linear in it
+
+def _shape_already_run() -> bool:
+    """Whether this kernel dry-ran a shape that hands over the capstone's peaks: a sequence length within
+    :data:`T4_NEAR_SEQ` of the capstone's, at any batch, dtype or GPU (``vramlab.ran``'s ``"dry_run shape"``)."""
+    from vramlab.vram.dryrun import SHAPE_KIND
+
+    want = T4_SETUP["seq_len"]
+    return any(abs(seq - want) <= T4_NEAR_SEQ * want for _batch, seq, _dtype in ran.ran(SHAPE_KIND))
 
 
 @exercise("lab08", 5, _t4_answer)
@@ -418,7 +426,7 @@ def check_t4_plan(plan: Any) -> CheckResult:
     key = (round(values["sdpa"], 3), round(values["eager"], 3), choice)
     if _shape_already_run() and key not in ran.ran(_PASSED_KIND):
         return report(name, False, "a plan predicted before any dry run of this shape",
-                      "a plan stored after dry_run ran 4 x 4,096 bf16 tokens in this kernel",
+                      "a plan stored after dry_run ran about 4,096 tokens (within 25%) in this kernel",
                       "that is a reading, not a prediction: predict from the config and the kernels as the hints "
                       "say, or ask for the answer with reveal=True")
     want = _t4_peaks_mib()
@@ -455,7 +463,7 @@ T4_READING = ("What the T4 does: it has no fused attention kernel for bf16, so s
 def t4_comparison(result: Any) -> None:
     """Print the capstone's dry runs (A100 and T4, sdpa and eager) once Exercise 5 passed or was revealed; before
     that, print one line saying so. ``result``: Exercise 5's :class:`CheckResult`."""
-    if not (result or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_t4_plan"):
         print("The comparison appears here once Exercise 5 passes (or after reveal=True).")
         return
     print(f"{'GPU':<6}{'attention':<10}{'kernel':>8}{'peak (MiB)':>12}  where the peak is")
