@@ -357,6 +357,12 @@ def check_absorbed_in_smollm2(fn, model=None, window=None) -> CheckResult:
                                  expected=what)
     if failed is not None:
         return failed
+    if not isinstance(probe, torch.Tensor) or tuple(probe.shape) != (1, 1, 1):
+        # no model run for a function that cannot be the scores: (q w) c^T of [1,1,1], [1,1], [1,1,1] is [1,1,1]
+        got = (f"a tensor of shape {list(probe.shape)}" if isinstance(probe, torch.Tensor)
+               else f"{type(probe).__name__} {str(probe)[:40]}")
+        return report(name, False, what, f"on q [1, 1, 1], c [1, 1], w [1, 1, 1] your function returned {got}",
+                      "it must return the scores as a tensor [heads, T, S], as in Exercise 3")
     if model is None or window is None:
         model, window = _model_and_window()
     window = window[:1, :MODEL_SCALE_TOKENS]
