@@ -879,8 +879,6 @@ _KNOWN_ANSWER_NAMES = {
     "lab06": ("predicted_layers_answer", "smallest_budget_bytes", "best_serving_map", "serving_replay"),
     "lab08": ("reserved_reference", "peak_reference"),
 }
-# Modules another helper is making private now; remove the entry once its names pass.
-_ANSWER_NAMES_FIXED_ELSEWHERE: dict[str, str] = {}
 
 
 def _answer_like(name: str) -> bool:
@@ -896,9 +894,7 @@ def test_answer_like_names_are_recognised():
         assert not _answer_like(name), name
 
 
-@pytest.mark.parametrize("lab", [
-    pytest.param(lab, marks=pytest.mark.xfail(reason=_ANSWER_NAMES_FIXED_ELSEWHERE[lab], strict=False))
-    if lab in _ANSWER_NAMES_FIXED_ELSEWHERE else lab for lab in [f"lab{n:02d}" for n in range(9)]])
+@pytest.mark.parametrize("lab", [f"lab{n:02d}" for n in range(9)])
 def test_no_check_module_exports_an_answer(lab):
     """No public name of a check module (no leading underscore, or listed in __all__) holds or computes an
     exercise's answer: none is spelled like one (_ANSWER_WORDS), and none of the names found by the review is
