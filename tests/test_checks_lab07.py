@@ -500,3 +500,26 @@ def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(cap
         assert not logs.was_explained(lab07.unseen_log())
     finally:
         ran.forget()
+
+
+def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(capsys):
+    """Review #3 (second round): explain_log(colleague_log.splitlines()[0]) printed the label and both fixes, and the
+    check (keyed on the whole text) passed. Any distinctive line of the log read by explain_log, alone or inside other
+    text, now counts; the logs the lab itself explains before Exercise 5 do not."""
+    from vramlab import ran
+    from vramlab.bnb import logs
+
+    ran.forget()
+    try:
+        right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
+                 "fix": lab07._DIAGNOSIS_FIX[0]}
+        for log in lab07._LOGS_THE_LAB_EXPLAINS:
+            logs.explain_log(logs.corpus_entry(log)["text"])
+        assert not logs.was_explained(lab07.unseen_log(), lab07._distinctive_lines())
+        for line in lab07._distinctive_lines():
+            ran.forget()
+            logs.explain_log("some text before\n" + line)
+            assert not lab07.check_diagnosis(right), line
+            assert "after explain_log read this very log" in capsys.readouterr().out
+    finally:
+        ran.forget()

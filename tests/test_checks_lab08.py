@@ -323,7 +323,7 @@ def test_t4_comparison_waits_for_a_pass_or_a_reveal(capsys):
     lab08.t4_comparison(checks.check_t4_plan(T4))
     out = capsys.readouterr().out
     assert "T4    sdpa" in out and "math" in out and all(s in out for s in _t4_secrets()[:2]), out
-    assert lab08.T4_READING in out, out
+    assert lab08._T4_READING in out, out
     revealed = checks.check_t4_plan({**T4, "choice": "sdpa"}, reveal=True)
     capsys.readouterr()
     lab08.t4_comparison(revealed)
@@ -370,7 +370,14 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
             dry_run("smollm2-135m", **{"batch_size": 2, **kwargs})
             assert lab08._shape_already_run(), kwargs
             forget()
-        dry_run("smollm2-135m", batch_size=4, seq_len=2048, gpu="T4")   # half the length: a quadratic term to reason
+        dry_run("smollm2-135m", batch_size=1, seq_len=2048, gpu="A100")  # fused kernels, half the length: not it
         assert not lab08._shape_already_run()
+        dry_run("smollm2-135m", batch_size=1, seq_len=512, gpu="T4")      # one small run on a T4: a kernel, no peak
+        assert not lab08._shape_already_run()
+        dry_run("smollm2-135m", batch_size=1, seq_len=1024, gpu="sm_75")  # review #3: two T4 points fit a quadratic
+        assert lab08._shape_already_run()
+        forget()
+        dry_run("smollm2-135m", batch_size=4, seq_len=2048, gpu="T4")     # as many tokens as the capstone's batch
+        assert lab08._shape_already_run()
     finally:
         forget()

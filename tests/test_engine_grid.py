@@ -82,24 +82,29 @@ def burst_requests(n: int, prompt: tuple[int, int], output: tuple[int, int], see
 
 
 @pytest.fixture(scope="module")
-def startup_runs():
+def grid_runs():
+    """Every start-up of the grid, then every burst, in ONE worker process (vLLM's imports paid once: two batches
+    cost about 12 s more of a make test)."""
     engine = _engine()
     configs = [engine.EngineConfig(model=m, max_model_len=n, kv_cache_space_gib=space, kv_cache_dtype=dt,
                                    num_gpu_blocks_override=ov) for m, n, space, dt, ov in STARTUPS]
-    runs = engine.start_many(configs, timeout_s=1500)
-    return runs
-
-
-@pytest.fixture(scope="module")
-def burst_runs():
-    engine = _engine()
-    configs, bursts = [], []
+    bursts: list = [None] * len(configs)
     for _, n, pr, out, ov, seqs, tokens, seed in BURSTS:
         configs.append(engine.EngineConfig(model="smollm2-135m", max_model_len=BURST_MAX_MODEL_LEN,
                                            kv_cache_space_gib=1, num_gpu_blocks_override=ov, max_num_seqs=seqs,
                                            max_num_batched_tokens=tokens))
         bursts.append([engine.Request(ids, m) for ids, m in burst_requests(n, pr, out, seed)])
-    return engine.start_many(configs, timeout_s=3000, bursts=bursts)
+    return engine.start_many(configs, timeout_s=4500, bursts=bursts)
+
+
+@pytest.fixture(scope="module")
+def startup_runs(grid_runs):
+    return grid_runs[:len(STARTUPS)]
+
+
+@pytest.fixture(scope="module")
+def burst_runs(grid_runs):
+    return grid_runs[len(STARTUPS):]
 
 
 def test_the_grid_covers_what_the_issue_asks():

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from vramlab import ran
@@ -768,6 +769,8 @@ def explain_log(text) -> Finding:
     text, skipped = bounded(text)   # a 50 MB paste is read at its start and end (vramlab.logtext)
     text = clean_lines(text)        # colour codes, HTML escapes, worker/CI/docker prefixes
     ran.note(EXPLAINED_KIND, _cleaned_key(text))
+    for line in text.splitlines():
+        ran.note(EXPLAINED_LINE_KIND, _cleaned_key(line))
     found = None
     for rule in _RULES:
         try:
@@ -787,6 +790,7 @@ def explain_log(text) -> Finding:
 #: vramlab.ran's kind for the logs explain_log read in this process: lab 07's diagnosis capstone refuses a diagnosis
 #: stored after the tool read that very log (review #3 passed it in one call of explain_log).
 EXPLAINED_KIND = "explained log"
+EXPLAINED_LINE_KIND = "explained log line"      # each line of it: a part of a log read on its own counts too
 
 
 def _cleaned_key(cleaned: str) -> str:
@@ -795,10 +799,13 @@ def _cleaned_key(cleaned: str) -> str:
     return hashlib.sha256(cleaned.strip().encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def was_explained(text: str) -> bool:
+def was_explained(text: str, lines: Iterable[str] = ()) -> bool:
     """Whether :func:`explain_log` read ``text`` (the same log after cleaning) in this process, outside
-    ``vramlab.ran.unrecorded()``."""
-    return _cleaned_key(clean_lines(bounded(text)[0])) in ran.ran(EXPLAINED_KIND)
+    ``vramlab.ran.unrecorded()``, or any of ``lines`` (each cleaned) as part of whatever it read."""
+    if _cleaned_key(clean_lines(bounded(text)[0])) in ran.ran(EXPLAINED_KIND):
+        return True
+    read = ran.ran(EXPLAINED_LINE_KIND)
+    return any(_cleaned_key(clean_lines(line)) in read for line in lines)
 
 
 # --------------------------------------------------------------------------- the corpus

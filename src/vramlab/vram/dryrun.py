@@ -64,7 +64,7 @@ from vramlab import ran
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
 from vramlab.vram.blocks import block_bytes
 from vramlab.vram.generation import generate_loop, legacy_buffers, transformers_release
-from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
+from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, gpu_capability, cublas_workspace_bytes, fused_sdpa,
                                   gpu_capability, math_sdpa, torch_release)
 
 MiB = 1 << 20
@@ -618,6 +618,9 @@ def _phase_ends(events: list[dict]) -> dict:
 # (vramlab.checks.lab08.check_t4_plan). A check's own reference runs inside vramlab.ran.unrecorded() and are not
 # remembered; vramlab.ran.forget() is the reset.
 SHAPE_KIND = "dry_run shape"
+#: The same runs with the GPU they were planned for, ``(compute capability, batch_size, seq_len)``: lab 08's capstone
+#: also refuses a plan after dry runs on a GPU without the fused kernels (review #3 fitted two T4 runs).
+GPU_SHAPE_KIND = "dry_run gpu shape"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -662,6 +665,7 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     """
     try:
         ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype)))
+        ran.note(GPU_SHAPE_KIND, (gpu_capability(gpu), int(batch_size), int(seq_len)))
     except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
         pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
