@@ -68,6 +68,8 @@ def test_every_check_is_exported_and_covered():
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_solution_passes(name, capsys):
+    if name == "check_serving_map":       # the capstone judges a map only after its peak was predicted
+        lab06.check_peak_prediction(14.0, SOLUTIONS[name])
     result = getattr(lab06, name)(SOLUTIONS[name], *ARGS.get(name, ()))
     assert result.passed and capsys.readouterr().out.startswith("PASS")
 
@@ -199,13 +201,16 @@ def test_serving_map_judges_fit_then_copies_against_the_dry_run(capsys):
     from vramlab.dispatch import GiB, plan_device_map
     from vramlab.vram import dry_run
 
+    from vramlab.checks._core import reset_tries, tries
+
     check = lab06.check_serving_map
     items, peak, streamed = lab06._best_serving_map()
     best = dict(items)
     assert peak <= 15 * GiB and lab06.gpu_layers(best, total=32) == 17 and best["lm_head"] == 0
-    assert check(best)
+    result = check(best)                                                      # no prediction recorded yet (review #3)
     out = capsys.readouterr().out
-    assert "GPU 0's peak fits 15 GiB" in out and "14.91" not in out, out     # no prediction recorded yet
+    assert not result and "no prediction recorded for this map" in out and "14.91" not in out, out
+    assert tries("capstone: a device map for the workload") == 0                 # not a wrong try
     assert lab06.check_peak_prediction(14.0, best) and check(best)
     assert "14.91 GiB" in capsys.readouterr().out
     trace = dry_run("llama-3.1-8b", 8, 2048, gpu="sm_89")
@@ -217,12 +222,18 @@ def test_serving_map_judges_fit_then_copies_against_the_dry_run(capsys):
     out = capsys.readouterr().out
     assert "over the 15 GiB" in out and "peaks at 16.94 GiB" in out, out
     kv_aware = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"])), "cpu": "64GiB"})
-    assert kv_aware["lm_head"] == "cpu" and not check(kv_aware)
+    assert lab06.check_peak_prediction(14.0, kv_aware) and not check(kv_aware)
+    assert kv_aware["lm_head"] == "cpu"
     out = capsys.readouterr().out
     assert "(fits)" in out and "copies less" in out and "lm_head" not in out.split("Hint:")[1], out
+    assert lab06.check_peak_prediction(20.0, {"": 0}) and not check({"": 0})   # a third wrong map: no direction
+    out = capsys.readouterr().out
+    assert "not this map" in out and "over the" not in out and "every module" not in out, out
+    reset_tries()
+    assert not check({"": 0}) and "every module is on GPU 0" in capsys.readouterr().out
+    assert lab06.check_peak_prediction(14.5, lab06.layered_map(19, embed="cpu"))
     assert check(lab06.layered_map(19, embed="cpu"))       # 6.26 GiB copied: within 0.25 GiB of the best
     capsys.readouterr()
-    assert not check({"": 0}) and "every module is on GPU 0" in capsys.readouterr().out
 
 
 def test_serving_map_input_errors_are_one_sentence(capsys):
@@ -249,6 +260,8 @@ def test_gpu_layers_counts_parent_entries():
 def test_after_capstone_holds_the_decision_until_a_pass_or_a_reveal(capsys):
     """The lesson under the capstone's check (the planner's maps, the best map, why lm_head stays) prints only
     after check_serving_map passed or revealed: a failed try sees one line that names neither map nor module."""
+    for k in (17, 22):
+        lab06.check_peak_prediction(14.0, lab06.layered_map(k, head="cpu" if k == 22 else 0))
     failed = lab06.check_serving_map(lab06.layered_map(22, head="cpu"))
     capsys.readouterr()
     assert lab06.after_capstone(failed) is None
@@ -301,7 +314,7 @@ def test_the_peak_prediction_is_recorded_before_anything_shows_the_peak(capsys):
     best = dict(lab06._best_serving_map()[0])
     peak_text = re.compile(r"\d+\.\d\d GiB in|peaks at")
     assert lab06.replay_predicted_map(14.0, best) is None                       # nothing recorded yet
-    assert lab06.check_serving_map(best)                                        # the check's own replay
+    assert not lab06.check_serving_map(best)                                    # the check's own replay
     out = capsys.readouterr().out
     assert "prediction" in out and not peak_text.search(out) and "14.91" not in out, out
     assert lab06.check_peak_prediction(None, best).untouched

@@ -12,7 +12,8 @@ import warnings
 from typing import Any, Mapping
 
 from vramlab import ran
-from vramlab.checks._core import opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
+from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number,
+                                  report, tries)
 
 # also public, not star-exported: replay_predicted_map (the replay after Exercise 4's recorded prediction).
 __all__ = ["check_predicted_gpu_layers", "check_offload_device_map", "check_budget_gib", "check_map_covers",
@@ -499,13 +500,17 @@ def replay_predicted_map(predicted: Any, device_map: Any, trace=None, model=None
     return r
 
 
+_SERVE_DIRECTED_TRIES = 2   # wrong maps told "over" or "copies more"; then "not this map" and the next hint
+
+
 @exercise("lab06", 4, _serving_answer)
 def check_serving_map(device_map: Any) -> CheckResult:
     """Capstone: a ``device_map`` for Llama-3.1-8B in bf16 serving 8 x 2,048 tokens on one GPU with 15 GiB for
     PyTorch, the rest on "cpu". The dry run is replayed on the map (:func:`vramlab.dispatch.replay`): GPU 0's peak
     must fit in 15 GiB, and the map must copy no more than 0.25 GiB more weight per forward than the best map
-    that fits (:func:`_best_serving_map`). GPU 0's peak is named (its GiB, its module) only once a prediction for
-    this map was recorded (:func:`check_peak_prediction`): before that the line says whether it fits, not where."""
+    that fits (:func:`_best_serving_map`). A map is judged only once a prediction of its GPU 0 peak was recorded
+    (:func:`check_peak_prediction`; without one, one sentence and no try counted); two wrong maps are told "over" or
+    "copies more", later ones only "not this map"."""
     from vramlab.dispatch import GiB
 
     name = "capstone: a device map for the workload"
@@ -517,23 +522,27 @@ def check_serving_map(device_map: Any) -> CheckResult:
     _, _, best_streamed = _best_serving_map()
     limit = SERVE_GPU_GIB * GiB
     layers = gpu_layers(dmap, total=32)
-    shown = _recorded(dmap)   # the peak's value and module only after a prediction for this map was recorded
-    where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}" if shown else "GPU 0's peak"
-    later = "" if shown else "; its value shows once your prediction for this map is recorded"
-    if r.peak_bytes > limit:
-        if not r.offloaded:
-            hint = "every module is on GPU 0: the weights alone leave too little room for the forward"
-        else:
-            hint = "list what is on GPU 0 at that moment, category by category, and compare with your plan"
-        return report(name, False, what, f"{where}: over the {SERVE_GPU_GIB} GiB ({layers} decoder layers on GPU 0)"
-                      + later, hint)
-    extra = r.streamed_bytes - best_streamed
+    if not _recorded(dmap):   # review #3 bisected the layer count in 5 tries with no prediction: predict, then check
+        return report(name, False, "a map whose GPU 0 peak you predicted first",
+                      f"no prediction recorded for this map ({layers} decoder layers on GPU 0)",
+                      "record your predicted GPU 0 peak for this very map first: "
+                      "check_peak_prediction(predicted_gpu0_peak_gib, serving_map), then check it", counts=False)
+    where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}"
+    directed = tries(name) < _SERVE_DIRECTED_TRIES   # "over" or "copies more" on two wrong maps, then only "not it"
+    if r.peak_bytes > limit or r.streamed_bytes - best_streamed > SERVE_STREAM_SLACK_GIB * GiB:
+        if not directed:
+            return report(name, False, what, f"not this map ({layers} decoder layers on GPU 0)",
+                          "compare your prediction with the replay (replay_predicted_map), then open the next hint")
+        if r.peak_bytes > limit:
+            hint = ("every module is on GPU 0: the weights alone leave too little room for the forward"
+                    if not r.offloaded else
+                    "list what is on GPU 0 at that moment, category by category, and compare with your plan")
+            return report(name, False, what, f"{where}: over the {SERVE_GPU_GIB} GiB ({layers} decoder layers on GPU 0)",
+                          hint)
+        return report(name, False, what, f"{where} (fits), with {r.streamed_bytes / GiB:.2f} GiB of weights copied to "
+                      "GPU 0 per forward", "it fits, but a map that fits this GPU copies less at every forward")
     copied = f"{r.streamed_bytes / GiB:.2f} GiB of weights copied to GPU 0 per forward"
-    if extra > SERVE_STREAM_SLACK_GIB * GiB:
-        return report(name, False, what, f"{where} (fits), with {copied}",
-                      "it fits, but a map that fits this GPU copies less at every forward")
-    fits = f"{where} of {SERVE_GPU_GIB}" if shown else f"{where} fits {SERVE_GPU_GIB} GiB"
-    return report(name, True, "", f"{fits}, {copied} ({layers} decoder layers on GPU 0)")
+    return report(name, True, "", f"{where} of {SERVE_GPU_GIB}, {copied} ({layers} decoder layers on GPU 0)")
 
 
 # The lesson after the capstone: shown only once its check passed or its answer was revealed, so no cell below
