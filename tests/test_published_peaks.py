@@ -22,10 +22,17 @@ def test_the_cases_state_their_conditions_and_links():
         assert c.get("kind") == "sdpa_kernel" or (c["transformers"] and c["new_tokens"] and c["config"])
 
 
-def test_within_ten_percent_on_four_points_in_five():
+@pytest.fixture(scope="module")
+def sampled() -> dict:
+    """Case index -> its row of ``table``, for every third model case and every kernel case (computed once: the
+    overshoot test's every ninth case is among them)."""
     cases = load_cases()
-    sample = [c for i, c in enumerate(cases) if c.get("kind") == "sdpa_kernel" or i % 3 == 0]
-    rows = table(sample)
+    index = [i for i, c in enumerate(cases) if c.get("kind") == "sdpa_kernel" or i % 3 == 0]
+    return dict(zip(index, table([cases[i] for i in index])))
+
+
+def test_within_ten_percent_on_four_points_in_five(sampled):
+    rows = list(sampled.values())
     within = sum(r["within_10pct"] for r in rows)
     assert within >= 0.8 * len(rows), [(r["model"], r["conditions"], r["ratio"]) for r in rows]
     # the math kernel of torch 2.5 (13 bytes per score element) reproduces a published RTX 4060 Ti run
@@ -34,6 +41,8 @@ def test_within_ten_percent_on_four_points_in_five():
             assert abs(r["ratio"] - 1) < 0.01, r
 
 
-def test_the_dry_run_never_overshoots_by_more_than_ten_percent():
-    for c in load_cases()[::9]:
-        assert predict(c)["ratio"] < 1.1, c
+def test_the_dry_run_never_overshoots_by_more_than_ten_percent(sampled):
+    cases = load_cases()
+    for i in range(0, len(cases), 9):
+        ratio = sampled[i]["ratio"] if i in sampled else predict(cases[i])["ratio"]
+        assert ratio < 1.1, cases[i]
