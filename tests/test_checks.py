@@ -610,7 +610,7 @@ def test_a_bisecting_learner_never_narrows_an_ordered_choice_below_four(name, up
     high" does. After every wrong try at least 4 candidates (or all of them, when fewer) are still consistent
     with the messages: the tries themselves eliminate, the messages may not. Directions come on two tries at most."""
     from vramlab.checks._core import DIRECTION_TRIES, reset_tries
-    from vramlab.ran import forget
+    from vramlab.ran import _forget as forget
 
     candidates, attempt, down, up = _ordered_checks()[name]
     extra = _extra(name, *smollm2)
@@ -847,7 +847,7 @@ def test_one_registry_of_what_ran_and_one_reset():
     from vramlab.serving.paged import Request, burst_was_run, simulate
     from vramlab.vram.dryrun import dry_run, shape_was_run
 
-    assert _core.forget_runs is __import__("vramlab.ran").ran.forget
+    assert _core.forget_runs is __import__("vramlab.ran").ran._forget
     simulate(10, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)
     dry_run("smollm2-135m", 1, 256)
     with _core.unrecorded():

@@ -165,7 +165,7 @@ def test_a_design_read_off_a_run_of_this_burst_is_refused_unless_it_passed_befor
     out = capsys.readouterr().out
     assert "a reading, not a prediction" in out and "reveal=True" in out
     # another burst, or the same requests on another pool, does not count
-    from vramlab.ran import forget
+    from vramlab.ran import _forget as forget
 
     forget()
     simulate(12, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], block_size=128)

@@ -480,7 +480,7 @@ def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(cap
     from vramlab import ran
     from vramlab.bnb import logs
 
-    ran.forget()
+    ran._forget()
     try:
         right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
                  "fix": lab07._DIAGNOSIS_FIX[0]}
@@ -490,16 +490,16 @@ def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(cap
         assert logs.was_explained(lab07.unseen_log())
         result = lab07.check_diagnosis(right)
         assert not result and "after explain_log read this very log" in capsys.readouterr().out
-        ran.forget()
+        ran._forget()
         assert lab07.check_diagnosis(right)            # passed first ...
         logs.explain_log(lab07.unseen_log())
         assert lab07.check_diagnosis(right)            # ... still passes after the tool read it
-        with ran.unrecorded():
-            ran.forget()
+        with ran._unrecorded():
+            ran._forget()
             logs.explain_log(lab07.unseen_log())       # the lab's own reading (after_diagnosis) is not noted
         assert not logs.was_explained(lab07.unseen_log())
     finally:
-        ran.forget()
+        ran._forget()
 
 
 def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(capsys):
@@ -509,7 +509,7 @@ def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(cap
     from vramlab import ran
     from vramlab.bnb import logs
 
-    ran.forget()
+    ran._forget()
     try:
         right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
                  "fix": lab07._DIAGNOSIS_FIX[0]}
@@ -517,9 +517,9 @@ def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(cap
             logs.explain_log(logs.corpus_entry(log)["text"])
         assert not logs.was_explained(lab07.unseen_log(), lab07._distinctive_lines())
         for line in lab07._distinctive_lines():
-            ran.forget()
+            ran._forget()
             logs.explain_log("some text before\n" + line)
             assert not lab07.check_diagnosis(right), line
             assert "after explain_log read this very log" in capsys.readouterr().out
     finally:
-        ran.forget()
+        ran._forget()

@@ -289,7 +289,7 @@ def test_t4_reveal_shows_the_answer(capsys):
 def test_t4_a_plan_stored_after_a_dry_run_of_this_shape_is_refused_unless_it_passed_before(capsys):
     """The prediction comes first: once dry_run has run 4 x 4,096 bf16 tokens in the kernel (any GPU, either
     implementation), a new plan is refused as a reading; a plan that passed before still passes (Run All again)."""
-    from vramlab.ran import forget
+    from vramlab.ran import _forget as forget
     from vramlab.vram.dryrun import dry_run
 
     dry_run("smollm2-135m", batch_size=4, seq_len=4096, dtype="bfloat16", attn_implementation="eager", gpu="A100")
@@ -355,7 +355,7 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
     dtype's text) and off batches 1 and 2 (a straight line gives batch 4): both count as having run the shape."""
     import torch
 
-    from vramlab.ran import forget
+    from vramlab.ran import _forget as forget
     from vramlab.vram.dryrun import dry_run, shape_was_run
 
     forget()
@@ -379,5 +379,25 @@ def test_t4_the_guard_sees_a_torch_dtype_and_any_batch():
         forget()
         dry_run("smollm2-135m", batch_size=4, seq_len=2048, gpu="T4")     # as many tokens as the capstone's batch
         assert lab08._shape_already_run()
+        forget()       # review #5: eager's peak is the same on any GPU; three A100 eager runs fitted it to 1.1%
+        dry_run("smollm2-135m", batch_size=4, seq_len=512, attn_implementation="eager")
+        assert not lab08._shape_already_run()
+        dry_run("smollm2-135m", batch_size=4, seq_len=1024, attn_implementation="eager")
+        assert lab08._shape_already_run()
     finally:
         forget()
+
+
+def test_t4_why_is_read_for_whole_words(capsys):
+    """Review #5: "eager is mathematically simpler" passed on the substring "math". The reason is read for whole words
+    (a plural or past form allowed), so the mechanism must be named."""
+    import re
+
+    words = lab08._T4_REASON_WORDS
+    said = lambda why: any(re.search(rf"(?<![a-z]){re.escape(w)}(?:s|ed|ing)?(?![a-z])", why.lower())  # noqa: E731
+                           for w in words)
+    assert not said("eager is mathematically simpler")
+    assert said("sdpa runs the math path") and said("the scores are upcasted to float32") and said("it upcasts")
+    plan = dict(SOLUTIONS["check_t4_plan"], why="eager is mathematically simpler")
+    assert not lab08.check_t4_plan(plan)
+    capsys.readouterr()

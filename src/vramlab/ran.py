@@ -15,8 +15,9 @@ kind, as hashable keys:
 - ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted gpu0 peak"``: lab 06's
   recorded predictions, ``(map key, GiB)``.
 
-:func:`forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test). A check's own
-reference runs go inside :func:`unrecorded`. This module imports nothing from vramlab, so the simulator, the dry
+:func:`_forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test). A check's own
+reference runs go inside :func:`_unrecorded`. Both are private:
+a learner who calls them skips every guard (review #4 did, in labs 06, 07 and 08). This module imports nothing from vramlab, so the simulator, the dry
 run and ``vramlab.checks._core`` (which re-exports it) can all use it without an import circle.
 """
 
@@ -31,23 +32,23 @@ _RECORDING = [True]
 
 def note(kind: str, key: Hashable) -> None:
     """Remember that ``key`` of ``kind`` (``"burst"``, ``"dry_run shape"``, ...) ran here (not inside
-    :func:`unrecorded`)."""
+    :func:`_unrecorded`)."""
     if _RECORDING[-1]:
         _RAN.setdefault(kind, set()).add(key)
 
 
 def ran(kind: str) -> frozenset:
-    """Every key of ``kind`` noted since the last :func:`forget` (empty when none)."""
+    """Every key of ``kind`` noted since the last :func:`_forget` (empty when none)."""
     return frozenset(_RAN.get(kind, ()))
 
 
-def forget() -> None:
+def _forget() -> None:
     """Forget everything noted so far, of every kind: what a fresh kernel knows (the tests call it)."""
     _RAN.clear()
 
 
 @contextlib.contextmanager
-def unrecorded() -> Iterator[None]:
+def _unrecorded() -> Iterator[None]:
     """Nothing noted inside the block is remembered (a check's own reference runs are not the learner's)."""
     _RECORDING.append(False)
     try:
@@ -56,4 +57,4 @@ def unrecorded() -> Iterator[None]:
         _RECORDING.pop()
 
 
-__all__ = ["note", "ran", "forget", "unrecorded"]
+__all__ = ["note", "ran"]

@@ -801,7 +801,7 @@ def _cleaned_key(cleaned: str) -> str:
 
 def was_explained(text: str, lines: Iterable[str] = ()) -> bool:
     """Whether :func:`explain_log` read ``text`` (the same log after cleaning) in this process, outside
-    ``vramlab.ran.unrecorded()``, or any of ``lines`` (each cleaned) as part of whatever it read."""
+    ``vramlab.ran._unrecorded()``, or any of ``lines`` (each cleaned) as part of whatever it read."""
     if _cleaned_key(clean_lines(bounded(text)[0])) in ran.ran(EXPLAINED_KIND):
         return True
     read = ran.ran(EXPLAINED_LINE_KIND)

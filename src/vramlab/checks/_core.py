@@ -31,7 +31,7 @@ from vramlab import progress as _progress
 # The one registry of what the learner already ran in this kernel (a capstone's burst, a dry-run shape) and which
 # designs passed before that: vramlab.ran, a module without vramlab imports so the simulator and the dry run can
 # note their runs without importing checks. forget_runs() is its one reset (tests/conftest.py, around every test).
-from vramlab.ran import forget as forget_runs, note as note_run, ran as runs_noted, unrecorded  # noqa: F401
+from vramlab.ran import _forget as forget_runs, _unrecorded as unrecorded, note as note_run, ran as runs_noted  # noqa: F401
 
 PASS_MARK = "PASS"
 FAIL_MARK = "FAIL"

@@ -312,10 +312,10 @@ def serving_trace():
 
 def _serving_replay(device_map: Mapping[str, Any]):
     """:func:`vramlab.dispatch.replay` of the capstone's dry run on ``device_map``: the checks' own replay, not
-    remembered as the learner's (:func:`vramlab.ran.unrecorded`). Private: its peak is what Exercise 4 predicts."""
+    remembered as the learner's (:func:`vramlab.ran._unrecorded`). Private: its peak is what Exercise 4 predicts."""
     from vramlab.dispatch import replay
 
-    with ran.unrecorded():
+    with ran._unrecorded():
         return replay(serving_trace(), _meta(SERVE_CONFIG, None), device_map)
 
 

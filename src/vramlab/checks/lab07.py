@@ -533,7 +533,7 @@ def after_diagnosis(result: Any, log: str | None = None, print_line=print) -> No
     if not opened_by(result, "check_diagnosis"):
         print_line("The doctor's reading of this log appears here once Exercise 5 passes (or after reveal=True).")
         return
-    with ran.unrecorded():             # the lab's own reading is not the learner's
+    with ran._unrecorded():             # the lab's own reading is not the learner's
         print_line(str(explain_log(unseen_log() if log is None else log)))
     print_line("")
     print_line(_DIAGNOSIS_READING)

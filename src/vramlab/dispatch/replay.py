@@ -31,7 +31,7 @@ from vramlab import ran
 OFFLOADED = ("cpu", "disk")
 # Maps replayed in this process, in vramlab.ran's one registry (this kind): lab 06's capstone refuses a prediction of
 # GPU 0's peak stored after the learner replayed that very map (vramlab.checks.lab06.check_peak_prediction). A
-# check's own replays run inside vramlab.ran.unrecorded().
+# check's own replays run inside vramlab.ran._unrecorded().
 REPLAYED_KIND = "replayed map"
 
 
@@ -41,7 +41,7 @@ def map_key(device_map: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def map_was_replayed(device_map: Mapping[str, Any]) -> bool:
-    """Whether :func:`replay` ran on this very map in this process (outside :func:`vramlab.ran.unrecorded`)."""
+    """Whether :func:`replay` ran on this very map in this process (outside :func:`vramlab.ran._unrecorded`)."""
     return map_key(device_map) in ran.ran(REPLAYED_KIND)
 
 

@@ -499,7 +499,7 @@ def burst(n: int = 32, seed: int = 0, prompt: tuple[int, int] = (64, 512), outpu
 # Bursts run in this process (the simulator here, the engine through vramlab.serving.recorded.runs), keyed by the
 # pool and the requests' shapes in arrival order, in vramlab.ran's one registry (kind "burst"). A capstone's check
 # reads it to tell a prediction made by hand from one read off a run of that very burst
-# (vramlab.checks.lab04.check_seqs_design). vramlab.ran.forget() is the reset.
+# (vramlab.checks.lab04.check_seqs_design). vramlab.ran._forget() is the reset.
 BURST_KIND = "burst"
 
 

@@ -615,11 +615,12 @@ def _phase_ends(events: list[dict]) -> dict:
 
 # Shapes dry-run in this process, (batch_size, seq_len, dtype), in vramlab.ran's one registry (kind "dry_run
 # shape"): a capstone's check reads it to tell a prediction from one read off a dry run of that very shape
-# (vramlab.checks.lab08.check_t4_plan). A check's own reference runs inside vramlab.ran.unrecorded() and are not
-# remembered; vramlab.ran.forget() is the reset.
+# (vramlab.checks.lab08.check_t4_plan). A check's own reference runs inside vramlab.ran._unrecorded() and are not
+# remembered; vramlab.ran._forget() is the reset.
 SHAPE_KIND = "dry_run shape"
-#: The same runs with the GPU they were planned for, ``(compute capability, batch_size, seq_len)``: lab 08's capstone
-#: also refuses a plan after dry runs on a GPU without the fused kernels (review #3 fitted two T4 runs).
+#: The same runs with the GPU and attention they were planned for, ``(compute capability, batch_size, seq_len,
+#: attn_implementation)``: lab 08's capstone also refuses a plan after dry runs that fit its peaks (reviews #3-#5 fitted
+#: two T4 runs, and three eager runs on an A100).
 GPU_SHAPE_KIND = "dry_run gpu shape"
 
 
@@ -665,7 +666,7 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     """
     try:
         ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype)))
-        ran.note(GPU_SHAPE_KIND, (gpu_capability(gpu), int(batch_size), int(seq_len)))
+        ran.note(GPU_SHAPE_KIND, (gpu_capability(gpu), int(batch_size), int(seq_len), str(attn_implementation)))
     except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
         pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
