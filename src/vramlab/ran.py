@@ -8,8 +8,8 @@ kind, as hashable keys:
 
 - ``"burst"``: ``(num_blocks, ((prompt tokens, new tokens), ...))`` noted by ``vramlab.serving.paged.simulate``
   and ``vramlab.serving.recorded.runs`` (read by ``paged.burst_was_run``);
-- ``"dry_run shape"``: ``(batch_size, seq_len, dtype name)`` noted by ``vramlab.vram.dryrun.dry_run``
-  (read by ``dryrun.shape_was_run``);
+- ``"dry_run shape"``: ``(batch_size, seq_len, dtype name, compute capability, attn_implementation)`` noted by
+  ``vramlab.vram.dryrun.dry_run`` (read by ``dryrun.shape_was_run`` and lab 08's check);
 - ``"replayed map"``: ``vramlab.dispatch.replay.map_key(device_map)`` noted by ``vramlab.dispatch.replay`` (read by
   ``replay.map_was_replayed``);
 - ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted gpu0 peak"``: lab 06's

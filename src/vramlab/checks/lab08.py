@@ -376,14 +376,14 @@ def _shape_already_run() -> bool:
     (compute capability below 8.0, as the T4's 7.5) or with eager attention on any GPU (its peak barely depends on
     the GPU), one run of as many tokens as the capstone's batch, or two runs of any shape (points of a quadratic in the
     length: reviews fitted 4 x 2,048 and 4 x 3,000 on a T4, and three eager runs on an A100)."""
-    from vramlab.vram.dryrun import GPU_SHAPE_KIND, SHAPE_KIND
+    from vramlab.vram.dryrun import SHAPE_KIND
 
     want = T4_SETUP["seq_len"]
-    if any(abs(seq - want) <= T4_NEAR_SEQ * want for _batch, seq, _dtype in ran.ran(SHAPE_KIND)):
+    runs = ran.ran(SHAPE_KIND)           # (batch, seq, dtype, compute capability, attn_implementation) per run
+    if any(abs(seq - want) <= T4_NEAR_SEQ * want for _b, seq, *_ in runs):
         return True
-    runs = ran.ran(GPU_SHAPE_KIND)
-    for telling in ([(b, s) for cap, b, s, _impl in runs if tuple(cap) < (8, 0)],     # the T4's math path
-                    [(b, s) for _cap, b, s, impl in runs if impl == "eager"]):        # eager is the same on any GPU
+    for telling in ([(b, s) for b, s, _d, cap, _impl in runs if tuple(cap) < (8, 0)],     # the T4's math path
+                    [(b, s) for b, s, _d, _cap, impl in runs if impl == "eager"]):        # same on any GPU
         if len(telling) >= 2 or any(b * s >= T4_SETUP["seq_len"] for b, s in telling):
             return True
     return False

@@ -64,7 +64,7 @@ from vramlab import ran
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
 from vramlab.vram.blocks import block_bytes
 from vramlab.vram.generation import generate_loop, legacy_buffers, transformers_release
-from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, gpu_capability, cublas_workspace_bytes, fused_sdpa,
+from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
                                   gpu_capability, math_sdpa, torch_release)
 
 MiB = 1 << 20
@@ -613,15 +613,12 @@ def _phase_ends(events: list[dict]) -> dict:
     return out
 
 
-# Shapes dry-run in this process, (batch_size, seq_len, dtype), in vramlab.ran's one registry (kind "dry_run
-# shape"): a capstone's check reads it to tell a prediction from one read off a dry run of that very shape
-# (vramlab.checks.lab08.check_t4_plan). A check's own reference runs inside vramlab.ran._unrecorded() and are not
-# remembered; vramlab.ran._forget() is the reset.
+# Dry runs in this process, in vramlab.ran's one registry (kind "dry_run shape"), one key per run:
+# (batch_size, seq_len, dtype name, compute capability, attn_implementation). A capstone's check reads it to tell a
+# prediction from one read off dry runs that give its answer (vramlab.checks.lab08.check_t4_plan: that very shape, or
+# runs a quadratic fits, on a T4 or with eager attention). A check's own reference runs inside
+# vramlab.ran._unrecorded() and are not remembered; vramlab.ran._forget() is the reset.
 SHAPE_KIND = "dry_run shape"
-#: The same runs with the GPU and attention they were planned for, ``(compute capability, batch_size, seq_len,
-#: attn_implementation)``: lab 08's capstone also refuses a plan after dry runs that fit its peaks (reviews #3-#5 fitted
-#: two T4 runs, and three eager runs on an A100).
-GPU_SHAPE_KIND = "dry_run gpu shape"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -635,7 +632,7 @@ def shape_was_run(batch_size: int | None, seq_len: int, dtype: str) -> bool:
     other batch by a straight line)."""
     name = _dtype_name(dtype)
     return any(s == int(seq_len) and d == name and (batch_size is None or b == int(batch_size))
-               for b, s, d in ran.ran(SHAPE_KIND))
+               for b, s, d, *_gpu_and_attention in ran.ran(SHAPE_KIND))
 
 
 def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, dtype: str = "bfloat16",
@@ -665,8 +662,8 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` does on a GPU) instead of choosing it.
     """
     try:
-        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype)))
-        ran.note(GPU_SHAPE_KIND, (gpu_capability(gpu), int(batch_size), int(seq_len), str(attn_implementation)))
+        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
+                              str(attn_implementation)))
     except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
         pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
