@@ -518,15 +518,15 @@ def check_serving_map(device_map: Any) -> CheckResult:
     dmap, failed = _serving_map_or_fail(name, what, device_map)
     if failed is not None:
         return failed
-    r = _serving_replay(dmap)
-    _, _, best_streamed = _best_serving_map()
-    limit = SERVE_GPU_GIB * GiB
     layers = gpu_layers(dmap, total=32)
     if not _recorded(dmap):   # review #3 bisected the layer count in 5 tries with no prediction: predict, then check
         return report(name, False, "a map whose GPU 0 peak you predicted first",
                       f"no prediction recorded for this map ({layers} decoder layers on GPU 0)",
                       "record your predicted GPU 0 peak for this very map first: "
                       "check_peak_prediction(predicted_gpu0_peak_gib, serving_map), then check it", counts=False)
+    r = _serving_replay(dmap)
+    _, _, best_streamed = _best_serving_map()
+    limit = SERVE_GPU_GIB * GiB
     where = f"GPU 0 peaks at {r.peak_bytes / GiB:.2f} GiB in {r.peak_module}"
     directed = tries(name) < _SERVE_DIRECTED_TRIES   # "over" or "copies more" on two wrong maps, then only "not it"
     if r.peak_bytes > limit or r.streamed_bytes - best_streamed > SERVE_STREAM_SLACK_GIB * GiB:
