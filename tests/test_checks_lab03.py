@@ -277,9 +277,14 @@ def test_the_engine_cell_gets_a_design_only_after_a_pass_or_a_reveal(capsys):
     assert revealed.revealed and lab03.design_to_run(revealed, wrong) == (lab03._capstone_designs()[0],) * 2
 
 
-def test_fixes_to_run_hand_out_vramlabs_fixes_only_in_place_of_a_learners_that_failed():
-    mine = {"shorter": {"max_model_len": 4096}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
+def test_fixes_to_run_hand_out_vramlabs_fixes_only_after_a_pass_or_a_reveal():
+    """Before Exercise 3 passed or was revealed, nothing: not for True, a hand-made result or another check's."""
+    mine = {"shorter": {"max_model_len": 46464}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
+    wrong = {**mine, "memory": {"kv_cache_space_gib": 5}}
     reference = lab03._reference_fixes()
-    assert lab03.fixes_to_run(True, mine) == (mine, reference)
-    assert lab03.fixes_to_run(False, mine) == (reference, reference)
-    assert lab03.fixes_to_run(None, None) == (reference, reference)
+    for result in (None, True, 1, lab03.check_three_fixes(None), lab03.check_three_fixes(wrong),
+                   lab03.check_exactly_full(("b", "x"), reveal=True)):
+        assert lab03.fixes_to_run(result, mine) == (None, None), result
+    assert lab03.fixes_to_run(lab03.check_three_fixes(mine), mine) == (mine, reference)
+    revealed = lab03.check_three_fixes(wrong, reveal=True)
+    assert revealed.revealed and lab03.fixes_to_run(revealed, wrong) == (reference, reference)

