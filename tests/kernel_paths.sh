@@ -17,7 +17,7 @@ if [ -z "${PATHS:-}" ]; then
 fi
 THREADS=${THREADS:-1}
 # The tests whose numbers move with the kernel path, or must not (the float64 rows). The 8-window live row
-# (test_live_quantized_row_matches_the_table, ~1 min) runs in `make test` on the machine's own path only.
+# (test_live_quantized_row_matches_the_table, ~1 min) runs in CI's pytest (VRAMLAB_LIVE_TABLE=1) on the machine's own path only.
 TESTS=(
     "tests/test_numerics.py"
     "tests/test_quant.py::test_real_model_w8a8_close_to_fp32_and_w16a4_breaks"

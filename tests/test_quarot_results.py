@@ -9,6 +9,7 @@ one row live so that the cached numbers cannot drift from what the code does.
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 
 import pytest
@@ -71,10 +72,15 @@ def test_fingerprint_notices_a_changed_file(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("VRAMLAB_LIVE_TABLE") != "1",
+                    reason="the live 8-window W4A4KV4 row (about 45 s of one worker) runs in CI (.ci/run sets "
+                           "VRAMLAB_LIVE_TABLE=1) and with `python benchmarks/rotation.py --check --live`; `make test` "
+                           "holds the table by its code fingerprint and the float64 rows to 1e-6 (issue 26's 10 minutes)")
 def test_live_quantized_row_matches_the_table(smollm2, windows):
     """Recompute W4A4KV4, Hadamard seed 0, RTN weights (every quantizer and the rotation) on the 8
     evaluation windows with the settings recorded in the table, on the table's path: within 1e-6 relative
-    of a float64 table (the reproducible path), within the measured kernel-path spread of a float32 one."""
+    of a float64 table (the reproducible path), within the measured kernel-path spread of a float32 one.
+    CI only (VRAMLAB_LIVE_TABLE=1): the fingerprint test and the float64 rows run in every `make test`."""
     from vramlab.eval import perplexity
     from vramlab.numerics import reproducible
     from vramlab.quarot.rotate import rotate_model
