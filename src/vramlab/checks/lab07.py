@@ -373,7 +373,8 @@ def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
 _DIAGNOSIS_LOG = "bnb050_unbuilt_checkout"
 DIAGNOSIS_TORCH_CUDA = "12.2"
 # The candidate causes. Each wrong one is the cause of some real log (its corpus label in the comment), so each is
-# plausible for *some* log; one fits this log. Checked against bitsandbytes 0.50.2 (the PyPI wheel the lab installs),
+# plausible for *some* log; one fits this log (5: worded apart from the message's "checked the code out from source",
+# which a learner could match by its words alone). Checked against bitsandbytes 0.50.2 (the PyPI wheel the lab installs),
 # bitsandbytes/cextension.py and cuda_specs.py:
 #   1 get_cuda_specs() returns None when not torch.cuda.is_available(); get_native_library() then loads
 #     libbitsandbytes_cpu.so and never names a CUDA file; "bitsandbytes library load error" is logged only when
@@ -392,14 +393,14 @@ DIAGNOSIS_CAUSES = {
     2: "bitsandbytes 0.50.2 ships no binary for CUDA 12.2 and does not fall back to another CUDA 12 binary",
     3: "a BNB_CUDA_VERSION=122 left in the environment makes bitsandbytes ask for the CUDA 12.2 file",  # override
     4: "the CUDA 12 runtime (libcudart.so.12) is not on the dynamic loader's search path",  # dependency_missing
-    5: "the bitsandbytes being imported is a source checkout in which no native library was ever compiled",
+    5: "the bitsandbytes Python imports is a folder with no native library in it at all: cmake never ran there",
     6: "the GPU is older than the oldest GPU bitsandbytes' CUDA 12 binaries have kernels for",  # no_kernel_for_gpu
 }
 _DIAGNOSIS_CAUSE = 5
 # Why each wrong cause does not fit this log: what the log would show instead. None names another cause or uses the
 # words of the right one (tests/test_checks_lab07.py: _RIGHT_CAUSE_WORDS).
 _CAUSE_REASONS = {
-    1: "when PyTorch sees no GPU, bitsandbytes asks for no CUDA file at all (get_cuda_specs() returns None and "
+    1: "when PyTorch sees no GPU, bitsandbytes asks for no CUDA file (get_cuda_specs() returns None and "
        "get_native_library() loads libbitsandbytes_cpu.so), and this log names libbitsandbytes_cuda122.so, a name "
        "made from the CUDA version PyTorch reported",
     2: "bitsandbytes 0.50.2 does fall back within CUDA 12: get_cuda_bnb_library_path() takes the highest CUDA 12 "
