@@ -44,7 +44,8 @@ longer than 1 M characters is read at its start and end; every pattern is bounde
 Lines are kept as printed: a phrase broken by a fixed-width wrap is not rejoined here.
 
 The labelled corpus of real logs (old and current, each with its source) is
-``vramlab/results/bnb_logs.json``; :func:`load_corpus` reads it.
+``vramlab/results/bnb_logs.json``; :func:`load_corpus` reads it, less lab 07 Exercise 5's log (its label states
+the answer).
 """
 
 from __future__ import annotations
