@@ -3,6 +3,8 @@ design check measures each design once; the part-2 capstone judges the evidence 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vramlab import checks
@@ -19,7 +21,17 @@ def _raises(*args):
 def _log_line(mark: str) -> str:
     from vramlab.bnb import logs
 
-    return next(ln.strip() for ln in logs.corpus_entry(lab07._DIAGNOSIS_LOG)["text"].splitlines() if mark in ln)
+    return next(ln.strip() for ln in logs._corpus_entry(lab07._DIAGNOSIS_LOG)["text"].splitlines() if mark in ln)
+
+
+def _predict(binary: str = "libbitsandbytes_cuda121.so") -> None:
+    """Exercise 5's prediction cell, run before the log (check_diagnosis judges nothing without it)."""
+    assert lab07.check_binary_prediction(binary)
+
+
+#: Words only the right cause's sentence (and the answer) uses: a wrong cause's reason must use none of them.
+_RIGHT_CAUSE_WORDS = ("never", "compiled", "checkout", "source", "clone", "folder", "no library", "no native library",
+                      "built", "build", "cmake", "at all", "wheel", "PyPI")
 
 
 SOLUTIONS = {
@@ -131,7 +143,7 @@ def test_the_capstones_log_is_bitsandbytes_own_its_advice_is_wrong_and_the_docto
     root cause is neither Exercise 3's nor Exercise 4's."""
     from vramlab.bnb import doctor, logs
 
-    full = logs.corpus_entry(lab07._DIAGNOSIS_LOG)["text"]
+    full = logs._corpus_entry(lab07._DIAGNOSIS_LOG)["text"]
     assert doctor.simulate("unbuilt_checkout") == full and lab07.unseen_log() == full.strip("\n")
     assert "COMPILE FROM SOURCE for CPU-only" in full and "doesn't detect CUDA" in full      # the wrong advice
     assert "DCOMPUTE_BACKEND=cuda" not in full and "pip install bitsandbytes" not in full   # no right advice
@@ -152,20 +164,21 @@ def test_the_binary_prediction_is_stored_then_compared_with_the_log_without_expl
     out = capsys.readouterr().out
     assert "cuda122" in out and "not the file you predicted" in out
     assert not any(w in out for w in ("clone", "source", "built", "folder")), out
+    assert lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so")     # a path is read as its file name
     assert lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so", log)
     assert "the file you predicted" in capsys.readouterr().out
     for bad in ("cuda121", 121, ""):
         assert not lab07.check_binary_prediction(bad) and "file name" in capsys.readouterr().out
 
 
-def test_diagnosis_judges_the_evidence_line_and_the_fix(capsys):
-    from vramlab.bnb import logs
-
-    cause = _log_line("bitsandbytes library load error")
-    full = logs.corpus_entry(lab07._DIAGNOSIS_LOG)["text"]
+def test_diagnosis_judges_the_evidence_line_then_the_cause_then_the_fix(capsys):
+    _predict()
+    evidence = _log_line("bitsandbytes library load error")
+    right = lab07._DIAGNOSIS_CAUSE
     for fix in ("e", "f"):
-        assert lab07.check_diagnosis({"evidence": cause, "fix": fix})
-    assert lab07.check_diagnosis({"evidence": "  " + _log_line("Original error:") + " ", "fix": " E"})
+        assert lab07.check_diagnosis({"evidence": evidence, "cause": right, "fix": fix})
+    assert lab07.check_diagnosis({"evidence": "  " + _log_line("Original error:") + " ", "cause": f" {right}",
+                                  "fix": " E"})
     capsys.readouterr()
     wrong_lines = {  # a line that is not the cause -> words of why; none names the kind of line wanted
         "Native code method attempted": "noticed",
@@ -177,7 +190,7 @@ def test_diagnosis_judges_the_evidence_line_and_the_fix(capsys):
     }
     for mark, words in wrong_lines.items():
         reset_tries()
-        result = lab07.check_diagnosis({"evidence": _log_line(mark), "fix": "e"})
+        result = lab07.check_diagnosis({"evidence": _log_line(mark), "cause": right, "fix": "e"})
         out = capsys.readouterr().out
         assert not result.passed and words in out, (mark, out)
         for giveaway in ("file", "folder", "path", "binary", "copy the line"):   # the kind of line wanted
@@ -185,36 +198,152 @@ def test_diagnosis_judges_the_evidence_line_and_the_fix(capsys):
     reasons = {"a": "sees no CUDA", "b": "on that name", "c": "another file name", "d": "before any dlopen"}
     for letter, words in reasons.items():
         reset_tries()
-        result = lab07.check_diagnosis({"evidence": cause, "fix": letter})
+        result = lab07.check_diagnosis({"evidence": evidence, "cause": right, "fix": letter})
         hint = capsys.readouterr().out.split("Hint:")[1]
         assert not result.passed and words in hint, (letter, hint)
         for giveaway in ("clone", "source", "build", "wheel", "PyPI", "folder", "?"):   # nothing points at the fix
             assert giveaway not in hint, (letter, giveaway, hint)
-    for bad, words in (({"evidence": "no such line", "fix": "e"}, "copy one whole line"),
-                       ({"evidence": cause, "fix": "z"}, "one of the letters"),
-                       ({"evidence": cause}, "exactly the keys"), ("e", "exactly the keys"),
-                       ({"evidence": 42, "fix": "e"}, "copy one whole line")):
+    for bad, words in (({"evidence": "no such line", "cause": right, "fix": "e"}, "copy one whole line"),
+                       ({"evidence": evidence, "cause": right, "fix": "z"}, "one of the letters"),
+                       ({"evidence": evidence, "cause": 0, "fix": "e"}, "one of the numbers"),
+                       ({"evidence": evidence, "cause": True, "fix": "e"}, "one of the numbers"),
+                       ({"evidence": evidence, "cause": "five", "fix": "e"}, "one of the numbers"),
+                       ({"evidence": evidence, "fix": "e"}, "exactly the keys"), ("e", "exactly the keys"),
+                       ({"evidence": evidence, "cause": right, "fix": "e", "why": "x"}, "exactly the keys"),
+                       ({"evidence": 42, "cause": right, "fix": "e"}, "copy one whole line")):
+        reset_tries()
         assert not lab07.check_diagnosis(bad) and words in capsys.readouterr().out, bad
+        assert lab07.tries("diagnosis") == 0, bad      # a form error is no try
+
+
+def test_a_wrong_cause_is_told_why_that_cause_does_not_fit_and_nothing_of_the_right_one(capsys):
+    """Each wrong cause, on a first try, gets what the log would show if it were the cause; the reason names no other
+    cause and none of the words only the right cause uses, and the universal fix f does not carry a wrong cause."""
+    _predict()
+    evidence = _log_line("bitsandbytes library load error")
+    right = lab07._DIAGNOSIS_CAUSE
+    assert len(lab07.DIAGNOSIS_CAUSES) in (5, 6) and set(lab07._CAUSE_REASONS) == set(lab07.DIAGNOSIS_CAUSES) - {right}
+    for word in ("folder", "no native library", "cmake"):     # the words are the right cause's own
+        assert word in lab07.DIAGNOSIS_CAUSES[right]
+    shows = {1: "libbitsandbytes_cpu.so", 2: "No prebuilt binary for CUDA 12.2", 3: "environment variable detected",
+             4: "cannot open shared object file", 6: "no kernel image is available"}   # what the log would show
+    log = lab07.unseen_log()
+    for number, text in lab07.DIAGNOSIS_CAUSES.items():
+        if number == right:
+            continue
+        assert shows[number] not in log            # ... and this log does not
+        for fix in ("f", "e"):
+            reset_tries()
+            result = lab07.check_diagnosis({"evidence": evidence, "cause": number, "fix": fix})
+            out = capsys.readouterr().out
+            hint = out.split("Hint:")[1]
+            assert not result.passed and shows[number] in hint, (number, out)
+            assert lab07.DIAGNOSIS_CAUSES[right] not in out and f"{right}:" not in out and f"cause {right}" not in out
+            for word in _RIGHT_CAUSE_WORDS:          # whole words: bitsandbytes' own "No prebuilt binary" is fine
+                assert not re.search(rf"\b{re.escape(word)}\b", hint, re.IGNORECASE), (number, word, hint)
+            others = [n for n in lab07.DIAGNOSIS_CAUSES if n != number and lab07.DIAGNOSIS_CAUSES[n] in out]
+            assert not others, (number, others, out)
+    reset_tries()
+    assert lab07.check_diagnosis({"evidence": evidence, "cause": right, "fix": "f"})     # f with the right cause only
+    assert not lab07.check_diagnosis({"evidence": _log_line("python -m bitsandbytes"), "cause": right, "fix": "f"})
 
 
 def test_diagnosis_explains_two_wrong_tries_then_says_not_it_and_offers_the_hints(capsys):
-    """Issue 29 and the unseen review: trying lines or letters one by one explains the first two wrong tries only
-    (a wrong line or a wrong fix alike); from the third the check says only "not it", with the next hint tier; the
-    wrong fixes never narrow the six letters to one; a pass starts the count again."""
-    cause = _log_line("bitsandbytes library load error")
+    """Issue 29 and the unseen review: trying lines, causes or letters one by one explains the first two wrong tries
+    only (a wrong line, cause or fix alike); from the third the check says only "not it", with the next hint tier;
+    a pass starts the count again."""
+    _predict()
+    evidence = _log_line("bitsandbytes library load error")
+    right = lab07._DIAGNOSIS_CAUSE
     outs = []
-    for diagnosis in ({"evidence": _log_line("python -m bitsandbytes"), "fix": "e"}, {"evidence": cause, "fix": "a"},
-                      {"evidence": cause, "fix": "b"}, {"evidence": _log_line("Native code method"), "fix": "e"},
-                      {"evidence": cause, "fix": "d"}):
+    for diagnosis in ({"evidence": _log_line("python -m bitsandbytes"), "cause": right, "fix": "e"},
+                      {"evidence": evidence, "cause": 1, "fix": "f"},
+                      {"evidence": evidence, "cause": right, "fix": "b"},
+                      {"evidence": _log_line("Native code method"), "cause": right, "fix": "e"},
+                      {"evidence": evidence, "cause": 3, "fix": "e"}):
         assert not lab07.check_diagnosis(diagnosis)
         outs.append(capsys.readouterr().out)
-    assert "diagnostic" in outs[0] and "sees no CUDA" in outs[1]
+    assert "diagnostic" in outs[0] and "libbitsandbytes_cpu.so" in outs[1]
     for out in outs[2:]:
-        assert "not it" in out and not any(w in out for w in ("on that name", "noticed", "dlopen")), out
+        assert "not it" in out and not any(w in out for w in ("on that name", "noticed", "environment variable "
+                                                                   "detected")), out
     assert "open Hint 1" in outs[1] and "open Hint 2" in outs[2] and "open Hint 3" in outs[3] and "reveal=True" in outs[4]
-    assert lab07.check_diagnosis({"evidence": cause, "fix": "f"})
+    assert lab07.check_diagnosis({"evidence": evidence, "cause": right, "fix": "f"})
     capsys.readouterr()
-    assert not lab07.check_diagnosis({"evidence": cause, "fix": "c"}) and "another file name" in capsys.readouterr().out
+    assert not lab07.check_diagnosis({"evidence": evidence, "cause": right, "fix": "c"})
+    assert "another file name" in capsys.readouterr().out
+
+
+def test_the_diagnosis_waits_for_a_prediction_stored_without_the_log(capsys):
+    """Review #5: the prediction could be skipped. check_diagnosis judges nothing (one sentence naming predicted_binary
+    and the cell, no try counted) until check_binary_prediction stored a prediction without the log; a prediction
+    handed over only with the log, or stored after that, does not count. The pass line compares the prediction with
+    the file the log shows."""
+    from vramlab import ran
+
+    right = {"evidence": _log_line("bitsandbytes library load error"), "cause": lab07._DIAGNOSIS_CAUSE, "fix": "e"}
+    for attempt in (right, {"evidence": "x", "cause": 1, "fix": "a"}):
+        result = lab07.check_diagnosis(attempt)
+        out = capsys.readouterr().out
+        assert not result and "predicted_binary" in out and "prediction cell" in out, out
+        assert "cuda12" not in out and lab07.tries("diagnosis") == 0, out
+    assert not lab07.check_diagnosis(None).passed and "not done" in capsys.readouterr().out   # a stub: not done yet
+    # a prediction handed over only with the log: no comparison shown, nothing stored, and a later one is a reading
+    log = lab07.unseen_log()
+    result = lab07.check_binary_prediction("libbitsandbytes_cuda121.so", log)
+    out = capsys.readouterr().out
+    assert not result and "cuda122" not in out and "prediction cell" in out, out
+    assert not lab07.check_diagnosis(right) and "predicted_binary" in capsys.readouterr().out
+    assert not lab07.check_binary_prediction("libbitsandbytes_cuda121.so")
+    assert "reading, not a prediction" in capsys.readouterr().out
+    assert not lab07.check_diagnosis(right)
+    capsys.readouterr()
+    # a fresh kernel: predicted first, then the log, then the diagnosis
+    ran._forget()
+    _predict("libbitsandbytes_cuda118.so")
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so")       # Run All again: still the prediction
+    assert not lab07.check_binary_prediction("libbitsandbytes_cuda124.so", log)   # not stored: no comparison
+    capsys.readouterr()
+    assert lab07.check_diagnosis(right)
+    out = capsys.readouterr().out
+    assert "you predicted libbitsandbytes_cuda118.so, the log asks for libbitsandbytes_cuda122.so" in out, out
+
+
+def test_the_public_corpus_does_not_hand_out_the_capstone(capsys):
+    """Review #5: load_corpus() returned the capstone's entry with its label and source, which state the cause. The
+    public loader leaves it out (its id, label, source and text); the private one, which the check and the label tests
+    read, keeps it."""
+    from vramlab.bnb import logs
+
+    log = lab07.unseen_log()
+    public = logs.load_corpus()
+    assert public and all(e["id"] != lab07._DIAGNOSIS_LOG for e in public)
+    assert all(log.strip() not in e["text"] for e in public)
+    full = logs._corpus_entry(lab07._DIAGNOSIS_LOG)
+    assert not any(full["source"] in str(e.get(k, "")) or e.get("scenario") == full["scenario"]
+                   for e in public for k in ("source", "sources"))
+    with pytest.raises(ValueError) as err:
+        logs.corpus_entry(lab07._DIAGNOSIS_LOG)
+    assert str(err.value).count(lab07._DIAGNOSIS_LOG) == 1            # the id asked for, not among the ids listed
+    assert full["label"] == "native_library_not_built" and full["text"].strip("\n") == log
+    assert len(logs._load_corpus()) == len(public) + 1
+    assert {e["id"] for e in public} | {lab07._DIAGNOSIS_LOG} == {e["id"] for e in logs._load_corpus()}
+
+
+def test_after_diagnosis_says_why_the_other_causes_do_not_fit_only_after_a_pass(capsys):
+    lines: list[str] = []
+    lab07.after_diagnosis(None, print_line=lines.append)
+    assert len(lines) == 1 and "once Exercise 5 passes" in lines[0]
+    _predict()
+    result = lab07.check_diagnosis({"evidence": _log_line("bitsandbytes library load error"),
+                                    "cause": lab07._DIAGNOSIS_CAUSE, "fix": "e"})
+    capsys.readouterr()
+    lab07.after_diagnosis(result, print_line=lines.append)
+    text = " ".join(" ".join(lines).split())
+    assert "native_library_not_built" in text and "Why the other causes do not fit" in text
+    for number in lab07._CAUSE_REASONS:
+        assert f"{number}. " in text
 
 
 PREDICTION = {"bytes": 1.2e8, "perplexity": 17.0}
@@ -381,7 +510,8 @@ def test_the_lesson_after_the_capstone_waits_for_a_pass_or_a_reveal(measured, ca
     said.clear()
     lab07.after_diagnosis(CheckResult("diagnosis", True, "", "", details={"check": "check_diagnosis"}),
                           print_line=said.append)
-    assert "native_library_not_built" in said[0] and said[-1] == lab07._DIAGNOSIS_READING
+    assert "native_library_not_built" in said[0] and lab07._DIAGNOSIS_READING in said
+    assert said[said.index(lab07._DIAGNOSIS_READING) + 2] == "Why the other causes do not fit this log:"
 
 
 def test_nothing_under_the_design_check_tells_the_design_before_it_passes():
@@ -482,8 +612,9 @@ def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(cap
 
     ran._forget()
     try:
+        _predict()
         right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
-                 "fix": lab07._DIAGNOSIS_FIX[0]}
+                 "cause": lab07._DIAGNOSIS_CAUSE, "fix": lab07._DIAGNOSIS_FIX[0]}
         logs.explain_log(logs.corpus_entry(lab07.LABEL_EXERCISE_LOG)["text"])     # another log: no effect
         assert not logs.was_explained(lab07.unseen_log())
         logs.explain_log("\x1b[31m" + lab07.unseen_log())
@@ -491,6 +622,7 @@ def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(cap
         result = lab07.check_diagnosis(right)
         assert not result and "after explain_log read this very log" in capsys.readouterr().out
         ran._forget()
+        _predict()
         assert lab07.check_diagnosis(right)            # passed first ...
         logs.explain_log(lab07.unseen_log())
         assert lab07.check_diagnosis(right)            # ... still passes after the tool read it
@@ -512,12 +644,13 @@ def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(cap
     ran._forget()
     try:
         right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
-                 "fix": lab07._DIAGNOSIS_FIX[0]}
+                 "cause": lab07._DIAGNOSIS_CAUSE, "fix": lab07._DIAGNOSIS_FIX[0]}
         for log in lab07._LOGS_THE_LAB_EXPLAINS:
             logs.explain_log(logs.corpus_entry(log)["text"])
         assert not logs.was_explained(lab07.unseen_log(), lab07._distinctive_lines())
         for line in lab07._distinctive_lines():
             ran._forget()
+            _predict()
             logs.explain_log("some text before\n" + line)
             assert not lab07.check_diagnosis(right), line
             assert "after explain_log read this very log" in capsys.readouterr().out

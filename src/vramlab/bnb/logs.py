@@ -44,7 +44,8 @@ longer than 1 M characters is read at its start and end; every pattern is bounde
 Lines are kept as printed: a phrase broken by a fixed-width wrap is not rejoined here.
 
 The labelled corpus of real logs (old and current, each with its source) is
-``vramlab/results/bnb_logs.json``; :func:`load_corpus` reads it.
+``vramlab/results/bnb_logs.json``; :func:`load_corpus` reads it, less lab 07 Exercise 5's log (its label states
+the answer).
 """
 
 from __future__ import annotations
@@ -809,20 +810,38 @@ def was_explained(text: str, lines: Iterable[str] = ()) -> bool:
 
 
 # --------------------------------------------------------------------------- the corpus
-def load_corpus() -> list[dict]:
-    """The labelled log corpus: ``[{"id", "text", "label", "format", "source"}]`` (old and current)."""
+#: Corpus entries the public loader leaves out: lab 07's Exercise 5 log, whose label and source text state the cause
+#: the learner diagnoses (an unseen review answered the exercise with one call of load_corpus()). The check reads it
+#: through :func:`_corpus_entry`; the tests that judge explain_log against the labels read :func:`_load_corpus`.
+_WITHHELD = frozenset({"bnb050_unbuilt_checkout"})
+
+
+def _load_corpus() -> list[dict]:
+    """Every corpus entry, the withheld ones included: ``[{"id", "text", "label", "format", "source"}]``."""
     from importlib import resources
 
     return json.loads((resources.files("vramlab") / "results" / "bnb_logs.json").read_text())["logs"]
 
 
-def corpus_entry(entry_id: str) -> dict:
-    """One corpus entry by id (``ValueError`` naming the ids when unknown)."""
-    logs = load_corpus()
+def _corpus_entry(entry_id: str, logs: list[dict] | None = None) -> dict:
+    """One entry of ``logs`` (default: the whole corpus, withheld entries included) by id; ``ValueError`` naming
+    the ids of ``logs`` when unknown."""
+    logs = _load_corpus() if logs is None else logs
     for e in logs:
         if e["id"] == entry_id:
             return e
     raise ValueError(f"No corpus log with id {entry_id!r}; ids: {', '.join(e['id'] for e in logs)}.")
+
+
+def load_corpus() -> list[dict]:
+    """The labelled log corpus: ``[{"id", "text", "label", "format", "source"}]`` (old and current), without the
+    log lab 07's Exercise 5 asks the learner to diagnose."""
+    return [e for e in _load_corpus() if e["id"] not in _WITHHELD]
+
+
+def corpus_entry(entry_id: str) -> dict:
+    """One entry of :func:`load_corpus` by id (``ValueError`` naming the ids when unknown)."""
+    return _corpus_entry(entry_id, load_corpus())
 
 
 __all__ = ["LABELS", "Finding", "explain_log", "was_explained", "fix_for_missing", "soname_major", "missing_versions", "compute_capabilities", "bnb_binaries",

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from vramlab import ran
-from vramlab.bnb.logs import LABELS, corpus_entry, explain_log, was_explained
+from vramlab.bnb.logs import LABELS, _corpus_entry, corpus_entry, explain_log, was_explained
 from vramlab.checks._core import opened_by, CheckResult, as_float, check_choice, exercise, fmt_number, is_untouched, report, tries
 
 __all__ = ["check_4bit_prediction", "check_cheapest_design", "check_log_label", "check_log_fix",
@@ -360,17 +360,60 @@ def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
 
 # --------------------------------------------------------------------------- Exercise 5: diagnose a log
 # Part 2's capstone: a log the lab has not shown, rendered by the installed bitsandbytes 0.50.2's own functions
-# (corpus entry bnb050_unbuilt_checkout, vramlab.bnb.doctor.simulate("unbuilt_checkout")): bitsandbytes imported
-# from a git clone where cmake never ran, on a GPU machine whose PyTorch was built for CUDA 12.2. Its printed
-# advice is wrong: 0.50.2's _format_lib_error_message (cextension.py) tests for "binary not found", which 0.50's
-# "No compatible CUDA binary found at" never contains, so it prints the generic "your torch installation doesn't
-# detect CUDA ... COMPILE FROM SOURCE for CPU-only" (vramlab.bnb.doctor.version_mismatch_hint_fires). The evidence:
-# with no library in its package folder, get_cuda_bnb_library_path returns the exact version's path unselected
-# (cuda122, where the wheel's rule gives cuda121, with a "No prebuilt binary" warning the log does not have), and
-# the folder is a source tree. get_native_library raises before any dlopen when the file does not exist, and loads
-# the CPU library only when PyTorch sees no CUDA (cextension.py, 0.50.2).
+# (corpus entry bnb050_unbuilt_checkout, withheld from the public logs.load_corpus(); vramlab.bnb.doctor.simulate(
+# "unbuilt_checkout")): bitsandbytes imported from a git clone where cmake never ran, on a GPU machine whose PyTorch
+# was built for CUDA 12.2. Its printed advice is wrong: 0.50.2's _format_lib_error_message (cextension.py) tests for
+# "binary not found", which 0.50's "No compatible CUDA binary found at" never contains, so it prints the generic "your
+# torch installation doesn't detect CUDA ... COMPILE FROM SOURCE for CPU-only"
+# (vramlab.bnb.doctor.version_mismatch_hint_fires). The evidence: with no library in its package folder,
+# get_cuda_bnb_library_path returns the exact version's path unselected (cuda122, where the wheel's rule gives cuda121,
+# with a "No prebuilt binary" warning the log does not have), and the folder is a source tree. get_native_library
+# raises before any dlopen when the file does not exist, and loads the CPU library only when PyTorch sees no CUDA
+# (cextension.py, 0.50.2).
 _DIAGNOSIS_LOG = "bnb050_unbuilt_checkout"
 DIAGNOSIS_TORCH_CUDA = "12.2"
+# The candidate causes. Each wrong one is the cause of some real log (its corpus label in the comment), so each is
+# plausible for *some* log; one fits this log (5: worded apart from the message's "checked the code out from source",
+# which a learner could match by its words alone). Checked against bitsandbytes 0.50.2 (the PyPI wheel the lab installs),
+# bitsandbytes/cextension.py and cuda_specs.py:
+#   1 get_cuda_specs() returns None when not torch.cuda.is_available(); get_native_library() then loads
+#     libbitsandbytes_cpu.so and never names a CUDA file; "bitsandbytes library load error" is logged only when
+#     BNB_BACKEND is "CUDA"/"ROCm" (module level, after get_native_library);
+#   2 get_cuda_bnb_library_path(): with packaged CUDA libraries it returns the exact version, else the highest of the
+#     same major below it (12.2 -> 12.1), logging "No prebuilt binary for CUDA 12.2, loading CUDA 12.1 instead. Set
+#     BNB_CUDA_VERSION to override."; no fallback across majors only;
+#   3 an override logs "WARNING: BNB_CUDA_VERSION=<v> environment variable detected; loading <file>." before returning;
+#   4 a missing libcudart fails inside ct.cdll.LoadLibrary with "<lib>: cannot open shared object file", formatted by
+#     _format_dependency_error ("Missing dependency"); "No compatible CUDA binary found at" is raised before it;
+#   6 the file is chosen from cuda_specs.cuda_version_tuple only (highest_compute_capability is not read there); an
+#     unsupported GPU fails at the first kernel of a loaded library (CUDA's cudaErrorNoKernelImageForDevice, corpus
+#     entry no_kernel_image_sm120).
+DIAGNOSIS_CAUSES = {
+    1: "PyTorch on this machine does not see the GPU, as the message itself guesses",      # no_gpu_cpu_library
+    2: "bitsandbytes 0.50.2 ships no binary for CUDA 12.2 and does not fall back to another CUDA 12 binary",
+    3: "a BNB_CUDA_VERSION=122 left in the environment makes bitsandbytes ask for the CUDA 12.2 file",  # override
+    4: "the CUDA 12 runtime (libcudart.so.12) is not on the dynamic loader's search path",  # dependency_missing
+    5: "the bitsandbytes Python imports is a folder with no native library in it at all: cmake never ran there",
+    6: "the GPU is older than the oldest GPU bitsandbytes' CUDA 12 binaries have kernels for",  # no_kernel_for_gpu
+}
+_DIAGNOSIS_CAUSE = 5
+# Why each wrong cause does not fit this log: what the log would show instead. None names another cause or uses the
+# words of the right one (tests/test_checks_lab07.py: _RIGHT_CAUSE_WORDS).
+_CAUSE_REASONS = {
+    1: "when PyTorch sees no GPU, bitsandbytes asks for no CUDA file (get_cuda_specs() returns None and "
+       "get_native_library() loads libbitsandbytes_cpu.so), and this log names libbitsandbytes_cuda122.so, a name "
+       "made from the CUDA version PyTorch reported",
+    2: "bitsandbytes 0.50.2 does fall back within CUDA 12: get_cuda_bnb_library_path() takes the highest CUDA 12 "
+       "binary below 12.2 and logs 'No prebuilt binary for CUDA 12.2, loading CUDA 12.1 instead'; this log has "
+       "neither that line nor that file",
+    3: "an override is logged before the load, 'WARNING: BNB_CUDA_VERSION=122 environment variable detected; loading "
+       "libbitsandbytes_cuda122.so', and this log has no such line",
+    4: "a missing runtime stops the load inside dlopen, with 'libcudart.so.12: cannot open shared object file' and a "
+       "'Missing dependency' message, and get_native_library() raised this log's error before any dlopen",
+    6: "bitsandbytes picks the file by PyTorch's CUDA version alone, not by the GPU, and an old GPU shows only after a "
+       "binary has loaded ('no kernel image is available for execution on the device' at the first kernel); this "
+       "load stopped before any binary was loaded",
+}
 DIAGNOSIS_FIXES = {
     "a": "do what the message says: cmake -DCOMPUTE_BACKEND=cpu -S . && make",
     "b": "export BNB_CUDA_VERSION=121, the binary section 4's rule gives for CUDA 12.2",
@@ -397,16 +440,17 @@ _DIAGNOSIS_READING = (
     "to advice written for a machine whose PyTorch sees no CUDA. And why cuda122, not the rule's cuda121: the\n"
     "rule chooses only among the files bitsandbytes finds in its own folder; a folder with none gets the exact\n"
     "version's name.")
-#: The first wrong tries of the check (evidence or fix) are told why that line or that fix fails; from then on
-#: only "not it" and the next hint, so trying lines or letters one by one does not explain the log.
+#: The first wrong tries of the check (evidence, cause or fix) are told why that line, cause or fix fails; from then
+#: on only "not it" and the next hint, so trying lines, numbers or letters one by one does not explain the log.
 REASON_TRIES = 2
 _NOT_IT = "not it; read the log against your prediction, as the hints say"
 
 
 def unseen_log() -> str:
     """The capstone's log as the learner sees it: bitsandbytes 0.50.2's own lines (a corpus entry of
-    ``results/bnb_logs.json``, named only in this module's private constants)."""
-    return corpus_entry(_DIAGNOSIS_LOG)["text"].strip("\n")
+    ``results/bnb_logs.json`` that the public ``logs.load_corpus()`` leaves out, named only in this module's private
+    constants)."""
+    return _corpus_entry(_DIAGNOSIS_LOG)["text"].strip("\n")
 
 
 def _is_cause_line(line: str) -> bool:
@@ -433,15 +477,33 @@ def _binary_name(text: str) -> str | None:
     return found[-1] if found else None
 
 
+# vramlab.ran kinds: the binaries predicted without the log, as (order, file name); and whether the log was handed to
+# check_binary_prediction before any prediction was stored (a prediction stored after that is a reading).
+_PREDICTED_BINARY = "predicted binary (lab 07)"
+_LOG_BEFORE_PREDICTION = "binary log before a prediction (lab 07)"
+
+
+def _predictions() -> list[str]:
+    """The file names predicted without the log in this kernel, oldest first (empty when none)."""
+    return [name for _, name in sorted(ran.ran(_PREDICTED_BINARY))]
+
+
 def _binary_prediction_answer(**_) -> str:
     return f"the log shows the file bitsandbytes asked for: {_binary_name(unseen_log())}"
+
+
+_PREDICT_FIRST = ("run Exercise 5's prediction cell first, check_binary_prediction(predicted_binary) with your file "
+                  "name in predicted_binary, then")
 
 
 @exercise("lab07", None, _binary_prediction_answer, prediction=True)
 def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResult:
     """Predict, then read: the native library file bitsandbytes 0.50.2 will ask for on the capstone's machine
-    (``torch.version.cuda`` '12.2'), e.g. ``"libbitsandbytes_cuda118.so"``. Without ``log`` it only stores the
-    prediction; with the log it says which file the log shows and whether it is the one predicted, nothing more."""
+    (``torch.version.cuda`` '12.2'), e.g. ``"libbitsandbytes_cuda118.so"``. Without ``log`` it stores the prediction
+    (what :func:`check_diagnosis` waits for); with the log it says which file the log shows and whether it is the one
+    predicted, nothing more, and only for a prediction stored without the log. A log handed over before any
+    prediction was stored makes later predictions readings: they are refused (no try counted) until the kernel
+    restarts."""
     name = "which binary bitsandbytes asks for"
     what = "a file name such as 'libbitsandbytes_cuda118.so'"
     if is_untouched(predicted):
@@ -449,9 +511,20 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
     mine = _binary_name(predicted) if isinstance(predicted, str) else None
     if mine is None:
         return report(name, False, what, repr(predicted)[:60], "store the file name as a string, e.g. "
-                      "'libbitsandbytes_cuda118.so'")
+                      "'libbitsandbytes_cuda118.so'", counts=False)
+    stored = _predictions()
     if log is None:
+        if ran.ran(_LOG_BEFORE_PREDICTION) and mine not in stored:
+            return report(name, False, "a prediction stored before the log", f"{mine}, stored after the log was "
+                          "handed to this check in this kernel", "that is a reading, not a prediction: restart the "
+                          "kernel and run the prediction cell before the log cell", counts=False)
+        ran.note(_PREDICTED_BINARY, (len(ran.ran(_PREDICTED_BINARY)), mine))
         return report(name, True, "", f"{mine} stored; the log comes next")
+    if mine not in stored:
+        ran.note(_LOG_BEFORE_PREDICTION, True)
+        return report(name, False, "a prediction stored without the log first",
+                      f"{mine}, not stored as a prediction in this kernel", _PREDICT_FIRST + " this cell",
+                      counts=False)
     shown = _binary_name(log)
     if shown is None:
         return report(name, True, "", f"you predicted {mine}; the log names no CUDA binary")
@@ -462,13 +535,14 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
 def _diagnosis_answer(**_) -> str:
     return ("evidence: the line 'bitsandbytes library load error: No compatible CUDA binary found at "
             "/home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cuda122.so' (or the 'Original error:' line "
-            "that repeats it): bitsandbytes runs from a source clone whose native library was never built; with no "
-            "library in its folder it asks for the exact cuda122 instead of choosing cuda121, and the message's "
-            "CPU-only advice is wrong for a GPU machine; fix: e (build the clone's CUDA backend) or f (the PyPI "
-            "wheel): " + DIAGNOSIS_FIXES["e"] + " / " + DIAGNOSIS_FIXES["f"])
+            f"that repeats it); cause: {_DIAGNOSIS_CAUSE} ({DIAGNOSIS_CAUSES[_DIAGNOSIS_CAUSE]}): with no library in "
+            "its folder it asks for the exact cuda122 instead of choosing cuda121, and the message's CPU-only advice "
+            "is wrong for a GPU machine; fix: e (build the clone's CUDA backend) or f (the PyPI wheel): "
+            + DIAGNOSIS_FIXES["e"] + " / " + DIAGNOSIS_FIXES["f"])
 
 
 _DIAGNOSIS_PASSED = "passed check_diagnosis"
+_DIAGNOSIS_KEYS = ("evidence", "cause", "fix")
 
 
 #: The logs notebook 07 itself runs through explain_log before Exercise 5 (sections 3 and 4).
@@ -483,31 +557,54 @@ def _distinctive_lines() -> list[str]:
     return [ln for ln in (x.strip() for x in unseen_log().splitlines()) if len(ln) >= 20 and ln not in lab]
 
 
+def _cause_number(cause: Any) -> int | None:
+    """The number of a candidate cause (an int, or a string of its digits), or None."""
+    if isinstance(cause, bool):
+        return None
+    if isinstance(cause, str) and cause.strip().isdigit() and len(cause.strip()) <= 2:
+        cause = int(cause.strip())
+    return cause if isinstance(cause, int) and cause in DIAGNOSIS_CAUSES else None
+
+
 @exercise("lab07", 5, _diagnosis_answer)
 def check_diagnosis(diagnosis: Any) -> CheckResult:
-    """Exercise 5: ``{"evidence": <one line of the log, copied>, "fix": <a letter of DIAGNOSIS_FIXES>}`` for the
-    log :func:`unseen_log`. The evidence must be a line of the log that shows the
-    root cause; the fix must remove it (two letters do). On the first :data:`REASON_TRIES` wrong tries a wrong line
-    or a wrong fix is told why *that* one fails (never what kind of line or fix is wanted); from then on only "not
-    it", with the next hint (the tries of ``vramlab.checks._core``)."""
+    """Exercise 5: ``{"evidence": <one line of the log, copied>, "cause": <a number of DIAGNOSIS_CAUSES>, "fix": <a
+    letter of DIAGNOSIS_FIXES>}`` for the log :func:`unseen_log`. Nothing is judged (one sentence, no try counted)
+    until a prediction of the binary was stored without the log (:func:`check_binary_prediction`). Then the evidence
+    must be a line of the log that shows the root cause, the cause the one that explains this log, and the fix one
+    that removes it (two letters do), judged in that order. On the first :data:`REASON_TRIES` wrong tries a wrong
+    line, cause or fix is told why *that* one fails (never what kind of line, cause or fix is wanted); from then on
+    only "not it", with the next hint (the tries of ``vramlab.checks._core``). Form errors count no try."""
     name = "diagnosis"
     if is_untouched(diagnosis) or (isinstance(diagnosis, dict) and all(is_untouched(diagnosis.get(k))
-                                                                       for k in ("evidence", "fix"))):
-        return report(name, False, "a dict with 'evidence' and 'fix'", fmt_number(None), value=None)
-    if not isinstance(diagnosis, dict) or set(diagnosis) != {"evidence", "fix"}:
-        return report(name, False, "a dict with the keys 'evidence' and 'fix'", repr(diagnosis)[:80],
-                      "give my_diagnosis exactly the keys 'evidence' (one line of the log) and 'fix' (a letter)")
-    evidence, fix = diagnosis["evidence"], diagnosis["fix"]
+                                                                       for k in _DIAGNOSIS_KEYS)):
+        return report(name, False, "a dict with 'evidence', 'cause' and 'fix'", fmt_number(None), value=None)
+    predictions = _predictions()
+    if not predictions:
+        return report(name, False, "a diagnosis after your prediction of the binary",
+                      "no prediction of the binary stored before the log in this kernel", _PREDICT_FIRST + " this one",
+                      counts=False)
+    if not isinstance(diagnosis, dict) or set(diagnosis) != set(_DIAGNOSIS_KEYS):
+        return report(name, False, "a dict with the keys 'evidence', 'cause' and 'fix'", repr(diagnosis)[:80],
+                      "give my_diagnosis exactly the keys 'evidence' (one line of the log), 'cause' (a number) and "
+                      "'fix' (a letter)", counts=False)
+    evidence, cause, fix = diagnosis["evidence"], diagnosis["cause"], diagnosis["fix"]
     log_lines = [ln.strip() for ln in unseen_log().splitlines() if ln.strip()]
     line = evidence.strip() if isinstance(evidence, str) else ""
     if not line or line not in log_lines:
         return report(name, False, "'evidence': one line of the log, copied as printed", repr(evidence)[:80],
-                      "copy one whole line of the log above into 'evidence' (select it, copy, paste between quotes)")
+                      "copy one whole line of the log above into 'evidence' (select it, copy, paste between quotes)",
+                      counts=False)
+    number = _cause_number(cause)
+    if number is None:
+        return report(name, False, "'cause': one of the numbers of DIAGNOSIS_CAUSES, "
+                      + ", ".join(map(str, DIAGNOSIS_CAUSES)), repr(cause)[:40],
+                      "store the number of one cause (an int)", counts=False)
     letter = str(fix).strip().strip("'\"").lower() if isinstance(fix, str) else ""
     if letter not in DIAGNOSIS_FIXES:
         return report(name, False, "'fix': one of the letters " + ", ".join(DIAGNOSIS_FIXES), repr(fix)[:40],
-                      "store the letter of one fix, as a string")
-    key = (line, letter)
+                      "store the letter of one fix, as a string", counts=False)
+    key = (line, number, letter)
     if was_explained(unseen_log(), _distinctive_lines()) and key not in ran.ran(_DIAGNOSIS_PASSED):
         return report(name, False, "a diagnosis made before logs.explain_log read this log",
                       "a diagnosis stored after explain_log read this very log in this kernel",
@@ -518,22 +615,33 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
         why = (next((w for phrase, w in _LINE_REASONS if phrase in line),
                     "this line reads the same whatever went wrong: it states no cause") if explain else _NOT_IT)
         return report(name, False, "the line that shows the root cause", repr(line[:70]), why)
+    if number != _DIAGNOSIS_CAUSE:
+        why = _CAUSE_REASONS[number] if explain else _NOT_IT
+        return report(name, False, "the cause that explains this log", f"{number}: {DIAGNOSIS_CAUSES[number]}", why)
     if letter not in _DIAGNOSIS_FIX:
         why = _DIAGNOSIS_FIX_REASONS[letter] if explain else _NOT_IT
         return report(name, False, "the fix that removes that cause", f"{letter}: {DIAGNOSIS_FIXES[letter]}", why)
     ran.note(_DIAGNOSIS_PASSED, key)      # passed before the tool read the log: a Run All again still passes
-    return report(name, True, "", "bitsandbytes runs from a clone whose native library was never built (no library "
-                  f"in its folder, so it asked for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}")
+    shown = _binary_name(unseen_log())
+    return report(name, True, "", f"cause {number}, {DIAGNOSIS_CAUSES[number]} (no library in its folder, so it asked "
+                  f"for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}; you predicted "
+                  f"{predictions[-1]}, the log asks for {shown}")
 
 
 def after_diagnosis(result: Any, log: str | None = None, print_line=print) -> None:
     """After Exercise 5: when ``result`` (what :func:`check_diagnosis` returned) passed or was revealed, print the
-    doctor's reading of ``log`` (default :func:`unseen_log`) and why the log's own message misled; otherwise one line
-    saying when it appears."""
+    doctor's reading of ``log`` (default :func:`unseen_log`), why the log's own message misled, and why each other
+    candidate cause does not fit; otherwise one line saying when it appears."""
     if not opened_by(result, "check_diagnosis"):
         print_line("The doctor's reading of this log appears here once Exercise 5 passes (or after reveal=True).")
         return
+    import textwrap
+
     with ran._unrecorded():             # the lab's own reading is not the learner's
         print_line(str(explain_log(unseen_log() if log is None else log)))
     print_line("")
     print_line(_DIAGNOSIS_READING)
+    print_line("")
+    print_line("Why the other causes do not fit this log:")
+    for number, why in _CAUSE_REASONS.items():
+        print_line(textwrap.fill(f"{number}. {why}.", width=110, subsequent_indent="   "))
