@@ -331,6 +331,18 @@ def test_the_public_corpus_does_not_hand_out_the_capstone(capsys):
     assert {e["id"] for e in public} | {lab07._DIAGNOSIS_LOG} == {e["id"] for e in logs._load_corpus()}
 
 
+def test_the_public_scenario_list_does_not_describe_the_capstone():
+    """doctor.SCENARIOS describes each simulated machine in one line; the capstone's would state its cause (review
+    #6 of ex07), so it is simulated by name only and listed in no public name."""
+    from vramlab.bnb import doctor
+
+    assert doctor.SCENARIOS and lab07._DIAGNOSIS_LOG.removeprefix("bnb050_") not in doctor.SCENARIOS
+    assert not any("12.2" in d or "cmake" in d or "clone" in d for d in doctor.SCENARIOS.values())
+    with pytest.raises(ValueError) as err:
+        doctor.simulate("no_such_machine")
+    assert "unbuilt" not in str(err.value)
+
+
 def test_after_diagnosis_says_why_the_other_causes_do_not_fit_only_after_a_pass(capsys):
     lines: list[str] = []
     lab07.after_diagnosis(None, print_line=lines.append)
