@@ -13,7 +13,10 @@ kind, as hashable keys:
 - ``"replayed map"``: ``vramlab.dispatch.replay.map_key(device_map)`` noted by ``vramlab.dispatch.replay`` (read by
   ``replay.map_was_replayed``);
 - ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted gpu0 peak"``: lab 06's
-  recorded predictions, ``(map key, GiB)``.
+  recorded predictions, ``(map key, GiB)``;
+- ``"explained log"`` / ``"explained log line"``: hashes of what ``vramlab.bnb.logs.explain_log`` read (read by
+  ``logs.was_explained``); ``"predicted binary (lab 07)"``: ``(order, file name)`` of lab 07's binary predictions,
+  and ``"binary log before a prediction (lab 07)"``: the capstone's log was shown before any prediction.
 
 :func:`_forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test). A check's own
 reference runs go inside :func:`_unrecorded`. Both are private:
