@@ -608,8 +608,8 @@ def replay_predicted_map(predicted_peak_gib: Any, predicted_copy_gib: Any, promp
                f"in {r.peak_module}: " + str({k: f"{v / GiB:.2f}" for k, v in r.at_peak.items()}) + " GiB")
     print_line(f"copied: {r.streamed_bytes / GiB:.2f} GiB per forward x {r.forwards} forwards x "
                f"{serving_calls(batch)} calls = {total / GiB:.1f} GiB")
-    print_line(f"you predicted a {peak:g} GiB peak ({(peak * GiB / r.peak_bytes - 1):+.0%}) and {copy:g} GiB copied"
-               + (f" ({(copy * GiB / total - 1):+.0%})" if total else " (it copies nothing)"))
+    print_line(f"your predictions: peak {peak:g} GiB ({peak * GiB / r.peak_bytes - 1:+.1%}), copy {copy:g} GiB"
+               + (f" ({copy * GiB / total - 1:+.1%})" if total else " (it copies nothing)"))
     return r
 
 
@@ -747,7 +747,8 @@ AFTER_CAPSTONE_WAITS = ("The design space (the least copy at each number of prom
 
 def after_capstone(result: Any, print_line=print):
     """After Exercise 4: when ``result`` (what :func:`check_serving_map` returned) passed or was revealed, print the
-    least copy at each B from 1 to the first B where no map fits (about 20 s: one dry run and a map search per B)
+    least copy at each B from 1 to the first B where no map fits (about 60 s on 2 cores: a dry run and a map
+    search per B)
     and what makes the best design, and return :func:`vramlab.dispatch.copy_figure` of it (the caller shows it).
     Otherwise print one line saying when it appears and return None."""
     import textwrap
