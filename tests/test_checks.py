@@ -878,7 +878,8 @@ _KNOWN_ANSWER_NAMES = {
               "EXACTLY_FULL_OPTIONS"),
     "lab04": ("resident_requests", "TRIAGE_LOGS", "PREEMPT_OPTIONS", "REASON_WORDS"),
     "lab05": ("reference_ranks", "REFERENCE_GROUP_RANKS"),
-    "lab06": ("predicted_layers_answer", "smallest_budget_bytes", "best_serving_map", "serving_replay"),
+    "lab06": ("predicted_layers_answer", "smallest_budget_bytes", "best_serving_map", "serving_replay", "best_design",
+              "design_space", "family_best", "design_replay", "serving_trace"),
     "lab08": ("reserved_reference", "peak_reference"),
 }
 
