@@ -373,14 +373,20 @@ def _family_best(batch: int) -> tuple[tuple, int, int] | None:
     """The map that fits GPU 0 at ``batch`` prompts per call and copies the fewest weights, among maps with the first
     or the last N decoder layers on GPU 0 and the embedding and lm_head each on GPU 0 or the cpu: (map items, GPU 0
     peak, bytes copied for the whole queue), or None when none fits. The peak grows with the layers kept: bisect."""
+    from vramlab.dispatch import module_sizes
+
     limit = SERVE_GPU_GIB * (1 << 30)
+    trace = _serving_trace(batch)
+    # at the dry run's own peak GPU 0 holds its non-weight bytes whatever the map, plus the resident layers: a bound
+    beside = trace.peak_bytes - trace.breakdown("peak")["weights"]
+    most = min(32, max(0, int((limit - beside) // module_sizes(_meta(SERVE_CONFIG, None))["model.layers.0"])))
     best = None
     for embed in (0, "cpu"):
         for head in (0, "cpu"):
             for last in (False, True):
                 if _design_replay(batch, layered_map(0, embed, head, last=last)).peak_bytes > limit:
                     continue
-                lo, hi = 0, 32
+                lo, hi = 0, most
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
                     if _design_replay(batch, layered_map(mid, embed, head, last=last)).peak_bytes <= limit:
