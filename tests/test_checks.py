@@ -197,9 +197,11 @@ PREDICTION_ARGS = {
     "check_prediction_recorded": (),
     "check_conversion_prediction": (),
     "check_predicted_gpu_layers": (),
-    # lab 06's capstone prediction is recorded for a map: the complete lesson's (17 decoder layers on GPU 0)
-    "check_peak_prediction": ({**{f"model.layers.{i}": 0 if i < 17 else "cpu" for i in range(32)},
-                               "model.embed_tokens": 0, "model.rotary_emb": 0, "model.norm": "cpu", "lm_head": 0},),
+    # lab 06's capstone prediction is recorded for a design: the predicted copy (GiB), prompts per call and map
+    # (the complete lesson's: 16 prompts per call, 8 decoder layers on GPU 0, embedding and lm_head on cpu)
+    "check_peak_prediction": (187.3, 16, {**{f"model.layers.{i}": 0 if i < 8 else "cpu" for i in range(32)},
+                                          "model.embed_tokens": "cpu", "model.rotary_emb": 0, "model.norm": "cpu",
+                                          "lm_head": "cpu"}),
     "check_4bit_prediction": (123456789.0,),
     "check_reserved_prediction": ({"default": 268435456, "expandable": 146800640},),
 }
@@ -876,7 +878,8 @@ _KNOWN_ANSWER_NAMES = {
               "EXACTLY_FULL_OPTIONS"),
     "lab04": ("resident_requests", "TRIAGE_LOGS", "PREEMPT_OPTIONS", "REASON_WORDS"),
     "lab05": ("reference_ranks", "REFERENCE_GROUP_RANKS"),
-    "lab06": ("predicted_layers_answer", "smallest_budget_bytes", "best_serving_map", "serving_replay"),
+    "lab06": ("predicted_layers_answer", "smallest_budget_bytes", "best_serving_map", "serving_replay", "best_design",
+              "design_space", "family_best", "design_replay", "serving_trace"),
     "lab08": ("reserved_reference", "peak_reference"),
 }
 

@@ -43,20 +43,22 @@ SOLUTIONS = {
     "check_predicted_gpu_layers": 16,  # any honest guess in range passes
     "check_offload_device_map": _hand_map(8),
     "check_budget_gib": budget_by_hand,
-    "check_map_covers": lab06.layered_map(17),
-    "check_serving_map": lab06.layered_map(17),     # lm_head and the embedding resident, 17 layers on GPU 0
-    "check_peak_prediction": 14.0,                   # any honest positive number of GiB, recorded for the map
+    "check_map_covers": lab06.layered_map(8, embed="cpu", head="cpu"),
+    "check_serving_map": lab06.layered_map(8, embed="cpu", head="cpu"),   # at 16 prompts per call (ARGS)
+    "check_peak_prediction": 11.0,                   # any honest positive number of GiB, recorded for the design
 }
 WRONG = {
     "check_predicted_gpu_layers": 40,                 # more layers than the model has
     "check_offload_device_map": _hand_map(30),        # everything on GPU 0 (+ cpu norm): does not fit
     "check_budget_gib": lambda config: budget_by_hand(config, factor=1.0),   # forgot the 0.90
     "check_map_covers": {"model.layers": 0},          # the embedding, norm and lm_head have no device
-    "check_serving_map": lab06.layered_map(22, head="cpu"),   # the headroom without the KV cache: out of memory
+    "check_serving_map": lab06.layered_map(14),       # at 16 prompts per call: out of memory
     "check_peak_prediction": -3,                      # not a positive number of GiB
 }
-# The checks that take more than the learner's answer: the map a peak prediction is recorded for.
-ARGS = {"check_peak_prediction": (lab06.layered_map(17),)}
+# The checks that take more than the learner's answer: the predicted copy, prompts per call and map of a
+# prediction; the prompts per call of a design.
+ARGS = {"check_peak_prediction": (187.3, 16, lab06.layered_map(8, embed="cpu", head="cpu")),
+        "check_serving_map": (16,)}
 STUBS = [None, _raises]
 
 
@@ -68,8 +70,8 @@ def test_every_check_is_exported_and_covered():
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_solution_passes(name, capsys):
-    if name == "check_serving_map":       # the capstone judges a map only after its peak was predicted
-        lab06.check_peak_prediction(14.0, SOLUTIONS[name])
+    if name == "check_serving_map":       # the capstone judges a design only after its peak was predicted
+        lab06.check_peak_prediction(11.0, 187.3, 16, SOLUTIONS[name])
     result = getattr(lab06, name)(SOLUTIONS[name], *ARGS.get(name, ()))
     assert result.passed and capsys.readouterr().out.startswith("PASS")
 
@@ -81,7 +83,7 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
     out = re.sub(r"0x[0-9a-f]{1,16}", "0x…", out)   # a stub function's repr holds its address (may contain "19")
-    for secret in ("19", "5.78", "163", "17 decoder", "6.09", "14.91"):
+    for secret in ("19", "5.78", "163", "187", "10.88", "16 prompts", "8 decoder"):
         assert secret not in out
 
 
@@ -195,61 +197,6 @@ def test_hand_map_may_use_the_whole_budget(capsys):
     assert "more than the 150 MB budget" in capsys.readouterr().out
 
 
-def test_serving_map_judges_fit_then_copies_against_the_dry_run(capsys):
-    """The capstone: the all-GPU map and the KV-blind planner map run out of memory in the replayed dry run; the
-    KV-aware planner map fits but copies lm_head every forward; the best map and the embedding-offloaded one pass."""
-    from vramlab.dispatch import GiB, plan_device_map
-    from vramlab.vram import dry_run
-
-    from vramlab.checks._core import reset_tries, tries
-
-    check = lab06.check_serving_map
-    items, peak, streamed = lab06._best_serving_map()
-    best = dict(items)
-    assert peak <= 15 * GiB and lab06.gpu_layers(best, total=32) == 17 and best["lm_head"] == 0
-    result = check(best)                                                      # no prediction recorded yet (review #3)
-    out = capsys.readouterr().out
-    assert not result and "no prediction recorded for this map" in out and "14.91" not in out, out
-    assert tries("capstone: a device map for the workload") == 0                 # not a wrong try
-    assert lab06.check_peak_prediction(14.0, best) and check(best)
-    assert "14.91 GiB" in capsys.readouterr().out
-    trace = dry_run("llama-3.1-8b", 8, 2048, gpu="sm_89")
-    at = trace.breakdown("peak")
-    model = lab06._meta("llama-3.1-8b", None)
-    kv_blind = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"] - at["kv_cache"])),
-                                       "cpu": "64GiB"})
-    assert lab06.check_peak_prediction(15.5, kv_blind) and not check(kv_blind)
-    out = capsys.readouterr().out
-    assert "over the 15 GiB" in out and "peaks at 16.94 GiB" in out, out
-    kv_aware = plan_device_map(model, {0: int(15 * GiB - (trace.peak_bytes - at["weights"])), "cpu": "64GiB"})
-    assert lab06.check_peak_prediction(14.0, kv_aware) and not check(kv_aware)
-    assert kv_aware["lm_head"] == "cpu"
-    out = capsys.readouterr().out
-    assert "(fits)" in out and "copies less" in out and "lm_head" not in out.split("Hint:")[1], out
-    assert lab06.check_peak_prediction(20.0, {"": 0}) and not check({"": 0})   # a third wrong map: no direction
-    out = capsys.readouterr().out
-    assert "not this map" in out and "over the" not in out and "every module" not in out, out
-    reset_tries()
-    assert not check({"": 0}) and "every module is on GPU 0" in capsys.readouterr().out
-    assert lab06.check_peak_prediction(14.5, lab06.layered_map(19, embed="cpu"))
-    assert check(lab06.layered_map(19, embed="cpu"))       # 6.26 GiB copied: within 0.25 GiB of the best
-    capsys.readouterr()
-
-
-def test_serving_map_input_errors_are_one_sentence(capsys):
-    check = lab06.check_serving_map
-    assert not check({**lab06.layered_map(17), "model.layers.3": 1})
-    assert "one GPU" in capsys.readouterr().out
-    assert not check({**lab06.layered_map(17), "model.layer.3": 0})
-    assert "unknown module 'model.layer.3'" in capsys.readouterr().out
-    missing = lab06.layered_map(17)
-    del missing["model.layers.5"]
-    assert not check(missing) and "no device for model.layers.5" in capsys.readouterr().out
-    assert not check({**lab06.layered_map(17), "lm_head": False}) and "device False" in capsys.readouterr().out
-    assert lab06.check_map_covers(lab06.layered_map(17))
-    assert "17 decoder layers on GPU 0" in capsys.readouterr().out
-
-
 def test_gpu_layers_counts_parent_entries():
     assert lab06.gpu_layers({"": 0}, total=32) == 32
     assert lab06.gpu_layers({"model": 0, "lm_head": "cpu"}, total=4) == 4
@@ -257,30 +204,186 @@ def test_gpu_layers_counts_parent_entries():
     assert lab06.gpu_layers({"model.layers.0": False, "model.layers.1": 0}) == 1
 
 
+GIB = 2**30
+BEST_MAP = lab06.layered_map(8, embed="cpu", head="cpu")
+
+
+def _family(batch):
+    """The search's best map at ``batch`` prompts per call, as a dict, with its GPU 0 peak and the queue's copy."""
+    items, peak, copied = lab06._family_best(batch)
+    return dict(items), peak, copied
+
+
+def test_the_reference_design_is_what_the_code_computes():
+    """The design space measured with the real dry run of generate() and the replay (docs/instructor/lab06.md):
+    16 prompts per call (2 calls), 8 decoder layers on GPU 0, embedding and lm_head on cpu, peak 10.88 GiB, 187.3
+    GiB copied (BEST_MAP, the complete lesson's map, copies the same to 0.01 GiB). The search's bisection agrees with a scan of every layer count at 16 and 17 prompts per call."""
+    batch, items, peak, copied = lab06._best_design()
+    # the last 8 layers with the final norm: one norm's 8 KiB less copied than the first 8 (BEST_MAP)
+    assert batch == 16 and dict(items) == lab06.layered_map(8, embed="cpu", head="cpu", last=True), (batch, items)
+    assert round(peak / GIB, 2) == 10.88 and round(copied / GIB, 1) == 187.3
+    for b in (16, 17):
+        scanned = min(lab06._total_copy(b, lab06._design_replay(b, lab06.layered_map(g, e, h, last=last)))
+                      for e in (0, "cpu") for h in (0, "cpu") for last in (False, True) for g in range(33)
+                      if lab06._design_replay(b, lab06.layered_map(g, e, h, last=last)).peak_bytes <= 11 * GIB)
+        assert scanned == _family(b)[2]
+    assert round(_family(17)[2] / GIB, 1) == 193.8          # the same 2 calls, 3.5% more: within the pass mark
+    assert lab06._family_best(24) is None and lab06._family_best(23) is not None   # the largest B that fits: 23
+
+
+def _record_and_check(batch, dmap, peak=None, copy=None):
+    """Predict a design exactly (the replay's own numbers unless given), then check it."""
+    r = lab06._design_replay(batch, dmap)
+    peak = round(r.peak_bytes / GIB, 2) if peak is None else peak
+    copy = round(lab06._total_copy(batch, r) / GIB, 1) if copy is None else copy
+    assert lab06.check_peak_prediction(peak, copy, batch, dmap)
+    return lab06.check_serving_map(dmap, batch)
+
+
+@pytest.mark.parametrize("batch, why", [
+    (23, "the largest B that fits: 2 calls like 16, less room"),
+    (1, "one prompt per call: 32 calls"),
+    (11, "the forward-mode shortcut's B (logits of every token): 3 calls"),
+])
+def test_the_shortcuts_fail_even_with_their_best_map(batch, why, capsys):
+    """Natural shortcuts fail the pass mark with the best map the search finds for their B, told how much more
+    they copy and nothing about B or the map."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    dmap, _, copied = _family(batch)
+    assert copied > 1.05 * lab06._best_design()[3], why
+    result = _record_and_check(batch, dmap)
+    out = capsys.readouterr().out.split("FAIL", 1)[1]
+    assert not result and "(fits)" in out and "more than a design that fits" in out, out
+    assert not re.search(r"\b16\b|decoder layers|lm_head|embed", out), out
+
+
+def test_the_forward_mode_shortcut_picks_b_11():
+    """Exercise 4 of the old lab planned with one forward's peak (logits of every prompt token): run the same hand
+    plan on forward-mode dry runs and it settles on 11 prompts per call (3 calls), which the test above fails."""
+    from vramlab import dispatch
+    from vramlab.vram import dry_run
+
+    sizes = dispatch.module_sizes("llama-3.1-8b")
+    layer, linear = sizes["model.layers.0"], sizes["model.layers.31.mlp.up_proj"]
+    options = {}
+    for b in sorted({-(-32 // k) for k in range(1, 33)}):
+        t = dry_run("llama-3.1-8b", b, 2048, gpu="sm_89")
+        kept = int((11 * GIB - (t.peak_bytes - t.breakdown("peak")["weights"]) - linear) // layer)
+        if kept >= 0:
+            options[b] = -(-32 // b) * 8 * (sizes[""] - kept * layer)
+    assert min(options, key=options.get) == 11
+
+
+def test_the_solution_notebooks_hand_plan_passes(capsys):
+    """The complete lesson's plan (room beside one call, layers packed, the fewest calls then the smallest B) finds
+    the reference design; predicted by hand (11 GiB, 187.3 GiB), it passes."""
+    assert _record_and_check(16, BEST_MAP, peak=11.0, copy=187.3)
+    assert "187 GiB of weights copied" in capsys.readouterr().out
+
+
+def test_a_key_variant_is_the_same_design(capsys):
+    """A prediction is kept per design (B and the weights off GPU 0), not per dict: dropping model.rotary_emb,
+    reordering keys or naming model.layers as a parent is the design already predicted (and, once replayed, refused
+    as a reading); another B is another design."""
+    from vramlab.dispatch import replay
+
+    variant = dict(reversed([(k, v) for k, v in BEST_MAP.items() if k != "model.rotary_emb"]))
+    assert lab06.check_peak_prediction(11.0, 187.3, 16, BEST_MAP)
+    assert lab06.check_serving_map(variant, 16)                       # the prediction of BEST_MAP counts for it
+    assert not lab06.check_serving_map(variant, 17)                   # another B: not predicted
+    assert "no prediction recorded" in capsys.readouterr().out
+    parent = {"model.layers": "cpu", **{f"model.layers.{i}": 0 for i in range(9)}, "model.embed_tokens": 0,
+              "model.norm": "cpu", "lm_head": 0}
+    renamed = {**lab06.layered_map(9), "model.rotary_emb": "cpu"}
+    replay(lab06._serving_trace(16), lab06._meta("llama-3.1-8b", None), parent)     # the learner reads it
+    capsys.readouterr()
+    refused = lab06.check_peak_prediction(10.5, 180.0, 16, renamed)  # another spelling of what was replayed
+    assert not refused and "a reading, not a prediction" in capsys.readouterr().out
+    assert lab06.check_peak_prediction(10.5, 180.0, 15, renamed)     # not replayed at 15 prompts per call
+
+
+@pytest.mark.parametrize("peak, copy, phrase", [
+    (None, 23.4, "one forward per call"),                 # 187.3 / 8: the decode steps forgotten
+    (None, 93.7, "one call"),                             # 187.3 / 2: the second call forgotten
+    ("half_kv", None, "K and V"),
+    ("logits", None, "logits_to_keep"),
+    (9.0, None, "too low"),                               # no misconception named, only the direction
+    (None, 250.0, "too high"),
+])
+def test_a_good_design_fails_with_a_wrong_prediction(peak, copy, phrase, capsys):
+    """A design passes only with its predictions within 10%: a wrong one is told its direction and the
+    misconception it matches, never another design."""
+    r = lab06._design_replay(16, BEST_MAP)
+    kv = r.at_peak["kv_cache"] / GIB
+    peak = {"half_kv": round(r.peak_bytes / GIB - kv / 2, 2),
+            "logits": round(r.peak_bytes / GIB + 16 * 2048 * 128256 * 2 / GIB, 2)}.get(peak, peak)
+    result = _record_and_check(16, BEST_MAP, peak=peak, copy=copy)
+    out = capsys.readouterr().out
+    assert not result and phrase in out and "a good design" in out, out
+    assert not lab06.check_peak_prediction(10.9, 187.3, 16, BEST_MAP)   # the check showed its replay: a reading
+    assert "a reading" in capsys.readouterr().out
+    last = lab06.layered_map(8, embed="cpu", head="cpu", last=True)       # another design, as good
+    assert _record_and_check(16, last, peak=10.0, copy=200.0)             # within 10%: passes
+
+
+def test_an_unfitting_design_is_told_how_far_over_and_no_layer_count(capsys):
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    result = _record_and_check(16, lab06.layered_map(14))
+    out = capsys.readouterr().out.split("FAIL", 1)[1]
+    assert not result and re.search(r"\d\.\d\d GiB over the 11 GiB", out) and "layers" not in out, out
+    assert not _record_and_check(23, lab06.layered_map(20))
+    assert not _record_and_check(8, lab06.layered_map(30))                 # a third wrong design: no direction
+    out = capsys.readouterr().out
+    assert "not this design" in out.split("FAIL")[-1] and "over the" not in out.split("FAIL")[-1], out
+    reset_tries()
+
+
+def test_serving_map_input_errors_are_one_sentence(capsys):
+    check = lab06.check_serving_map
+    assert not check({**BEST_MAP, "model.layers.3": 1}, 16)
+    assert "one GPU" in capsys.readouterr().out
+    assert not check({**BEST_MAP, "model.layer.3": 0}, 16)
+    assert "unknown module 'model.layer.3'" in capsys.readouterr().out
+    missing = dict(BEST_MAP)
+    del missing["model.layers.5"]
+    assert not check(missing, 16) and "no device for model.layers.5" in capsys.readouterr().out
+    assert not check({**BEST_MAP, "lm_head": False}, 16) and "device False" in capsys.readouterr().out
+    assert check(BEST_MAP, None).untouched and "not done yet" in capsys.readouterr().out
+    for bad in (0, 33, 2.5, True, "many"):
+        assert not check(BEST_MAP, bad) and "prompts_per_call: a whole number" in capsys.readouterr().out
+        assert not lab06.check_peak_prediction(11.0, 187.3, bad, BEST_MAP)
+        assert "prompts_per_call" in capsys.readouterr().out
+    assert not lab06.check_peak_prediction(11.0, "lots", 16, BEST_MAP)
+    assert "predicted_copy_gib" in capsys.readouterr().out
+    assert lab06.check_map_covers(BEST_MAP) and "8 decoder layers on GPU 0" in capsys.readouterr().out
+
+
 def test_after_capstone_holds_the_decision_until_a_pass_or_a_reveal(capsys):
-    """The lesson under the capstone's check (the planner's maps, the best map, why lm_head stays) prints only
-    after check_serving_map passed or revealed: a failed try sees one line that names neither map nor module."""
-    for k in (17, 22):
-        lab06.check_peak_prediction(14.0, lab06.layered_map(k, head="cpu" if k == 22 else 0))
-    failed = lab06.check_serving_map(lab06.layered_map(22, head="cpu"))
+    """The design space under the capstone's check prints only after check_serving_map passed or revealed: a failed
+    try sees one line that names no B and no copy."""
+    failed = lab06.check_serving_map(lab06.layered_map(14), 16)
     capsys.readouterr()
     assert lab06.after_capstone(failed) is None
     out = capsys.readouterr().out
     assert out.strip() == lab06.AFTER_CAPSTONE_WAITS
-    assert not re.search(r"lm_head|KV cache|resident|\d+\.\d\d GiB", out), out
-    for result in (lab06.check_serving_map(lab06.layered_map(17)),
-                   lab06.check_serving_map(lab06.layered_map(22, head="cpu"), reveal=True)):
-        capsys.readouterr()
-        fig = lab06.after_capstone(result)
-        out = capsys.readouterr().out
-        assert "best map                     peak 14.91 GiB, 6.09 GiB copied per forward" in out, out
-        assert "planner, KV cache left out   peak 16.94 GiB" in out and "keeps lm_head resident" in out
-        assert len(fig.data) == 3
+    assert not re.search(r"\b16\b|187|balanced|calls", out), out
+    assert lab06.after_capstone(True) is None
+    revealed = lab06.check_serving_map(lab06.layered_map(14), 16, reveal=True)
+    out = capsys.readouterr().out
+    assert "16 prompts per call (2 calls)" in out, out
+    fig = lab06.after_capstone(revealed)
+    out = capsys.readouterr().out
+    assert re.search(r"16\s+2\s+187  <- best", out) and re.search(r"24\s+2  does not fit", out), out
+    assert "The largest B that fits (23)" in out and len(fig.data) == 2
 
 
 def test_no_markdown_under_the_capstones_check_holds_its_decision():
     """JupyterLab shows the markdown below a check while the learner works: from the capstone's check to the next
-    section, no markdown cell names what the best map does (lm_head resident, the KV cache left out)."""
+    section, no markdown cell names the decision (the balanced split, the best B)."""
     import nbformat
 
     from vramlab import labs
@@ -292,9 +395,9 @@ def test_no_markdown_under_the_capstones_check_holds_its_decision():
     after = [c.source for c in nb.cells[at + 1:end] if c.cell_type == "markdown"]
     after += [labs.marked_source(c) for c in nb.cells[at + 1:end] if c.cell_type == "code"]
     for text in after:
-        assert not re.search(r"resident|left out|best map", text, re.I), text
+        assert not re.search(r"balanced|smallest B|\b16 prompts", text, re.I), text
     key = next(c.source for c in nb.cells[end:] if c.cell_type == "markdown" and "Key takeaways" in c.source)
-    assert not re.search(r"lm_head", key), key
+    assert not re.search(r"balanced|smallest B|\b16\b", key), key
 
 
 def lab06_notebook():
@@ -303,36 +406,35 @@ def lab06_notebook():
     return Path(__file__).resolve().parents[1] / "notebooks" / "06_accelerate_dispatch.ipynb"
 
 
-def test_the_peak_prediction_is_recorded_before_anything_shows_the_peak(capsys):
-    """Issue 29's last review: Exercise 4's peak could be read off dispatch.replay before the prediction. The
-    prediction is recorded per map (check_peak_prediction, its own cell); the replay's peak shows only for a
-    recorded prediction of that very map (replay_predicted_map, check_serving_map); a prediction stored after the
-    learner replayed that map is refused as a reading, without counting a try; the checks' own replays do not count."""
+def test_the_prediction_is_recorded_before_anything_shows_the_peak(capsys):
+    """The prediction is recorded per design (check_peak_prediction, its own cell); the replay shows only for a
+    recorded prediction of that very design (replay_predicted_map, check_serving_map); a prediction stored after the
+    learner replayed that design is refused as a reading, without counting a try; the checks' own replays do not."""
     from vramlab.checks._core import tries
     from vramlab.dispatch import replay
 
-    best = dict(lab06._best_serving_map()[0])
     peak_text = re.compile(r"\d+\.\d\d GiB in|peaks at")
-    assert lab06.replay_predicted_map(14.0, best) is None                       # nothing recorded yet
-    assert not lab06.check_serving_map(best)                                    # the check's own replay
+    assert lab06.replay_predicted_map(11.0, 187.3, 16, BEST_MAP) is None       # nothing recorded yet
+    assert not lab06.check_serving_map(BEST_MAP, 16)                           # the check's own replay
     out = capsys.readouterr().out
-    assert "prediction" in out and not peak_text.search(out) and "14.91" not in out, out
-    assert lab06.check_peak_prediction(None, best).untouched
-    assert not lab06.check_peak_prediction(-3, best) and tries("predicted GPU 0 peak") == 0
+    assert "prediction" in out and not peak_text.search(out) and "10.88" not in out, out
+    assert lab06.check_peak_prediction(None, None, None, None).untouched
+    assert not lab06.check_peak_prediction(-3, 187.3, 16, BEST_MAP)
+    assert tries("predicted GPU 0 peak and total copy") == 0
     capsys.readouterr()
-    assert lab06.check_peak_prediction(14.0, best)                              # the check's replay did not count
-    assert "14 GiB stored" in capsys.readouterr().out
-    assert lab06.replay_predicted_map(13.0, best) is None                       # another number was not recorded
-    assert "14.91" not in capsys.readouterr().out
-    mine = lab06.replay_predicted_map(14.0, best)
+    assert lab06.check_peak_prediction(11.0, 187.3, 16, BEST_MAP)             # the check's replay did not count
+    assert "11 GiB peak and 187.3 GiB copied, stored" in capsys.readouterr().out
+    assert lab06.replay_predicted_map(13.0, 187.3, 16, BEST_MAP) is None       # another number was not recorded
+    assert "10.88" not in capsys.readouterr().out
+    mine = lab06.replay_predicted_map(11.0, 187.3, 16, BEST_MAP)
     out = capsys.readouterr().out
-    assert mine is not None and "GPU 0 peaks at 14.91 GiB" in out and "you predicted 14 GiB" in out, out
-    assert lab06.check_peak_prediction(14.0, best)                              # Run All: recorded before, still passes
-    # a map the learner replayed before predicting it: the prediction is a reading
-    other = lab06.layered_map(16)
-    replay(lab06.serving_trace(), lab06._meta("llama-3.1-8b", None), other)
+    assert mine is not None and "GPU 0 peaks at 10.88 GiB" in out and "= 187.3 GiB" in out, out
+    assert lab06.check_peak_prediction(11.0, 187.3, 16, BEST_MAP)             # Run All: recorded before, still passes
+    other = lab06.layered_map(7, embed="cpu", head="cpu")
+    replay(lab06._serving_trace(16), lab06._meta("llama-3.1-8b", None), other)
     capsys.readouterr()
-    refused = lab06.check_peak_prediction(14.0, other)
+    refused = lab06.check_peak_prediction(11.0, 187.3, 16, other)
     out = capsys.readouterr().out
-    assert not refused and "a reading, not a prediction" in out and tries("predicted GPU 0 peak") == 0, out
-    assert lab06.replay_predicted_map(14.0, other) is None
+    assert not refused and "a reading, not a prediction" in out, out
+    assert tries("predicted GPU 0 peak and total copy") == 0
+    assert lab06.replay_predicted_map(11.0, 187.3, 16, other) is None

@@ -549,6 +549,30 @@ def test_replay_counts_a_cpu_lm_head_at_the_peak(smol_trace):
     assert on.peak_bytes == off.peak_bytes
 
 
+def test_replay_of_generate_counts_every_forward_and_keys_by_placement():
+    """A generate() trace (prefill + decode steps) replays as one: all on GPU 0 it is the dry run; offloaded, every
+    forward copies the offloaded weights again (forwards = max_new_tokens). The registry keys a replay by the
+    trace's shape and the weights off GPU 0, not by the dict's spelling."""
+    from vramlab import ran
+    from vramlab.vram import dry_run
+
+    trace = dry_run("smollm2-135m", 2, 64, mode="generate", new_tokens=4)
+    whole = D.replay(trace, "smollm2-135m", {"": 0})
+    assert whole.peak_bytes == trace.peak_bytes and whole.forwards == 4 and whole.copied_bytes == 0
+    r = D.replay(trace, "smollm2-135m", _smol_map(10))
+    assert r.forwards == 4 and r.copied_bytes == 4 * r.streamed_bytes > 0
+    assert D.replay(dry_run("smollm2-135m", 2, 64), "smollm2-135m", _smol_map(10)).forwards == 1
+    model = D.empty_model("smollm2-135m")
+    variant = {k: v for k, v in reversed(list(_smol_map(10).items())) if k != "model.rotary_emb"}
+    assert D.placement_key(model, variant) == D.placement_key(model, _smol_map(10))
+    assert D.placement_key(model, {"": 0}) == () and D.placement_key(model, _smol_map(11)) != D.placement_key(
+        model, _smol_map(10))
+    assert D.design_was_replayed(D.design_key(trace, model, variant))
+    with ran._unrecorded():
+        D.replay(trace, "smollm2-135m", _smol_map(3))
+    assert not D.design_was_replayed(D.design_key(trace, model, _smol_map(3)))
+
+
 def test_replay_refuses_what_it_does_not_model(smol_trace):
     with pytest.raises(ValueError, match="one GPU"):
         D.replay(smol_trace, "smollm2-135m", {"": 1})

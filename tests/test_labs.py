@@ -421,7 +421,8 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     # meets the full transform's error) is printed after a pass, never in markdown the learner sees while working
     ("00_start_here.ipynb", r"quality bar can cost|rounding (?:changes|flips) (?:some|the) greedy", r"^#+\s*Exercise 0\.3\b"),
     ("01_outliers_and_rotation.ipynb", r"cheaper block-diagonal transform can meet", r"^#+\s*Exercise 6\b"),
-    ("06_accelerate_dispatch.ipynb", r"keeps `lm_head` resident", r"^#+\s*Exercise 4\b"),
+    ("06_accelerate_dispatch.ipynb", r"balanced split|smallest B (?:that|with)|16 prompts per call|187(?:\.3)? GiB",
+     r"^#+\s*Exercise 4\b"),
     ("07_bitsandbytes.ipynb", r"message's own advice is the fix", r"^#+\s*Exercise 5\b"),
     ("08_watch_vram.ipynb", r"bytes per score element against eager", r"^#+\s*Exercise 5\b"),
     # issue 29, labs 04, 07 and 08: the capstones' runs, the doctor's reading of the unseen log, the T4 dry runs

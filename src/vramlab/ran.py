@@ -10,10 +10,11 @@ kind, as hashable keys:
   and ``vramlab.serving.recorded.runs`` (read by ``paged.burst_was_run``);
 - ``"dry_run shape"``: ``(batch_size, seq_len, dtype name, compute capability, attn_implementation)`` noted by
   ``vramlab.vram.dryrun.dry_run`` (read by ``dryrun.shape_was_run`` and lab 08's check);
-- ``"replayed map"``: ``vramlab.dispatch.replay.map_key(device_map)`` noted by ``vramlab.dispatch.replay`` (read by
-  ``replay.map_was_replayed``);
-- ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted gpu0 peak"``: lab 06's
-  recorded predictions, ``(map key, GiB)``;
+- ``"replayed map"``: ``vramlab.dispatch.replay.design_key(trace, model, device_map)`` (the trace's shape and the
+  weights off GPU 0) noted by ``vramlab.dispatch.replay`` and by lab 06's check when it shows a replay (read by
+  ``replay.design_was_replayed``);
+- ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted design"``: lab 06's
+  recorded predictions, ``((prompts per call, placement), peak GiB, copy GiB, order)``;
 - ``"explained log"`` / ``"explained log line"``: hashes of what ``vramlab.bnb.logs.explain_log`` read (read by
   ``logs.was_explained``); ``"predicted binary (lab 07)"``: ``(order, file name)`` of lab 07's binary predictions,
   and ``"binary log before a prediction (lab 07)"``: the capstone's log was shown before any prediction.

@@ -99,4 +99,27 @@ def replay_figure(replays: Mapping[str, Any], limit_bytes: int | None = None, ti
     return fig
 
 
-__all__ = ["device_label", "device_map_figure", "replay_figure"]
+def copy_figure(batches: list[int], copied_gib: list[float | None], best: int | None = None,
+                limit: float | None = None, title: str | None = None):
+    """A plotly figure of a queue's design space: for each batch size (prompts per call) in ``batches``, the least
+    weight GiB copied to the GPU for the whole queue (``copied_gib``, None where nothing fits the GPU's ``limit``
+    GiB); ``best`` marks one batch size. The fit limit is drawn after the largest batch size that fits."""
+    import plotly.graph_objects as go
+
+    fits = [(b, c) for b, c in zip(batches, copied_gib) if c is not None]
+    fig = go.Figure(go.Scatter(x=[b for b, _ in fits], y=[c for _, c in fits], mode="lines+markers",
+                               name="least copy that fits"))
+    if best is not None and any(b == best for b, _ in fits):
+        fig.add_trace(go.Scatter(x=[best], y=[c for b, c in fits if b == best], mode="markers", name="best",
+                                 marker=dict(size=14, symbol="star", color="#2ca02c")))
+    if fits and len(fits) < len(batches):
+        fig.add_vline(x=fits[-1][0] + 0.5, line_dash="dash", line_color="#d62728",
+                      annotation_text=f"no map fits {limit:g} GiB beyond" if limit else "no map fits beyond",
+                      annotation_position="top left")
+    fig.update_layout(title=title or "Weights copied for the whole queue, by prompts per call",
+                      xaxis_title="prompts per call (B)", yaxis_title="weights copied to GPU 0 (GiB)",
+                      height=380, width=800)
+    return fig
+
+
+__all__ = ["device_label", "device_map_figure", "replay_figure", "copy_figure"]

@@ -15,7 +15,8 @@ which ``from_pretrained(..., device_map=...)`` calls through transformers 5.24 `
   **every** forward.
 
 :func:`replay` applies these rules to a trace: the result is GPU 0's allocated bytes after every event, its
-peak and what is live there, and the bytes streamed per forward. It covers maps over one GPU (``0``) plus
+peak and what is live there, and the bytes streamed per forward (and, for a ``generate()`` trace, the forwards it runs: each copies them
+again). It covers maps over one GPU (``0``) plus
 ``"cpu"``/``"disk"``; several GPUs would add the copies of hidden states at each device boundary and of the
 output back to the input's device (the top-level hook's ``io_same_device``), which this replay does not model.
 It is a computation on the meta device, not a measurement.
@@ -40,9 +41,26 @@ def map_key(device_map: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(0 if v in ("cuda:0", "cuda") else v)) for k, v in device_map.items()))
 
 
-def map_was_replayed(device_map: Mapping[str, Any]) -> bool:
-    """Whether :func:`replay` ran on this very map in this process (outside :func:`vramlab.ran._unrecorded`)."""
-    return map_key(device_map) in ran.ran(REPLAYED_KIND)
+def placement_key(model, device_map: Mapping[str, Any]) -> tuple[str, ...]:
+    """What a map does to the weights, whatever its keys: the sorted names of ``model``'s parameters it puts off
+    GPU 0 (on ``"cpu"`` or ``"disk"``). Two maps with one key are one placement: adding a module without weights
+    (``model.rotary_emb``), reordering keys, or naming ``model.layers`` instead of each layer changes nothing.
+    ``model``: a meta model (:func:`vramlab.dispatch.empty_model`)."""
+    dmap = _check_map(device_map)
+    return tuple(sorted(n for n, _ in model.named_parameters() if _device_of(n, dmap) in OFFLOADED))
+
+
+def design_key(trace, model, device_map: Mapping[str, Any]) -> tuple:
+    """The key a replay is remembered by: the trace's shape (batch, prompt length, new tokens, mode) and the
+    map's :func:`placement_key`."""
+    return (int(trace.batch_size), int(trace.seq_len), int(trace.new_tokens), str(trace.mode),
+            placement_key(model, device_map))
+
+
+def design_was_replayed(key: tuple) -> bool:
+    """Whether :func:`replay` ran a design with this :func:`design_key` in this process (outside
+    :func:`vramlab.ran._unrecorded`)."""
+    return key in ran.ran(REPLAYED_KIND)
 
 
 def _device_of(name: str, device_map: Mapping[str, Any]) -> Any:
@@ -92,6 +110,7 @@ class MapReplay:
     """What :func:`replay` returns. Bytes throughout; ``live`` has one entry per trace event."""
 
     device_map: dict
+    forwards: int = 1                                    # model forwards in the trace (generate: one per new token)
     live: list[int] = field(default_factory=list)      # GPU 0's allocated bytes after each event
     peak_bytes: int = 0
     peak_index: int = 0
@@ -101,16 +120,21 @@ class MapReplay:
                                                          # each tensor in whole 512-byte blocks, as the trace)
     offloaded: list[str] = field(default_factory=list)   # the modules with weights off GPU 0
 
+    @property
+    def copied_bytes(self) -> int:
+        """Weight bytes copied to GPU 0 over the whole trace: ``streamed_bytes`` at each of ``forwards``."""
+        return self.streamed_bytes * self.forwards
+
     def summary(self) -> dict:
         gib = 1 << 30
         return {"peak_gib": round(self.peak_bytes / gib, 2), "peak_module": self.peak_module,
                 "at_peak_gib": {k: round(v / gib, 2) for k, v in self.at_peak.items()},
-                "streamed_gib": round(self.streamed_bytes / gib, 2)}
+                "streamed_gib": round(self.streamed_bytes / gib, 2), "forwards": self.forwards}
 
 
 def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapReplay:
-    """GPU 0's allocations during ``trace`` (a :class:`vramlab.vram.MemoryTrace` of one prefill of the model
-    ``config_or_model``: a config as in :func:`vramlab.dispatch.empty_model`, or such a meta model) when it is
+    """GPU 0's allocations during ``trace`` (a :class:`vramlab.vram.MemoryTrace` of the model ``config_or_model``:
+    one forward, or ``mode="generate"``: the prefill and every decode step: a config as in :func:`vramlab.dispatch.empty_model`, or such a meta model) when it is
     dispatched with ``device_map`` (one GPU, ``0``, plus ``"cpu"``/``"disk"``), by the rules in the module docstring.
     Buffers (RoPE's ``inv_freq``) stay on GPU 0 wherever their module is mapped: accelerate puts the buffers of
     offloaded modules on the execution device (``AlignDevicesHook.init_hook`` without ``offload_buffers``; with it,
@@ -124,14 +148,14 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
     from vramlab.dispatch.planner import empty_model
 
     dmap = _check_map(device_map)
-    ran.note(REPLAYED_KIND, map_key(dmap))
     model = config_or_model if isinstance(config_or_model, torch.nn.Module) else empty_model(config_or_model)
     buffers = {name for name, _ in model.named_buffers()}
     events = getattr(trace, "events", None)
     if not isinstance(events, list) or not events:
         raise ValueError("`trace` must be a MemoryTrace from vramlab.vram.dry_run (it has no events).")
-    if trace.new_tokens:
-        raise ValueError(f"`trace` has {trace.new_tokens} decode steps; replay one prefill (new_tokens=0).")
+    ran.note(REPLAYED_KIND, design_key(trace, model, dmap))
+    # generate(max_new_tokens=n) runs n forwards (the prefill gives the first token); a forward trace runs one
+    forwards = max(int(trace.new_tokens), 1) if getattr(trace, "mode", "forward") == "generate" else 1
     # the class name the module tracker puts in front of every path
     prefix = next((e["module"].split(".", 1)[0] for e in events if e["phase"] != "load" and e["module"]), "")
     owner_bytes: dict[str, int] = {}      # offloaded parameter-holding module -> its weight bytes
@@ -148,12 +172,12 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
         else:
             resident += e["bytes"]
     owners = sorted(owner_bytes, key=len, reverse=True)   # deepest first: a Linear before its parent
+    owner_cache: dict[str, str | None] = {}
 
     def owner_of(path: str) -> str | None:
-        for o in owners:
-            if path == o or path.startswith(o + "."):
-                return o
-        return None
+        if path not in owner_cache:
+            owner_cache[path] = next((o for o in owners if path == o or path.startswith(o + ".")), None)
+        return owner_cache[path]
 
     cats = {"resident weights": 0, "streamed weights": 0, "kv_cache": 0, "activations": 0, "logits": 0,
             "workspace": 0}
@@ -182,9 +206,9 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
         if total > best[0]:
             best = (total, e["i"], _module_path(e["module"], prefix), dict(cats))
     streamed = sum(owner_bytes.values())
-    return MapReplay(device_map=dmap, live=live_list, peak_bytes=best[0], peak_index=best[1],
+    return MapReplay(device_map=dmap, forwards=forwards, live=live_list, peak_bytes=best[0], peak_index=best[1],
                      peak_module=best[2] or "(model)", at_peak=best[3], streamed_bytes=streamed,
                      offloaded=sorted(owner_bytes))
 
 
-__all__ = ["MapReplay", "replay", "OFFLOADED", "map_key", "map_was_replayed"]
+__all__ = ["MapReplay", "replay", "OFFLOADED", "map_key", "placement_key", "design_key", "design_was_replayed"]
