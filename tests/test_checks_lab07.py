@@ -162,11 +162,13 @@ def test_the_binary_prediction_is_stored_then_compared_with_the_log_without_expl
     assert "stored" in capsys.readouterr().out
     assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so", log)
     out = capsys.readouterr().out
-    assert "cuda122" in out and "not the file you predicted" in out
+    assert "cuda122" in out and "section 4's rule" in out and "not the rule's file" in out
     assert not any(w in out for w in ("clone", "source", "built", "folder")), out
     assert lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so")     # a path is read as its file name
-    assert lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so", log)
-    assert "the file you predicted" in capsys.readouterr().out
+    # graded against the rule (review #7: a learner who predicted cuda122 never met the puzzle), without naming it
+    wrong = lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so", log)
+    out = capsys.readouterr().out
+    assert not wrong and "not the rule's file" in out and "cuda121" not in out, out
     for bad in ("cuda121", 121, ""):
         assert not lab07.check_binary_prediction(bad) and "file name" in capsys.readouterr().out
 
@@ -301,7 +303,7 @@ def test_the_diagnosis_waits_for_a_prediction_stored_without_the_log(capsys):
     # a fresh kernel: predicted first, then the log, then the diagnosis
     ran._forget()
     _predict("libbitsandbytes_cuda118.so")
-    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)
+    assert not lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)   # graded: not the rule's file
     assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so")       # Run All again: still the prediction
     assert not lab07.check_binary_prediction("libbitsandbytes_cuda124.so", log)   # not stored: no comparison
     capsys.readouterr()
@@ -668,3 +670,23 @@ def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(cap
             assert "after explain_log read this very log" in capsys.readouterr().out
     finally:
         ran._forget()
+
+
+def test_the_doctor_cli_does_not_read_the_capstones_log(tmp_path, capsys):
+    """Review #7 answered Exercise 5 with `vramlab doctor --log` (its own process: the check never saw it read the log).
+    The CLI now refuses that log, whole or a line of it, in one sentence (exit 2); any other log is explained."""
+    from vramlab.bnb import doctor, logs
+
+    whole = tmp_path / "colleague.txt"
+    whole.write_text(lab07.unseen_log())
+    part = tmp_path / "line.txt"
+    part.write_text("some other output\n" + _log_line("bitsandbytes library load error") + "\n")
+    for path in (whole, part):
+        assert doctor.doctor_main(log=str(path)) == 2
+        out = capsys.readouterr()
+        assert "lab 07's Exercise 5" in out.err and "native_library_not_built" not in out.out + out.err
+    other = tmp_path / "other.txt"
+    other.write_text(logs.corpus_entry("bnb045_unbuilt_checkout")["text"])   # a public log of another release
+    assert doctor.doctor_main(log=str(other)) in (0, 1)
+    assert "native_library_not_built" in capsys.readouterr().out
+    assert not logs._is_withheld_log(logs.corpus_entry("bnb045_unbuilt_checkout")["text"])

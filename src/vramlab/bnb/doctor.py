@@ -1046,6 +1046,13 @@ def doctor_main(as_json: bool = False, log: str | None = None) -> int:
             print(f"error: cannot read {where} ({getattr(exc, 'strerror', None) or exc}); "
                   "pass a readable file path or pipe the log into '-'.", file=sys.stderr)
             return 2
+        from vramlab.bnb.logs import _is_withheld_log
+
+        if _is_withheld_log(text):
+            print("vramlab doctor: this is lab 07's Exercise 5 log, which you diagnose yourself; the doctor's reading "
+                  "of it prints in the notebook once Exercise 5 passed or was revealed (after_diagnosis).",
+                  file=sys.stderr)
+            return 2
         found = explain_log(text)
         print(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
         return 1 if found.status == "error" else 0

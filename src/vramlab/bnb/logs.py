@@ -833,6 +833,23 @@ def _corpus_entry(entry_id: str, logs: list[dict] | None = None) -> dict:
     raise ValueError(f"No corpus log with id {entry_id!r}; ids: {', '.join(e['id'] for e in logs)}.")
 
 
+def _withheld_lines() -> frozenset[str]:
+    """The lines (20 characters or more, stripped) of the withheld entries that no public entry has: text holding one
+    of them is lab 07's Exercise 5 log, whole or in part."""
+    logs = _load_corpus()
+    public = {ln.strip() for e in logs if e["id"] not in _WITHHELD for ln in e["text"].splitlines()}
+    return frozenset(ln.strip() for e in logs if e["id"] in _WITHHELD for ln in e["text"].splitlines()
+                     if len(ln.strip()) >= 20 and ln.strip() not in public)
+
+
+def _is_withheld_log(text: str) -> bool:
+    """Whether ``text`` holds a line of lab 07's Exercise 5 log that no other corpus log has (``vramlab doctor
+    --log`` runs in its own process, where the check cannot see what it read: review #7 answered the exercise
+    with it, so it does not read that log)."""
+    lines = _withheld_lines()
+    return any(ln.strip() in lines for ln in str(text).splitlines())
+
+
 def load_corpus() -> list[dict]:
     """The labelled log corpus: ``[{"id", "text", "label", "format", "source"}]`` (old and current), without the
     log lab 07's Exercise 5 asks the learner to diagnose."""

@@ -6,6 +6,7 @@ the measured table of ``benchmarks/bnb.py``), so a check and the lesson cannot d
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -526,10 +527,23 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
                       f"{mine}, not stored as a prediction in this kernel", _PREDICT_FIRST + " this cell",
                       counts=False)
     shown = _binary_name(log)
-    if shown is None:
-        return report(name, True, "", f"you predicted {mine}; the log names no CUDA binary")
-    same = "the file you predicted" if shown == mine else "not the file you predicted"
-    return report(name, True, "", f"you predicted {mine}; the log shows {shown}: {same}")
+    shows = "the log names no CUDA binary" if shown is None else f"the log shows {shown}"
+    if mine != _rule_binary():   # graded against section 4's rule, which the learner applies (review #7)
+        return report(name, False, "the file section 4's rule gives for torch.version.cuda '12.2'", mine,
+                      f"that is not the rule's file: work the rule out from the binaries bitsandbytes 0.50.2 ships "
+                      f"before you read on; {shows}", counts=False)
+    same = "the rule's file" if shown == mine else "not the rule's file"
+    return report(name, True, "", f"you predicted {mine}, section 4's rule; {shows}: {same}")
+
+
+@functools.lru_cache(maxsize=1)
+def _rule_binary() -> str:
+    """The file bitsandbytes' own choice gives for the capstone's ``torch.version.cuda`` '12.2', asked of the installed
+    bitsandbytes (:func:`vramlab.bnb.doctor.predict_binaries`, a subprocess of a few seconds). Private: it is the
+    prediction's answer."""
+    from vramlab.bnb.doctor import predict_binaries
+
+    return predict_binaries(["12.2"])["12.2"]
 
 
 def _diagnosis_answer(**_) -> str:
