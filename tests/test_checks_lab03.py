@@ -76,8 +76,9 @@ WRONG = {
                                  ({"starts": None, "needed_gib": None, "estimated_max_model_len": None}, "not done yet")],
     "check_three_fixes": [(_fixes(shorter={"max_model_len": 46592}), "names the longest length"),
                           (_fixes(memory={"kv_cache_space_gib": 1.5}), "int()"),
-                          (_fixes(memory={"kv_cache_space_gib": 3}), "one GiB less"),
-                          (_fixes(fp8={"kv_cache_dtype": "int8"}), "spells its 8-bit float cache"),
+                          (_fixes(memory={"kv_cache_space_gib": 3}), "it is not the least"),
+                          (_fixes(fp8={"kv_cache_dtype": "int8"}), "CacheDType"),
+                          (_fixes(shorter={"max_model_len": 32768}), "gives up more context"),
                           (_fixes(fp8={"kv_cache_dtype": "fp8", "max_model_len": 8192}), "change only"),
                           ({"shorter": {}}, "one entry per fix")],
     "check_exactly_full": [(("a", "rounding"), "compares bytes"),
@@ -226,8 +227,17 @@ def test_stub_dicts_are_told_not_done_yet(capsys):
     assert out.count("not done yet") == 2, out
 
 
-def test_any_shorter_length_that_starts_is_a_fix(capsys):
-    assert lab03.check_three_fixes({**FIXES, "shorter": {"max_model_len": 32768}})
+def test_the_shorter_fix_is_the_longest_length_that_starts(capsys):
+    """Review #7: the prompt asks to give up as little context as the engine allows, and the check passed 128. The
+    engine's message names that length; a shorter one that starts fails, and no message names 'fp8' for an
+    8-bit name it does not take."""
+    assert not lab03.check_three_fixes({**FIXES, "shorter": {"max_model_len": 32768}})
+    assert not lab03.check_three_fixes({**FIXES, "shorter": {"max_model_len": 128}})
+    assert lab03.check_three_fixes(FIXES)
+    capsys.readouterr()
+    for name in ("int8", "float8", "fp8_e4m3", "8"):
+        assert not lab03.check_three_fixes({**FIXES, "fp8": {"kv_cache_dtype": name}})
+        assert "'fp8'" not in capsys.readouterr().out.split("got", 1)[1]
 
 
 def test_each_wrong_choice_names_no_other_choice(capsys):

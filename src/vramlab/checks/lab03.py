@@ -320,8 +320,8 @@ def check_three_fixes(got: Any) -> CheckResult:
         if key == "kv_cache_dtype":
             if value not in FP8_ON_CPU:
                 return report(name, False, "an 8-bit cache dtype this lab's engine runs", repr(value),
-                              "vLLM spells its 8-bit float cache 'fp8'" if str(value).lower() in ("int8", "float8",
-                              "fp8_e4m3", "fp8_e5m2", "8") else "an 8-bit float cache, as vLLM spells it")
+                              "not a name this engine's kv_cache_dtype takes for its 8-bit cache: look its names up "
+                              "in vllm/config/cache.py (CacheDType) and the CPU backend's checks")
             continue
         number = as_float(value)
         if number is None or not math.isfinite(number) or number <= 0:
@@ -334,13 +334,17 @@ def check_three_fixes(got: Any) -> CheckResult:
             if not s.starts:
                 return report(name, False, "a max_model_len that starts", f"{fmt_number(value)}, it is still refused",
                               "read the engine's message again: it names the longest length it would accept")
+            if int(number) != ref["shorter"]["max_model_len"]:   # the prompt: give up as little context as allowed
+                return report(name, False, "the longest max_model_len that starts", f"{fmt_number(value)} (it "
+                              "starts)", "it gives up more context than the engine asks you to: read its message "
+                              "again")
         else:
             if not s.starts:
                 return report(name, False, "a KV space that starts", f"{fmt_number(value)} GiB, still refused",
                               "how many GiB do the request's blocks need, plus what the pool keeps back?")
             if int(number) != ref["memory"]["kv_cache_space_gib"]:
-                return report(name, False, "the least whole GiB that starts", f"{fmt_number(value)} GiB, more than "
-                              "needed", "it starts, but one GiB less would too")
+                return report(name, False, "the least whole GiB that starts", f"{fmt_number(value)} GiB (it starts)",
+                              "it starts, but it is not the least: work out the GiB the blocks need")
     return report(name, True, "", "all three start, each changing one knob")
 
 
