@@ -964,3 +964,25 @@ def test_a_cell_after_a_capstone_opens_only_for_that_checks_own_result():
     failed = lab02.check_kv4_bytes_per_token(5760)
     assert not _core.opened_by(failed, "check_kv4_bytes_per_token")
     assert _core.opened_by(lab02.check_kv4_bytes_per_token(5760, reveal=True), "check_kv4_bytes_per_token")
+
+
+def test_a_prediction_is_the_one_stored_before_its_measurement(capsys):
+    """Review #7: check_prediction stored nothing, so a learner could edit a prediction after its measurement and run
+    the measurement again. The value stored before the measurement is what is compared; a different value stored
+    after it is refused as a reading (no try counted); the same value again (Run All) is fine."""
+    from vramlab.checks import check_prediction
+    from vramlab.checks._core import tries
+
+    what = "a test quantity"
+    assert check_prediction(100, what=what, unit="MiB")
+    assert check_prediction(100, 400, what, "MiB")
+    assert "you predicted 100 MiB; it is 400 MiB (4x too low)" in capsys.readouterr().out
+    assert check_prediction(100, what=what, unit="MiB")             # Run All again: the same prediction
+    refused = check_prediction(390, what=what, unit="MiB")          # edited after the measurement
+    out = capsys.readouterr().out
+    assert not refused and "reading" in out and "100 MiB" in out and tries(what) == 0, out
+    assert check_prediction(390, 400, what, "MiB")                  # the measurement again: the stored one counts
+    out = capsys.readouterr().out
+    assert "you predicted 100 MiB (the one stored before the measurement; the cell now holds 390)" in out, out
+    assert check_prediction(7, 8, "never stored first")              # no stored prediction: compared as given
+    assert "you predicted 7; it is 8" in capsys.readouterr().out

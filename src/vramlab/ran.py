@@ -17,7 +17,9 @@ kind, as hashable keys:
   recorded predictions, ``((prompts per call, placement), peak GiB, copy GiB, order)``;
 - ``"explained log"`` / ``"explained log line"``: hashes of what ``vramlab.bnb.logs.explain_log`` read (read by
   ``logs.was_explained``); ``"predicted binary (lab 07)"``: ``(order, file name)`` of lab 07's binary predictions,
-  and ``"binary log before a prediction (lab 07)"``: the capstone's log was shown before any prediction.
+  and ``"binary log before a prediction (lab 07)"``: the capstone's log was shown before any prediction;
+- ``"stored prediction"``: ``(what, order, value)`` of ``checks.check_prediction`` without a measurement, and
+  ``"prediction measured"``: each ``what`` whose measurement was compared (a prediction is the one stored before).
 
 :func:`_forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test). A check's own
 reference runs go inside :func:`_unrecorded`. Both are private:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import Any
 
+from vramlab import ran
 from vramlab.checks._core import CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, read_number, report
 
 __all__ = ["check_fp16_weight_bytes", "check_forward_peak_mib", "check_prediction", "check_plan_prediction",
@@ -118,9 +120,20 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
     if value is None or not math.isfinite(value):
         return report(name, False, "a number", f"{fmt_number(predicted)} (not a finite number)",
                       hint="store a plain number, e.g. 250 (in " + (unit or "the unit asked for") + ")")
+    recorded = _recorded_prediction(what)
     if actual is None:
+        if what in ran.ran(_REVEALED_KIND) and recorded is not None and value != recorded:
+            return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
+                          "stored after the measurement ran in this kernel", f"that is a reading: the prediction "
+                          f"that counts is the one stored before, {fmt_number(recorded, 4)}{unit_s}", counts=False)
+        ran.note(_PREDICTION_KIND, (what, next(_ORDER), value))
         return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
+    ran.note(_REVEALED_KIND, what)
+    changed = ""
+    if recorded is not None and recorded != value:   # review #7: edited after the measurement, then measured again
+        changed = f" (the one stored before the measurement; the cell now holds {fmt_number(value, 4)})"
+        value = recorded
     if actual == 0:
         off = "exactly right" if value == 0 else f"off by {fmt_number(value)}{unit_s}"
     else:
@@ -133,8 +146,22 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
             off = f"{ratio:.2g}x too high" if ratio >= 2 else f"{100 * (ratio - 1):.0f}% too high"
         else:
             off = f"{1 / ratio:.2g}x too low" if 0 < ratio <= 0.5 else f"{100 * (1 - ratio):.0f}% too low"
-    return report(name, True, "", f"you predicted {fmt_number(value, 4)}{unit_s}; it is "
+    return report(name, True, "", f"you predicted {fmt_number(value, 4)}{unit_s}{changed}; it is "
                                   f"{fmt_number(actual, 4)}{unit_s} ({off})")
+
+
+# What check_prediction stored (vramlab.ran): (what, order, value) per stored prediction, and each ``what`` whose
+# measurement was compared. A prediction is the one stored before its measurement: review #7 edited one after the
+# measurement and ran the measurement cell again, which then compared the edited number.
+_PREDICTION_KIND = "stored prediction"
+_REVEALED_KIND = "prediction measured"
+_ORDER = itertools.count()
+
+
+def _recorded_prediction(what: str) -> float | None:
+    """The value last stored for ``what`` (before its measurement, once one ran), or None."""
+    found = sorted((order, value) for w, order, value in ran.ran(_PREDICTION_KIND) if w == what)
+    return found[-1][1] if found else None
 
 
 # --------------------------------------------------------------------------- Exercise 0.2
