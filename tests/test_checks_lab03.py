@@ -209,7 +209,8 @@ def test_no_design_wins_every_axis_and_the_shortcuts_fail():
     assert _held(TRUSTS_THE_PRINTED_LINE)["summaries"] == 25
     # fp8 on the longest requests (summaries) costs rag 4 GiB of bf16: fewer summaries than fp8 on rag
     assert _held(FP8_ON_THE_LONGEST)["summaries"] == 12 < 19
-    # rag in 3 GiB of bf16 (fp8 for summaries) fails rag's row; bf16 everywhere changes no answer and holds the fewest summaries
+    # rag in 3 GiB of bf16 (fp8 for summaries) fails rag's row; bf16 everywhere changes no answer and holds the
+    # fewest summaries
     assert _held(RAG_IN_3_GIB_BF16)["rag"] == 34
     all_bf16 = _design(rag={"kv_cache_space_gib": 4, "kv_cache_dtype": "auto"}, summaries={"kv_cache_space_gib": 1})
     assert lab03._shortfall(all_bf16) is None and _held(all_bf16)["summaries"] == 6
