@@ -30,13 +30,14 @@ def _bytes(config, b):
 
 STARTUP = {"starts": False, "needed_gib": 1.41, "estimated_max_model_len": 46592}
 FIXES = {"shorter": {"max_model_len": 46464}, "fp8": {"kv_cache_dtype": "fp8"}, "memory": {"kv_cache_space_gib": 2}}
-DESIGN = {"chat": {"kv_cache_space_gib": 2, "kv_cache_dtype": "auto", "max_model_len": 2048},
-          "summaries": {"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8", "max_model_len": 7168}}
-PREDICTED = {"chat": 45.5, "summaries": 13.0}
+DESIGN = {"chat": {"kv_cache_space_gib": 4, "kv_cache_dtype": "auto", "max_model_len": 3584},
+          "rag": {"kv_cache_space_gib": 2, "kv_cache_dtype": "fp8", "max_model_len": 4096},
+          "summaries": {"kv_cache_space_gib": 3, "kv_cache_dtype": "auto", "max_model_len": 7168}}
+PREDICTED = {"chat": 52.0, "rag": 45.5, "summaries": 19.5}
 
 CALL = {name: getattr(lab03, name) for name in lab03.__all__}
 CALL["check_prediction"] = _prediction
-CALL["check_two_engines"] = lambda d: lab03.check_two_engines(d, PREDICTED)
+CALL["check_three_engines"] = lambda d: lab03.check_three_engines(d, PREDICTED)
 
 SOLUTIONS = {
     "check_prediction": 2,
@@ -44,7 +45,7 @@ SOLUTIONS = {
     "check_startup_prediction": STARTUP,
     "check_three_fixes": FIXES,
     "check_exactly_full": ("b", "the pool holds one block back for itself (the null block), so 15 are usable"),
-    "check_two_engines": DESIGN,
+    "check_three_engines": DESIGN,
 }
 
 
@@ -52,8 +53,18 @@ def _fixes(**changes):
     return {**FIXES, **changes}
 
 
-def _design(chat=None, summaries=None):
-    return {"chat": {**DESIGN["chat"], **(chat or {})}, "summaries": {**DESIGN["summaries"], **(summaries or {})}}
+def _design(chat=None, rag=None, summaries=None):
+    return {"chat": {**DESIGN["chat"], **(chat or {})}, "rag": {**DESIGN["rag"], **(rag or {})},
+            "summaries": {**DESIGN["summaries"], **(summaries or {})}}
+
+
+# the natural shortcuts, each a design that fails one row of the service table (each is a first try in WRONG)
+TRUSTS_THE_PRINTED_LINE = _design(chat={"kv_cache_space_gib": 3}, summaries={"kv_cache_space_gib": 4})
+FP8_ON_THE_LONGEST = _design(rag={"kv_cache_space_gib": 4, "kv_cache_dtype": "auto"},
+                             summaries={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"})
+FP8_WHEREVER_ALLOWED = _design(summaries={"kv_cache_dtype": "fp8"})
+RAG_IN_3_GIB_BF16 = _design(rag={"kv_cache_space_gib": 3, "kv_cache_dtype": "auto"},
+                            summaries={"kv_cache_space_gib": 2, "kv_cache_dtype": "fp8"})
 
 
 WRONG = {
@@ -87,22 +98,22 @@ WRONG = {
                            (("b", "because 15 < 16"), "in your words"),
                            ("b", "add one sentence")],
     # the first wrong design of a session is told which requirement it misses (each case here is a first try)
-    "check_two_engines": [(_design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"},
-                                   summaries={"kv_cache_space_gib": 2}), "changes them"),
-                          (_design(chat={"kv_cache_space_gib": 1}, summaries={"kv_cache_space_gib": 2}),
-                           "fewer than 40"),
-                          (_design(summaries={"kv_cache_dtype": "auto"}), "every requirement is met; not it"),
-                          (_design(summaries={"max_model_len": 8192}), "every requirement is met; not it"),
+    "check_three_engines": [(_design(chat={"kv_cache_dtype": "fp8"}), "change 3 of 4 greedy answers"),
+                          (TRUSTS_THE_PRINTED_LINE, "holds 38 requests of 3,584 tokens at once, 1 short of 39"),
+                          (FP8_ON_THE_LONGEST, "holds 12 summaries of 7,168 tokens at once: not the most"),
+                          (FP8_WHEREVER_ALLOWED, "2 engines run fp8 (rag, summaries)"),
+                          (RAG_IN_3_GIB_BF16, "rag's engine holds 34 requests of 4,096 tokens at once, 6 short of 40"),
+                          (_design(summaries={"max_model_len": 8192}), "holds 17 summaries of 8,192 tokens"),
                           (_design(summaries={"max_model_len": 7000}), "generated tokens both count"),
                           (_design(chat={"max_model_len": 9000}), "8,192 positions"),
-                          (_design(summaries={"kv_cache_space_gib": 2}), "3 GiB for both"),
+                          (_design(summaries={"kv_cache_space_gib": 4}), "9 GiB for the three"),
                           (_design(chat={"kv_cache_space_gib": 1.5}), "int()"),
                           (_design(chat={"kv_cache_dtype": "int8"}), "two cache dtypes"),
-                          ({"smollm2": {}, "qwen3": {}}, "chat and summaries")],
+                          ({"chat": {}, "summaries": {}}, "chat, rag and summaries")],
 }
 STUBS = [None, lambda *a: None, _raises]
 VALUE_CHECKS = {"check_prediction", "check_startup_prediction", "check_three_fixes", "check_exactly_full",
-                "check_two_engines"}
+                "check_three_engines"}
 
 
 def test_every_check_is_exported_and_covered():
@@ -152,66 +163,148 @@ def test_engine_arithmetic_gives_what_the_real_engine_printed():
     assert fits.starts and fits.kv_cache_tokens == 2048 and f"{fits.max_concurrency:.2f}" == "1.07"
 
 
-def test_the_capstone_has_one_best_design_and_no_design_wins_every_axis():
-    designs = lab03._capstone_designs()
-    assert [{k: {**v, "max_model_len": 0} for k, v in d.items()} for d in designs] == [
-        {"chat": {"kv_cache_space_gib": 2, "kv_cache_dtype": "auto", "max_model_len": 0},
-         "summaries": {"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8", "max_model_len": 0}}]
-    held = lambda d: {k: lab03._service_startup(v).full_requests_at_once for k, v in d.items()}
-    assert held(DESIGN) == {"chat": 45, "summaries": 12}
-    # fp8 everywhere holds more of both, and changes chat's answers (measured: lab03.FP8_PROBE)
-    fp8_all = _design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, summaries={"kv_cache_space_gib": 2})
-    assert held(fp8_all) == {"chat": 45, "summaries": 25} and lab03.FP8_PROBE["identical"] < lab03.FP8_PROBE["of"]
-    # bf16 everywhere changes no answer and holds half the summaries; a round length holds one fewer
-    assert held(_design(summaries={"kv_cache_dtype": "auto"}))["summaries"] == 6
-    assert held(_design(summaries={"max_model_len": 8192}))["summaries"] == 11
-    # the printed line counts the null block: 13.00x, 12 held
-    s = lab03._service_startup(DESIGN["summaries"])
-    assert f"{s.max_concurrency:.2f}" == "13.00" and s.full_requests_at_once == 12
-    passed = lab03.check_two_engines(DESIGN, PREDICTED)
-    assert "45.50x" in lab03.capstone_debrief(passed) and "13.00x" in lab03.capstone_debrief(passed, DESIGN)
+def _held(design):
+    return {k: lab03._service_startup(v).full_requests_at_once for k, v in design.items()}
+
+
+def _printed(design):
+    return {k: f"{lab03._service_startup(v).max_concurrency:.2f}" for k, v in design.items()}
+
+
+def test_the_reference_design_is_what_a_search_of_every_candidate_finds():
+    """Written out here, apart from the check: every whole-GiB split of 9 GiB (at least 1 each), every dtype, the
+    whole-block lengths; keep the designs that meet every row; the most summaries win. One design wins."""
+    import itertools
+    import math
+
+    blocks_per_gib = {"auto": 2**30 // (23040 * 128), "fp8": 2**30 // (11520 * 128)}      # 364, 728
+    length = {"chat": 3500, "rag": 4000, "summaries": 7050}
+    holds = lambda g, d, k: (g * 2**30 // ((23040 if d == "auto" else 11520) * 128) - 1) // math.ceil(length[k] / 128)
+    assert blocks_per_gib == {"auto": 364, "fp8": 728}
+    best, winners = -1, []
+    for split in itertools.product(range(1, 10), repeat=3):
+        if sum(split) > 9:
+            continue
+        for dtypes in itertools.product(("auto", "fp8"), repeat=3):
+            c, r, s = ((g, d, k) for g, d, k in zip(split, dtypes, length))
+            if c[1] != "auto" or dtypes.count("fp8") > 1 or holds(*c) < 39 or holds(*r) < 40:
+                continue
+            n = holds(*s)
+            if n > best:
+                best, winners = n, []
+            if n == best:
+                winners.append((split, dtypes))
+    assert winners == [((4, 2, 3), ("auto", "fp8", "auto"))] and best == 19
+    assert [{k: (v["kv_cache_space_gib"], v["kv_cache_dtype"]) for k, v in d.items()}
+            for d in lab03._capstone_designs()] == [{"chat": (4, "auto"), "rag": (2, "fp8"), "summaries": (3, "auto")}]
+    assert lab03._capstone_designs()[0] == DESIGN and lab03._most_summaries() == 19
+
+
+def test_no_design_wins_every_axis_and_the_shortcuts_fail():
+    assert _held(DESIGN) == {"chat": 51, "rag": 45, "summaries": 19}
+    assert _printed(DESIGN) == {"chat": "52.00", "rag": "45.50", "summaries": "19.50"}
+    # fp8 on both long services holds twice the summaries, and changes two services' answers (lab03.FP8_PROBE)
+    assert _held(FP8_WHEREVER_ALLOWED)["summaries"] == 38 and lab03.FP8_PROBE["identical"] < lab03.FP8_PROBE["of"]
+    # chat in 3 GiB prints 39.00x and holds 38: the line counts the null block; it would free a GiB for summaries
+    assert _printed(TRUSTS_THE_PRINTED_LINE)["chat"] == "39.00" and _held(TRUSTS_THE_PRINTED_LINE)["chat"] == 38
+    assert _held(TRUSTS_THE_PRINTED_LINE)["summaries"] == 25
+    # fp8 on the longest requests (summaries) costs rag 4 GiB of bf16: fewer summaries than fp8 on rag
+    assert _held(FP8_ON_THE_LONGEST)["summaries"] == 12 < 19
+    # rag in 3 GiB of bf16 (fp8 for summaries) fails rag's row; bf16 everywhere changes no answer and holds the
+    # fewest summaries
+    assert _held(RAG_IN_3_GIB_BF16)["rag"] == 34
+    all_bf16 = _design(rag={"kv_cache_space_gib": 4, "kv_cache_dtype": "auto"}, summaries={"kv_cache_space_gib": 1})
+    assert lab03._shortfall(all_bf16) is None and _held(all_bf16)["summaries"] == 6
+    # each shortcut fails a different row
+    reasons = {lab03._shortfall(d) for d in (TRUSTS_THE_PRINTED_LINE, FP8_WHEREVER_ALLOWED, RAG_IN_3_GIB_BF16)}
+    assert len(reasons) == 3 and lab03._shortfall(FP8_ON_THE_LONGEST) is None
+    # the graded pools are none Exercise 3 printed (1 GiB fp8 = 2 GiB bf16 = 728 blocks, 93,184 tokens)
+    assert all(lab03._service_startup(v).num_blocks != 728 for v in DESIGN.values())
+    from vramlab import ran
+
+    ran._forget()          # the arithmetic above counts as planning these engines (a fresh kernel knows nothing)
+    passed = lab03.check_three_engines(DESIGN, PREDICTED)
+    assert "52.00x" in lab03.capstone_debrief(passed) and "19.50x" in lab03.capstone_debrief(passed, DESIGN)
     waits = lab03.capstone_debrief(None)
-    assert "45.50x" not in waits and "13" not in waits and "Exercise 5" in waits
+    assert "52.00x" not in waits and "19" not in waits and "Exercise 5" in waits
 
 
-def test_capstone_wrong_designs_get_a_reason_on_the_first_try_only(capsys):
+def test_capstone_wrong_designs_get_a_reason_on_the_first_two_tries_only(capsys):
     from vramlab.checks._core import reset_tries
 
     reset_tries()
-    wrong = [_design(chat={"kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}, summaries={"kv_cache_space_gib": 2}),
-             _design(chat={"kv_cache_space_gib": 1}, summaries={"kv_cache_space_gib": 2}),
-             _design(summaries={"kv_cache_dtype": "auto"})]
+    wrong = [TRUSTS_THE_PRINTED_LINE, FP8_ON_THE_LONGEST, FP8_WHEREVER_ALLOWED, RAG_IN_3_GIB_BF16]
     outs = []
     for d in wrong:
-        assert not lab03.check_two_engines(d, PREDICTED)
+        assert not lab03.check_three_engines(d, PREDICTED)
         outs.append(capsys.readouterr().out)
-    assert "changes them" in outs[0]
-    for out in outs[1:]:
-        assert "Hint: not it" in out and "chat" not in out.split("Hint:")[1] and "summaries" not in out.split("Hint:")[1]
-    assert "try 3" in outs[2]                      # the hints open by tries
-    assert lab03.check_two_engines(DESIGN, PREDICTED)
+    assert "1 short of 39" in outs[0] and "not the most" in outs[1]
+    for out in outs:      # why THAT design fails, never the right split
+        hint = out.split("Hint:")[1]
+        assert not re.search(r"\b[1-9] GiB\b|\bauto\b|\bfp8 for\b|more GiB|fewer GiB", hint), out
+    for out in outs[2:]:
+        hint = out.split("Hint:")[1]
+        assert "Hint: not it" in out and not any(k in hint for k in ("chat", "rag", "summaries")), out
+    assert "try 3" in outs[2] and "try 4" in outs[3]          # the hints open by tries
+    assert lab03.check_three_engines(DESIGN, PREDICTED)
 
 
 def test_capstone_grades_the_prediction_without_a_formula_or_a_held_count_message(capsys):
     from vramlab.checks._core import reset_tries
 
     reset_tries()
-    assert not lab03.check_two_engines(DESIGN)
+    assert not lab03.check_three_engines(DESIGN)
     assert "not done yet" in capsys.readouterr().out            # the prediction comes with the design
-    for guess in ({"chat": 45, "summaries": 12}, {"chat": 45.5, "summaries": 12}, {"chat": 45.5, "summaries": 12.5}):
-        assert not lab03.check_two_engines(DESIGN, guess)
+    for guess in ({"chat": 51, "rag": 45, "summaries": 19}, {**PREDICTED, "summaries": 19},
+                  {**PREDICTED, "summaries": 19.4}):
+        assert not lab03.check_three_engines(DESIGN, guess)
         out = capsys.readouterr().out
         assert "FAIL the printed concurrency" in out
         for word in ("divide", "block", "holds", "null"):
             assert word not in out, out
     assert "not it" in out                                       # the third wrong try gets no direction
-    assert lab03.check_two_engines(DESIGN, {"chat": 45.50, "summaries": 13.001})
+    assert lab03.check_three_engines(DESIGN, {"chat": 52.00, "rag": 45.5, "summaries": 19.501})
 
 
-def test_any_length_with_the_same_blocks_is_the_same_design(capsys):
-    assert lab03.check_two_engines(_design(chat={"max_model_len": 2000}, summaries={"max_model_len": 7050}),
-                                   PREDICTED)
-    assert lab03.check_two_engines(_design(chat={"max_model_len": 2304}), {"chat": 40.44, "summaries": 13.0})
+def test_any_length_with_the_same_held_summaries_is_the_same_design(capsys):
+    short = _design(chat={"max_model_len": 3500}, rag={"max_model_len": 4000}, summaries={"max_model_len": 7050})
+    assert lab03.check_three_engines(short, PREDICTED)
+    # longer lengths that still meet the rows and hold 19 summaries pass, with their own printed lines
+    longer = _design(chat={"max_model_len": 4096}, summaries={"max_model_len": 7296})
+    assert lab03.check_three_engines(longer, {"chat": 45.5, "rag": 45.5, "summaries": 19.16})
+
+
+def test_a_design_planned_with_cpu_plan_is_refused_and_a_passed_one_still_passes(capsys):
+    from vramlab import ran
+    from vramlab.checks._core import reset_tries
+    from vramlab.serving.vllm_memory import cpu_plan
+
+    reset_tries()
+    # the check's own arithmetic and reveal note nothing
+    lab03._capstone_designs()
+    lab03.check_three_engines(FP8_ON_THE_LONGEST, PREDICTED)
+    assert not ran.ran("cpu plan")
+    # planned before it was stored: refused, whatever spelling of the dtype or length in the same blocks
+    cpu_plan("smollm2-135m", 4000, 2, "fp8_e4m3")
+    refused = lab03.check_three_engines(DESIGN, PREDICTED)
+    out = capsys.readouterr().out
+    assert not refused and "rag engine(s) cpu_plan already planned" in out and "reading, not a prediction" in out
+    # a design none of whose engines was planned still passes; then planning its engines changes nothing (Run All)
+    ran._forget()
+    other = _design(chat={"max_model_len": 3500})
+    assert lab03.check_three_engines(other, PREDICTED)
+    for k, v in other.items():
+        cpu_plan("smollm2-135m", v["max_model_len"], v["kv_cache_space_gib"], v["kv_cache_dtype"])
+    assert lab03.check_three_engines(other, PREDICTED)
+    # a different model's plan, or another length's blocks, is another start-up
+    ran._forget()
+    cpu_plan("smollm2-135m", 7296, 3, "auto")
+    cpu_plan("qwen3-0.6b", 4096, 2, "fp8")
+    assert lab03.check_three_engines(DESIGN, PREDICTED)
+    # the private arithmetic counts as a plan too
+    ran._forget()
+    lab03._service_startup(DESIGN["summaries"])
+    assert not lab03.check_three_engines(DESIGN, PREDICTED)
 
 
 def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
@@ -221,8 +314,9 @@ def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
 
 def test_stub_dicts_are_told_not_done_yet(capsys):
     assert not lab03.check_three_fixes({"shorter": None, "fp8": None, "memory": None})
-    assert not lab03.check_two_engines({k: {"kv_cache_space_gib": None, "kv_cache_dtype": None, "max_model_len": None}
-                                        for k in ("chat", "summaries")}, {"chat": None, "summaries": None})
+    assert not lab03.check_three_engines({k: {"kv_cache_space_gib": None, "kv_cache_dtype": None, "max_model_len": None}
+                                        for k in ("chat", "rag", "summaries")},
+                                       {"chat": None, "rag": None, "summaries": None})
     out = capsys.readouterr().out
     assert out.count("not done yet") == 2, out
 
@@ -278,12 +372,12 @@ def test_the_engine_cell_gets_a_design_only_after_a_pass_or_a_reveal(capsys):
     from vramlab.checks._core import reset_tries
 
     reset_tries()
-    assert lab03.design_to_run(lab03.check_two_engines(None), None) == (None, None)
-    wrong = _design(summaries={"kv_cache_dtype": "auto"})
-    assert lab03.design_to_run(lab03.check_two_engines(wrong, PREDICTED), wrong) == (None, None)
-    passed = lab03.check_two_engines(DESIGN, PREDICTED)
+    assert lab03.design_to_run(lab03.check_three_engines(None), None) == (None, None)
+    wrong = FP8_ON_THE_LONGEST
+    assert lab03.design_to_run(lab03.check_three_engines(wrong, PREDICTED), wrong) == (None, None)
+    passed = lab03.check_three_engines(DESIGN, PREDICTED)
     assert lab03.design_to_run(passed, DESIGN) == (DESIGN, lab03._capstone_designs()[0])
-    revealed = lab03.check_two_engines(wrong, PREDICTED, reveal=True)
+    revealed = lab03.check_three_engines(wrong, PREDICTED, reveal=True)
     assert revealed.revealed and lab03.design_to_run(revealed, wrong) == (lab03._capstone_designs()[0],) * 2
 
 

@@ -1,9 +1,9 @@
 """What the learner already ran in this kernel: one registry, one reset.
 
-A capstone's check refuses a design stored after the learner ran the very setup that answers it (lab 04: the
-capstone's burst in the scheduler simulator or on the engine; lab 06: a replay of the learner's device map; lab 08: a
-dry run of the T4 plan's shape), and
-still passes a design that passed before that run (Run All again). The runs and the passes are noted here, by
+A capstone's check refuses a design stored after the learner ran the very setup that answers it (lab 03: a
+``cpu_plan`` of one of the design's engines; lab 04: the capstone's burst in the scheduler simulator or on the
+engine; lab 06: a replay of the learner's device map; lab 08: a dry run of the T4 plan's shape), and still passes a
+design that passed before that run (Run All again). The runs and the passes are noted here, by
 kind, as hashable keys:
 
 - ``"burst"``: ``(num_blocks, ((prompt tokens, new tokens), ...))`` noted by ``vramlab.serving.paged.simulate``
@@ -13,6 +13,9 @@ kind, as hashable keys:
 - ``"replayed map"``: ``vramlab.dispatch.replay.design_key(trace, model, device_map)`` (the trace's shape and the
   weights off GPU 0) noted by ``vramlab.dispatch.replay`` and by lab 06's check when it shows a replay (read by
   ``replay.design_was_replayed``);
+- ``"cpu plan"``: ``vramlab.serving.vllm_memory.cpu_startup_key(...)`` (bytes per block, blocks per request, KV
+  bytes, override) noted by ``vllm_memory.cpu_plan`` and lab 03's private ``_service_startup`` (read by
+  ``vllm_memory.cpu_startup_was_planned`` and lab 03's capstone check);
 - ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted design"``: lab 06's
   recorded predictions, ``((prompts per call, placement), peak GiB, copy GiB, order)``;
 - ``"explained log"`` / ``"explained log line"``: hashes of what ``vramlab.bnb.logs.explain_log`` read (read by

@@ -61,6 +61,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramlab import ran
 from vramlab.configs import _positive_int
 from vramlab.serving.kvcache import GiB, MiB, attention_shape, cdiv, dtype_bits, load_config, num_parameters
 
@@ -1032,6 +1033,26 @@ class CPUPlan:
         return lines + [kv_capacity_line(self.kv_cache_tokens, self.max_model_len, self.max_concurrency, "CPU")]
 
 
+# What the learner planned in this kernel (vramlab.ran, this kind): lab 03's capstone refuses a design stored after
+# its very engines were planned here (the printed line is then a reading, not a prediction).
+CPU_PLAN_KIND = "cpu plan"
+
+
+def cpu_startup_key(block_bytes: int, max_model_len: int, kv_cache_bytes: int, block_size: int = CPU_BLOCK_SIZE,
+                    num_gpu_blocks_override: int | None = None) -> tuple:
+    """One CPU start-up, normalised: ``(bytes of one block of all layers, blocks one request of max_model_len
+    needs, KV bytes, override)``. Any model, dtype spelling (``fp8``, ``fp8_e4m3``) or length with the same blocks
+    prints the same start-up lines, so it has the same key."""
+    return (int(block_bytes), cdiv(int(max_model_len), int(block_size)), int(kv_cache_bytes),
+            None if num_gpu_blocks_override is None else int(num_gpu_blocks_override))
+
+
+def cpu_startup_was_planned(key: tuple) -> bool:
+    """True when :func:`cpu_plan` ran on a start-up with this :func:`cpu_startup_key` in this kernel (outside a
+    check's own reference runs)."""
+    return key in ran.ran(CPU_PLAN_KIND)
+
+
 def cpu_plan(config: Any, max_model_len: int, kv_cache_space: int | str = 4, kv_cache_dtype: str = "auto",
              num_gpu_blocks_override: int | None = None, block_size: int | None = None) -> CPUPlan:
     """What vLLM 0.32.0's CPU backend does at start-up with ``VLLM_CPU_KVCACHE_SPACE=kv_cache_space``:
@@ -1065,6 +1086,7 @@ def cpu_plan(config: Any, max_model_len: int, kv_cache_space: int | str = 4, kv_
     override = _override(num_gpu_blocks_override)
     per_block = kv_block_bytes(cfg, block_size, kv_cache_dtype)
     chk = _kv_check(cfg, max_model_len, kv_bytes, block_size, kv_cache_dtype, 1, "pinned", True, override)
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, kv_bytes, block_size, override))
     return CPUPlan(shape.name, max_model_len, kv_cache_dtype, kv_bytes, block_size, per_block, override, chk,
                    kv_bytes // per_block)
 
@@ -1157,5 +1179,5 @@ __all__ = [
     "VLLM_KV_CACHE_DTYPES", "MODELLED_KV_CACHE_DTYPES", "V0_PREEMPTION_FORMAT", "V1_PREEMPTION_METRIC",
     "requested_bytes", "EST_CUDAGRAPH_BYTES", "CUDAGRAPH_PROFILING_FORMAT", "WORDINGS", "kv_block_bytes",
     "kv_capacity_line", "KV_CAPACITY_FORMAT", "CPU_BLOCK_SIZE", "CPU_KV_CACHE_DTYPES", "CPUPlan", "cpu_plan",
-    "cpu_kv_cache_space_bytes",
+    "cpu_kv_cache_space_bytes", "CPU_PLAN_KIND", "cpu_startup_key", "cpu_startup_was_planned",
 ]
