@@ -17,7 +17,7 @@ kind, as hashable keys:
   bytes, override) noted by ``vllm_memory.cpu_plan`` and lab 03's private ``_service_startup`` (read by
   ``vllm_memory.cpu_startup_was_planned`` and lab 03's capstone check);
 - ``"passed <check>"``: the designs a capstone check passed before its setup ran; ``"predicted design"``: lab 06's
-  recorded predictions, ``((prompts per call, placement), peak GiB, copy GiB, order)``;
+  recorded predictions, ``((prompts per call, placement), KV cache GiB, copy GiB, order)``;
 - ``"explained log"`` / ``"explained log line"``: hashes of what ``vramlab.bnb.logs.explain_log`` read (read by
   ``logs.was_explained``); ``"predicted binary (lab 07)"``: ``(order, file name)`` of lab 07's binary predictions,
   and ``"binary log before a prediction (lab 07)"``: the capstone's log was shown before any prediction;

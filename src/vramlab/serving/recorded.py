@@ -98,6 +98,22 @@ def _save(run: Any, burst: Sequence | None, multiprocess: bool = False) -> Path:
     return path
 
 
+def _note_startup(cfg: Any) -> None:
+    """Note the start-up of ``cfg`` (an ``EngineConfig``) in ``vramlab.ran`` as :func:`vllm_memory.cpu_plan` does,
+    so a capstone that refuses a design after its engines were planned also refuses one after they ran (lab 03).
+    A config ``cpu_plan`` cannot plan (a model folder, an unknown architecture) notes nothing."""
+    from vramlab.serving.vllm_memory import cpu_plan
+
+    space, length = getattr(cfg, "kv_cache_space_gib", None), getattr(cfg, "max_model_len", None)
+    if space is None or length is None:      # the engine sizes such a pool from the machine: nothing to note
+        return
+    try:
+        cpu_plan(cfg.model, length, space, getattr(cfg, "kv_cache_dtype", "auto") or "auto",
+                 getattr(cfg, "num_gpu_blocks_override", None))
+    except Exception:  # noqa: BLE001 - planning is only a note here; the engine run reports its own errors
+        pass
+
+
 def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None, live: bool | None = None,
          timeout_s: float = 900.0, multiprocess: bool = False, fallback: Sequence[Any] | None = None) -> list:
     """One :class:`vramlab.serving.engine.EngineRun` per config: live (``engine.start_many``, one worker, vLLM's
@@ -114,6 +130,7 @@ def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None
         if burst:
             note_burst(getattr(cfg, "num_gpu_blocks_override", None),
                        [(len(r.prompt_token_ids), r.max_tokens) for r in burst])
+        _note_startup(cfg)
     if live is None:
         live = engine_available()
     if live:

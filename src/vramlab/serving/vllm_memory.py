@@ -663,6 +663,9 @@ def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model
     per_block = kv_block_bytes(config, block_size, kv_cache_dtype, tensor_parallel_size)
     num_blocks = available // per_block if override is None else override
     concurrency = num_blocks / cdiv(max_model_len, block_size)
+    # the same pool as cpu_plan's for these numbers: lab 03's capstone reads it (review #7 of cap03: one call of
+    # this function printed the capstone's concurrency)
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, available, block_size, override))
     return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size, "max_concurrency": concurrency,
             "logged_tokens": int(concurrency * max_model_len)}
 
