@@ -12,6 +12,11 @@ from vramlab.device import THREAD_ENV_VARS, thread_share
 # The suite, and every notebook kernel it starts (they inherit this environment), keeps them in memory only:
 # it never reads or writes a learner's file. The tests of that file set their own path.
 os.environ["VRAMLAB_TRIES_FILE"] = "off"
+# The notebooks' engine cells (labs 03 and 04, run by nbval in kernels that inherit this environment) replay the
+# engine's recorded runs: tests/test_engine.py and tests/test_engine_grid.py start the real engine themselves, and CI
+# runs the two labs live in JupyterLab (tests/browser/run_labs.sh). About a minute of each worker (issue 26).
+# VRAMLAB_REPLAY_ENGINE=0 runs them live here too.
+os.environ.setdefault("VRAMLAB_REPLAY_ENGINE", "1")
 
 # pytest-xdist runs N workers (and each notebook's kernel beside its worker). Left alone, every one of
 # them starts as many BLAS/OpenMP threads as the machine has cores: N x cores spinning threads on a
@@ -26,21 +31,22 @@ if _WORKERS > 1:
 
 
 #: The files that take longest, longest first (summed test times of a fresh clone's full run, 2026-12-05, every file
-#: over 8 s; the hub test, skipped by `make test`, runs a minute in CI): pytest-xdist hands whole files to its workers
+#: over 8 s, labs 03 and 04 as replays; the hub test, skipped by `make test`, runs a minute in CI): pytest-xdist hands whole files to its workers
 #: in collection order (``--no-loadscope-reorder`` in pyproject's addopts), so starting these first leaves the many
 #: short files to fill in at the end instead of one worker idling while the other finishes a long file (that run kept
 #: its two workers 92% busy). A file not listed keeps its place after these, in name order.
-LONGEST_FIRST = ("notebooks/05_mla_latent_cache.ipynb", "notebooks/02_w4a4kv4.ipynb", "tests/test_engine_grid.py",
-                 "tests/test_checks_lab05.py", "notebooks/04_vllm_under_load.ipynb", "notebooks/03_vllm_startup.ipynb",
-                 "tests/test_engine.py", "tests/test_workshop_hub.py", "notebooks/01_outliers_and_rotation.ipynb",
-                 "tests/test_bnb_doctor.py", "notebooks/07_bitsandbytes.ipynb", "notebooks/00_start_here.ipynb",
-                 "tests/test_mla.py", "tests/test_published_peaks.py", "tests/test_dispatch.py",
-                 "tests/test_quarot_results.py", "notebooks/08_watch_vram.ipynb", "tests/test_dryrun.py",
-                 "tests/test_checks_lab02.py", "tests/test_rotate.py", "tests/test_mixed_bits.py",
-                 "notebooks/06_accelerate_dispatch.ipynb", "tests/test_outliers.py", "tests/test_checks_lab00.py",
-                 "tests/test_checks_lab07.py", "tests/test_labs.py", "tests/test_bnb_quant.py", "tests/test_quant.py",
-                 "tests/test_checks_lab08.py", "tests/test_checks.py", "tests/test_log_readers.py",
-                 "tests/test_generate_mode.py", "tests/test_data_eval.py", "tests/test_configs_causal_lm.py")
+LONGEST_FIRST = ("tests/test_engine_grid.py", "notebooks/05_mla_latent_cache.ipynb", "notebooks/02_w4a4kv4.ipynb",
+                 "tests/test_checks_lab05.py", "notebooks/06_accelerate_dispatch.ipynb", "tests/test_engine.py",
+                 "tests/test_bnb_doctor.py", "tests/test_workshop_hub.py", "tests/test_checks_lab06.py",
+                 "notebooks/07_bitsandbytes.ipynb", "notebooks/00_start_here.ipynb",
+                 "notebooks/01_outliers_and_rotation.ipynb", "tests/test_mla.py", "notebooks/08_watch_vram.ipynb",
+                 "notebooks/04_vllm_under_load.ipynb", "notebooks/03_vllm_startup.ipynb", "tests/test_published_peaks.py",
+                 "tests/test_mixed_bits.py", "tests/test_checks_lab07.py", "tests/test_checks.py",
+                 "tests/test_checks_lab00.py", "tests/test_dispatch.py", "tests/test_quarot_results.py",
+                 "tests/test_checks_lab02.py", "tests/test_dryrun.py", "tests/test_rotate.py", "tests/test_outliers.py",
+                 "tests/test_labs.py", "tests/test_bnb_quant.py", "tests/test_quant.py", "tests/test_checks_lab08.py",
+                 "tests/test_log_readers.py", "tests/test_generate_mode.py", "tests/test_data_eval.py",
+                 "tests/test_configs_causal_lm.py")
 
 
 def _longest_first(items) -> None:

@@ -14,6 +14,7 @@ minutes on 2 cores. ``--labs 00 03`` runs only those labs.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -123,7 +124,14 @@ def lab03(shared: _Shared) -> str:
     told = [refusal_numbers(json.loads(p.read_text()).get("error")) for p in recorded]
     _expect(any(t.get("estimated_max_model_len") == 46464 for t in told),
             "no recorded run holds the engine's 46464-token estimate")
-    where = "installed" if engine_available() else "not installed here: the labs replay recordings"
+    from vramlab.serving.recorded import REPLAY_ENV
+
+    if engine_available():
+        where = "installed"
+    elif os.environ.get(REPLAY_ENV) == "1":
+        where = f"not used ({REPLAY_ENV}=1): the labs replay recordings"
+    else:
+        where = "not installed here: the labs replay recordings"
     return (f"SmolLM2 needs 1.41 GiB at 65,536 tokens (the recorded engine says the same); {len(recorded)} recorded "
             f"runs; the engine is {where}")
 
