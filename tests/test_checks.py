@@ -306,7 +306,7 @@ def test_a_wrong_attempt_never_reveals_the_answer(name, smollm2, capsys):
     secrets = _secrets(answer_text(name, **context))
     for attempt in _attempts(name):
         result = _call(name, attempt, extra)
-        out = capsys.readouterr().out
+        out = re.sub(r"0x[0-9a-f]{1,16}", "0x…", capsys.readouterr().out)   # a function's repr: its address
         assert isinstance(result, CheckResult) and not result.revealed and "ANSWER" not in out, (name, out)
         if entry.prediction and result.passed:
             continue  # a stored number: the prediction's PASS line shows the measurement, that is its point

@@ -123,6 +123,7 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
     result = getattr(lab05, name)(STUBS[stub])     # a stub is refused before any model runs
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
+    out = re.sub(r" at 0x[0-9a-f]+", "", out)   # a function's repr: its address held "178" in one run
     for secret in ("2.25", "8.88", "178", "23.1"):
         assert secret not in out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vramlab import checks
@@ -55,6 +57,7 @@ def test_stubs_fail_without_raising_or_revealing(name, stub, capsys):
     result = getattr(lab08, name)(STUBS[stub])
     out = capsys.readouterr().out
     assert not result.passed and out.startswith("FAIL")
+    out = re.sub(r"0x[0-9a-f]{1,16}", "0x…", out)   # a stub function's repr holds its address (may hold "256")
     for secret in ("11.39", "11.3", "0.397", "256", "140", " b:"):
         assert secret not in out
 
