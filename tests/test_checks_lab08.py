@@ -402,3 +402,18 @@ def test_t4_why_is_read_for_whole_words(capsys):
     plan = dict(SOLUTIONS["check_t4_plan"], why="eager is mathematically simpler")
     assert not lab08.check_t4_plan(plan)
     capsys.readouterr()
+
+
+def test_the_dryrun_command_refuses_the_capstones_telling_shapes(capsys):
+    """Review #8 read both peaks off `vramlab dryrun smollm2-135m --batch 4 --seq 4096 --gpu T4 [--attn eager]`: a
+    command runs in its own process, outside the kernel's record. It refuses what the check would count as a reading
+    of SmolLM2 (one sentence, exit 2), and runs other models and shapes."""
+    from vramlab import cli
+
+    for extra in (["--seq", "4096", "--gpu", "T4"], ["--seq", "512", "--gpu", "T4"], ["--seq", "512", "--attn", "eager"],
+                  ["--seq", "3500"]):
+        assert cli.main(["dryrun", "smollm2-135m", "--batch", "4", *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert "lab 08's Exercise 5" in err and "MiB" not in err and err.count("\n") == 1, err
+    assert cli.main(["dryrun", "smollm2-135m", "--batch", "1", "--seq", "64", "--json"]) == 0
+    assert cli.main(["dryrun", "qwen3-0.6b", "--batch", "1", "--seq", "128", "--gpu", "T4", "--json"]) == 0

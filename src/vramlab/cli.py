@@ -61,6 +61,20 @@ def _dryrun(args) -> int:
 
     from vramlab.vram.dryrun import dry_run, trace_figure
 
+    if str(args.model).lower() == "smollm2-135m":
+        from vramlab.checks.lab08 import _gives_the_t4_peaks
+        from vramlab.vram.kernels import gpu_capability
+
+        try:
+            cap = gpu_capability(args.gpu)
+        except ValueError:
+            cap = (9, 0)                  # an unknown GPU: dry_run names the field below
+        if _gives_the_t4_peaks(args.seq, cap, args.attn):
+            print("error: SmolLM2 with eager attention, on a GPU below compute capability 8.0, or near 4,096 tokens is "
+                  "lab 08's Exercise 5, which you predict yourself: run it in the notebook after the check (or dry-run "
+                  "another model or shape here).", file=sys.stderr)
+            return 2
+
     try:
         trace = dry_run(args.model, args.batch, args.seq, new_tokens=args.new_tokens, dtype=args.dtype,
                         attn_implementation=args.attn, gpu=args.gpu)
