@@ -690,3 +690,30 @@ def test_the_doctor_cli_does_not_read_the_capstones_log(tmp_path, capsys):
     assert doctor.doctor_main(log=str(other)) in (0, 1)
     assert "native_library_not_built" in capsys.readouterr().out
     assert not logs._is_withheld_log(logs.corpus_entry("bnb045_unbuilt_checkout")["text"])
+
+
+def test_the_doctor_cli_refuses_the_capstones_log_in_another_folder(tmp_path, capsys):
+    """Review #8 moved the log to /home/bob/ and `vramlab doctor --log` read it: the folders no longer matter."""
+    from vramlab.bnb import doctor
+
+    moved = tmp_path / "moved.txt"
+    moved.write_text(lab07.unseen_log().replace("/home/ana/", "/home/bob/").replace("/src/", "/code/"))
+    assert doctor.doctor_main(log=str(moved)) == 2
+    assert "lab 07's Exercise 5" in capsys.readouterr().err
+
+
+def test_the_diagnosis_says_the_same_expected_at_every_stage(capsys):
+    """Review #8 read which part was right from the 'expected' text (line, then cause, then fix) while the hint said
+    'not it': every wrong diagnosis now names the same expected and shows the whole diagnosis as got."""
+    _predict()
+    evidence = _log_line("bitsandbytes library load error")
+    wrong = [{"evidence": _log_line("Native code method"), "cause": 1, "fix": "a"},
+             {"evidence": evidence, "cause": 1, "fix": "a"},
+             {"evidence": evidence, "cause": lab07._DIAGNOSIS_CAUSE, "fix": "a"},
+             {"evidence": evidence, "cause": 6, "fix": "a"}]
+    expected = set()
+    for d in wrong:
+        assert not lab07.check_diagnosis(d)
+        out = capsys.readouterr().out
+        expected.add(out.split("expected ", 1)[1].split("; got", 1)[0])
+    assert len(expected) == 1, expected

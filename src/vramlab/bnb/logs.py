@@ -50,6 +50,7 @@ the answer).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -833,21 +834,28 @@ def _corpus_entry(entry_id: str, logs: list[dict] | None = None) -> dict:
     raise ValueError(f"No corpus log with id {entry_id!r}; ids: {', '.join(e['id'] for e in logs)}.")
 
 
+def _without_folders(line: str) -> str:
+    """``line`` with every word that holds a path cut to its last part (``/home/ana/src/x/lib.so`` -> ``lib.so``):
+    the same log moved to another home or clone reads the same. Linear in the line."""
+    return " ".join(word.rsplit("/", 1)[-1] for word in line.split())
+
+
+@functools.lru_cache(maxsize=1)
 def _withheld_lines() -> frozenset[str]:
-    """The lines (20 characters or more, stripped) of the withheld entries that no public entry has: text holding one
-    of them is lab 07's Exercise 5 log, whole or in part."""
+    """The lines (20 characters or more, folders cut) of the withheld entries that no public entry has: text holding
+    one of them is lab 07's Exercise 5 log, whole or in part, wherever its files lay."""
     logs = _load_corpus()
-    public = {ln.strip() for e in logs if e["id"] not in _WITHHELD for ln in e["text"].splitlines()}
-    return frozenset(ln.strip() for e in logs if e["id"] in _WITHHELD for ln in e["text"].splitlines()
-                     if len(ln.strip()) >= 20 and ln.strip() not in public)
+    public = {_without_folders(ln) for e in logs if e["id"] not in _WITHHELD for ln in e["text"].splitlines()}
+    lines = (_without_folders(ln) for e in logs if e["id"] in _WITHHELD for ln in e["text"].splitlines())
+    return frozenset(ln for ln in lines if len(ln) >= 20 and ln not in public)
 
 
 def _is_withheld_log(text: str) -> bool:
-    """Whether ``text`` holds a line of lab 07's Exercise 5 log that no other corpus log has (``vramlab doctor
-    --log`` runs in its own process, where the check cannot see what it read: review #7 answered the exercise
-    with it, so it does not read that log)."""
+    """Whether ``text`` holds a line of lab 07's Exercise 5 log that no other corpus log has, its folders aside
+    (``vramlab doctor --log`` runs in its own process, where the check cannot see what it read: review #7 answered
+    the exercise with it, review #8 with the same log under another home folder, so it does not read that log)."""
     lines = _withheld_lines()
-    return any(ln.strip() in lines for ln in str(text).splitlines())
+    return any(_without_folders(ln) in lines for ln in bounded(str(text))[0].splitlines())
 
 
 def load_corpus() -> list[dict]:

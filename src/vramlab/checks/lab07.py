@@ -625,16 +625,20 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
                       "that is the tool's reading, not yours: diagnose it from the log as the hints say, or ask for "
                       "the answer with reveal=True")
     explain = tries(name) < REASON_TRIES
+    # one "expected" and the whole diagnosis as "got" at every stage: review #8 read which part was right from the
+    # expected text moving from the line to the cause to the fix while the hint said only "not it"
+    expected = "a root-cause line, the cause that explains it and a fix that removes it"
+    got = f"evidence {line[:60]!r}, cause {number}, fix {letter}"
     if not _is_cause_line(line):
         why = (next((w for phrase, w in _LINE_REASONS if phrase in line),
                     "this line reads the same whatever went wrong: it states no cause") if explain else _NOT_IT)
-        return report(name, False, "the line that shows the root cause", repr(line[:70]), why)
+        return report(name, False, expected, got, "the line: " + why if explain else why)
     if number != _DIAGNOSIS_CAUSE:
         why = _CAUSE_REASONS[number] if explain else _NOT_IT
-        return report(name, False, "the cause that explains this log", f"{number}: {DIAGNOSIS_CAUSES[number]}", why)
+        return report(name, False, expected, got, f"cause {number}: " + why if explain else why)
     if letter not in _DIAGNOSIS_FIX:
         why = _DIAGNOSIS_FIX_REASONS[letter] if explain else _NOT_IT
-        return report(name, False, "the fix that removes that cause", f"{letter}: {DIAGNOSIS_FIXES[letter]}", why)
+        return report(name, False, expected, got, f"fix {letter}: " + why if explain else why)
     ran.note(_DIAGNOSIS_PASSED, key)      # passed before the tool read the log: a Run All again still passes
     shown = _binary_name(unseen_log())
     return report(name, True, "", f"cause {number}, {DIAGNOSIS_CAUSES[number]} (no library in its folder, so it asked "
