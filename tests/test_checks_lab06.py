@@ -452,3 +452,17 @@ def test_the_prediction_is_recorded_before_anything_shows_the_peak(capsys):
     assert not refused and "a reading, not a prediction" in out, out
     assert tries("predicted KV cache and total copy") == 0
     assert lab06.replay_predicted_map(4.0, 187.3, 16, other) is None
+
+
+def test_a_prediction_after_replaying_a_shifted_map_is_refused(capsys):
+    """Review #8 replayed layers 0-7 on GPU 0, read the KV cache and the copy, and predicted them for layers 1-8,
+    which copy the same bytes and hold the same cache: the guard reads the kinds and counts of weights off GPU 0."""
+    from vramlab.dispatch import replay
+
+    first = lab06.layered_map(8, embed="cpu", head="cpu")
+    shifted = {**first, "model.layers.0": "cpu", "model.layers.8": 0}
+    replay(lab06._serving_trace(16), lab06._meta("llama-3.1-8b", None), first)     # the learner reads it
+    capsys.readouterr()
+    refused = lab06.check_peak_prediction(4.0, 187.3, 16, shifted)
+    assert not refused and "a reading, not a prediction" in capsys.readouterr().out
+    assert lab06.check_peak_prediction(4.0, 187.3, 16, lab06.layered_map(7, embed="cpu", head="cpu"))   # 7 layers

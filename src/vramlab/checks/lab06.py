@@ -338,6 +338,14 @@ def _placement(device_map: Mapping[str, Any]) -> tuple[str, ...]:
     return placement_key(_meta(SERVE_CONFIG, None), device_map)
 
 
+def _offload_shape(device_map: Mapping[str, Any]) -> tuple[str, ...]:
+    """The key the "already replayed" guard reads: :func:`vramlab.dispatch.replay.offload_shape_key` (layers 0-7 or
+    1-8 on GPU 0 are one design there; the replays themselves stay keyed by the exact placement)."""
+    from vramlab.dispatch.replay import offload_shape_key
+
+    return offload_shape_key(_meta(SERVE_CONFIG, None), device_map)
+
+
 _REPLAYS: dict = {}
 
 
@@ -598,7 +606,7 @@ def check_peak_prediction(predicted_kv_gib: Any, predicted_copy_gib: Any, prompt
     if failed is not None:
         return failed
     placement = _placement(dmap)
-    if (design_was_replayed((batch, SERVE_SEQ, SERVE_NEW_TOKENS, "generate", placement))
+    if (design_was_replayed((batch, SERVE_SEQ, SERVE_NEW_TOKENS, "generate", _offload_shape(dmap)))
             and _recorded(batch, dmap, peak, copy) is None):
         return report(name, False, "a prediction made before your design is replayed",
                       "a prediction stored after dispatch.replay ran this very design (same prompts per call, same "
@@ -728,7 +736,7 @@ def check_serving_map(device_map: Any, prompts_per_call: Any = None) -> CheckRes
     # what this check prints of the replay is a reading too: a later prediction of this design is refused
     from vramlab.dispatch.replay import REPLAYED_KIND
 
-    ran.note(REPLAYED_KIND, (batch, SERVE_SEQ, SERVE_NEW_TOKENS, "generate", _placement(dmap)))
+    ran.note(REPLAYED_KIND, (batch, SERVE_SEQ, SERVE_NEW_TOKENS, "generate", _offload_shape(dmap)))
     total = _total_copy(batch, r)
     best = _best_design()[3]
     limit = SERVE_GPU_GIB * GiB
@@ -750,11 +758,11 @@ def check_serving_map(device_map: Any, prompts_per_call: Any = None) -> CheckRes
     kv = r.at_peak.get("kv_cache", 0)
     if kv and abs(kv_gib * GiB / kv - 1) > SERVE_KV_TOLERANCE:
         why = _kv_misreading(kv_gib, r, batch)
-        wrong.append(f"your KV cache {kv_gib:g} GiB is {direction(kv_gib * GiB, kv)}"
+        wrong.append(f"your KV cache {kv_gib:g} GiB is {direction(kv_gib * GiB, kv, name=name)}"
                      + (f" ({why})" if why else ""))
     if total and abs(copy_gib * GiB / total - 1) > SERVE_COPY_TOLERANCE:
         why = _copy_misreading(copy_gib * GiB, total, batch)
-        wrong.append(f"your copy {copy_gib:g} GiB is {direction(copy_gib * GiB, total)}" + (f" ({why})" if why else ""))
+        wrong.append(f"your copy {copy_gib:g} GiB is {direction(copy_gib * GiB, total, name=name)}" + (f" ({why})" if why else ""))
     elif not total and copy_gib > 0.1:
         wrong.append("this design copies nothing")
     if wrong:

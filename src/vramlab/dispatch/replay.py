@@ -50,11 +50,21 @@ def placement_key(model, device_map: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(n for n, _ in model.named_parameters() if _device_of(n, dmap) in OFFLOADED))
 
 
+def offload_shape_key(model, device_map: Mapping[str, Any]) -> tuple[str, ...]:
+    """:func:`placement_key` up to which decoder layer is which: ``model.layers.N.`` read as ``model.layers.*.``
+    (a sorted list, repeats kept). Maps that offload the same kinds and counts of weights, such as layers 0-7 or
+    1-8 on GPU 0, copy the same bytes and hold the same KV cache: a replay of one reads the other's numbers
+    (review #8 of lab 06)."""
+    import re
+
+    return tuple(sorted(re.sub(r"\.layers\.\d{1,6}\.", ".layers.*.", n) for n in placement_key(model, device_map)))
+
+
 def design_key(trace, model, device_map: Mapping[str, Any]) -> tuple:
     """The key a replay is remembered by: the trace's shape (batch, prompt length, new tokens, mode) and the
-    map's :func:`placement_key`."""
+    map's :func:`offload_shape_key`."""
     return (int(trace.batch_size), int(trace.seq_len), int(trace.new_tokens), str(trace.mode),
-            placement_key(model, device_map))
+            offload_shape_key(model, device_map))
 
 
 def design_was_replayed(key: tuple) -> bool:
@@ -211,4 +221,5 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
                      offloaded=sorted(owner_bytes))
 
 
-__all__ = ["MapReplay", "replay", "OFFLOADED", "map_key", "placement_key", "design_key", "design_was_replayed"]
+__all__ = ["MapReplay", "replay", "OFFLOADED", "map_key", "placement_key", "offload_shape_key", "design_key",
+           "design_was_replayed"]
