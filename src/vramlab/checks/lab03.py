@@ -453,8 +453,8 @@ def _shortfall(design: dict) -> str | None:
         if not st.starts:
             return f"{key}'s engine is refused at start-up: one request of its max_model_len does not fit"
         if need["hold"] is not None and st.full_requests_at_once < need["hold"]:
-            return (f"{key}'s engine holds {st.full_requests_at_once} requests of {design[key]['max_model_len']:,} "
-                    f"tokens at once, {need['hold'] - st.full_requests_at_once} short of {need['hold']}")
+            # the row, not the count: review #8 read "38 ... 1 short of 39", which does Hint 3's `holds` step
+            return (f"{key}'s engine holds fewer than {need['hold']} requests of its max_model_len at once")
     return None
 
 
@@ -631,8 +631,7 @@ def check_three_engines(design: Any, predicted_concurrency: Any = None) -> Check
         if shortfall is not None or held < _most_summaries():
             first_two = tries(designs_tried) < 2     # wrong designs judged so far (a malformed dict does not count)
             add_try(designs_tried)
-            why = shortfall or (f"every row is met, and it holds {held} summaries of "
-                                f"{read['summaries']['max_model_len']:,} tokens at once: not the most")
+            why = shortfall or "every row is met, but another design holds more summaries at once"
             return report(name, False, "a design that meets every row and holds the most summaries at once",
                           "another design", why if first_two else "not it")
         pred_name = "the printed concurrency"
