@@ -13,7 +13,7 @@ Facts it rests on (transformers 5.25, bitsandbytes 0.50.2):
   asserts a packed weight);
 - a pattern matches a module's full name from its start up to a ``.`` boundary, as a regex with that boundary,
   or as its suffix (``quantizers/quantizers_utils.py`` ``should_convert_module``): ``"self_attn"`` matches
-  no linear (their names end in ``q_proj`` ...), ``"v_proj"`` and ``"model.layers.29"`` do.
+  no linear (their names end in ``q_proj`` ...), ``"down_proj"`` and ``"model.layers.3"`` do.
 """
 
 from __future__ import annotations
