@@ -31,7 +31,10 @@ def _predict(binary: str = "libbitsandbytes_cuda121.so") -> None:
 
 #: Words only the right cause's sentence (and the answer) uses: a wrong cause's reason must use none of them.
 _RIGHT_CAUSE_WORDS = ("never", "compiled", "checkout", "source", "clone", "folder", "no library", "no native library",
-                      "built", "build", "cmake", "at all", "wheel", "PyPI")
+                      "built", "build", "cmake", "at all", "wheel", "PyPI",
+                      # the stage the load stopped at (review #8: causes 4 and 6 said "before any dlopen" / "before any
+                      # binary was loaded", which with 1-3 told leaves cause 5)
+                      "before any", "dlopen", "was loaded", "stopped")
 
 
 SOLUTIONS = {

@@ -409,11 +409,12 @@ _CAUSE_REASONS = {
        "neither that line nor that file",
     3: "an override is logged before the load, 'WARNING: BNB_CUDA_VERSION=122 environment variable detected; loading "
        "libbitsandbytes_cuda122.so', and this log has no such line",
-    4: "a missing runtime stops the load inside dlopen, with 'libcudart.so.12: cannot open shared object file' and a "
-       "'Missing dependency' message, and get_native_library() raised this log's error before any dlopen",
-    6: "bitsandbytes picks the file by PyTorch's CUDA version alone, not by the GPU, and an old GPU shows only after a "
-       "binary has loaded ('no kernel image is available for execution on the device' at the first kernel); this "
-       "load stopped before any binary was loaded",
+    4: "a missing runtime shows as the dynamic loader's own words, 'libcudart.so.12: cannot open shared object "
+       "file: No such file or directory', followed by bitsandbytes' 'Missing dependency' advice; look for those lines "
+       "in this log",
+    6: "bitsandbytes picks the file by PyTorch's CUDA version alone, whatever the GPU, and a GPU too old for the "
+       "binary's kernels shows at its first kernel call as 'no kernel image is available for execution on the "
+       "device'; look for that line in this log",
 }
 DIAGNOSIS_FIXES = {
     "a": "do what the message says: cmake -DCOMPUTE_BACKEND=cpu -S . && make",
