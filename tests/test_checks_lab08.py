@@ -267,6 +267,9 @@ def test_t4_a_flash_or_old_release_number_is_named_without_the_decision(capsys):
     old = lab08._t4_reference("sdpa", torch_version="2.5").peak_bytes / 2**20
     assert not checks.check_t4_plan({**T4, "sdpa_mib": old})
     assert "torch 2.5" in capsys.readouterr().out
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()                  # a third wrong plan is told only "not it" (the next test)
     assert not checks.check_t4_plan({**T4, "eager_mib": T4["eager_mib"] * 2**20})
     assert "the plan wants MiB" in capsys.readouterr().out
 
@@ -417,3 +420,38 @@ def test_the_dryrun_command_refuses_the_capstones_telling_shapes(capsys):
         assert "lab 08's Exercise 5" in err and "MiB" not in err and err.count("\n") == 1, err
     assert cli.main(["dryrun", "smollm2-135m", "--batch", "1", "--seq", "64", "--json"]) == 0
     assert cli.main(["dryrun", "qwen3-0.6b", "--batch", "1", "--seq", "128", "--gpu", "T4", "--json"]) == 0
+
+
+def test_t4_which_peak_is_off_is_told_on_two_wrong_plans_only(capsys):
+    """Review #8: "sdpa off, eager ok" never stopped, so one peak could be scanned in 10% steps with the other
+    fixed until it read "ok". From the third wrong plan on, the check says only that the two are not both right."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    outs = []
+    for factor in (1.3, 1.5, 1.7, 1.9):
+        assert not checks.check_t4_plan({**T4, "sdpa_mib": T4["sdpa_mib"] * factor})
+        outs.append(capsys.readouterr().out)
+    assert "eager ok" in outs[0] and "eager ok" in outs[1]
+    for out in outs[2:]:
+        assert " ok" not in out and " off" not in out and "not both peaks" in out and "not it" in out, out
+    assert checks.check_t4_plan(T4)
+
+
+def test_t4_a_dry_run_in_a_child_process_of_the_notebook_is_seen(capsys, monkeypatch, tmp_path):
+    """Review #8 ran the capstone's dry run in a Python subprocess, which the kernel's record never saw. A child of
+    a notebook kernel writes to the same lasting record (vramlab.ran.records_file), so the plan is refused."""
+    import os
+    import subprocess
+    import sys
+
+    from vramlab import ran
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    child = ("from vramlab.vram.dryrun import dry_run; dry_run('smollm2-135m', batch_size=1, seq_len=4096, "
+             "dtype='bfloat16', gpu='T4')")
+    subprocess.run([sys.executable, "-c", child], env=dict(os.environ), check=True, timeout=300, capture_output=True)
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out
+    ran._forget()

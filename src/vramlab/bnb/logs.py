@@ -770,9 +770,8 @@ def explain_log(text) -> Finding:
         raise TypeError(f"explain_log(text): text must be the log as a str, got {type(text).__name__}.")
     text, skipped = bounded(text)   # a 50 MB paste is read at its start and end (vramlab.logtext)
     text = clean_lines(text)        # colour codes, HTML escapes, worker/CI/docker prefixes
-    ran.note(EXPLAINED_KIND, _cleaned_key(text))
-    for line in text.splitlines():
-        ran.note(EXPLAINED_LINE_KIND, _cleaned_key(line))
+    ran.note(EXPLAINED_KIND, _cleaned_key(text), lasting=True)
+    ran.note_many(EXPLAINED_LINE_KIND, {_cleaned_key(line) for line in text.splitlines()}, lasting=True)
     found = None
     for rule in _RULES:
         try:

@@ -423,7 +423,7 @@ def _service_startup(spec: dict) -> EngineStartup:
     run inside ``ran._unrecorded()``)."""
     from vramlab.serving.vllm_memory import CPU_PLAN_KIND
 
-    ran.note(CPU_PLAN_KIND, _startup_key(spec))
+    ran.note(CPU_PLAN_KIND, _startup_key(spec), lasting=True)
     return _engine_startup(_per_token(spec), int(spec["max_model_len"]), int(spec["kv_cache_space_gib"]))
 
 
@@ -654,6 +654,6 @@ def check_three_engines(design: Any, predicted_concurrency: Any = None) -> Check
                           "another design", why if first_two else "not it")
         reset_tries(designs_tried)
         key = _design_key(read)
-    ran.note(_PASSED_KIND, key)     # outside the check's own unrecorded block: a pass is the learner's
+    ran.note(_PASSED_KIND, key, lasting=True)     # outside the check's own unrecorded block: a pass is the learner's
     return report(name, True, "", "your design meets every row with the most summaries at once, and your "
                                   "predicted lines are on record: now start the three engines")

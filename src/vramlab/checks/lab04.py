@@ -343,7 +343,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a max_num_seqs that finishes soonest without a preemption, and the preemptions "
                       "max_num_seqs=8 costs", f"max_num_seqs={design[0]}, preemptions={design[1]}: {WRONG_DESIGN}",
                       "trace the blocks again, step by step: once for the value you chose, once for 8")
-    ran.note(_PASSED_KIND, design)
+    ran.note(_PASSED_KIND, design, lasting=True)
     return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption, and your "
                                   f"{int(p)} preemption(s) at 8 is the count; the next cell runs both")
 

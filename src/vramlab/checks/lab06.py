@@ -736,7 +736,7 @@ def check_serving_map(device_map: Any, prompts_per_call: Any = None) -> CheckRes
     # what this check prints of the replay is a reading too: a later prediction of this design is refused
     from vramlab.dispatch.replay import REPLAYED_KIND
 
-    ran.note(REPLAYED_KIND, (batch, SERVE_SEQ, SERVE_NEW_TOKENS, "generate", _offload_shape(dmap)))
+    ran.note(REPLAYED_KIND, (batch, SERVE_SEQ, SERVE_NEW_TOKENS, "generate", _offload_shape(dmap)), lasting=True)
     total = _total_copy(batch, r)
     best = _best_design()[3]
     limit = SERVE_GPU_GIB * GiB

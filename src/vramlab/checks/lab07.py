@@ -642,7 +642,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     if letter not in _DIAGNOSIS_FIX:
         why = _DIAGNOSIS_FIX_REASONS[letter] if explain else _NOT_IT
         return report(name, False, expected, got, f"fix {letter}: " + why if explain else why)
-    ran.note(_DIAGNOSIS_PASSED, key)      # passed before the tool read the log: a Run All again still passes
+    ran.note(_DIAGNOSIS_PASSED, key, lasting=True)      # passed before the tool read the log: a Run All again still passes
     shown = _binary_name(unseen_log())
     return report(name, True, "", f"cause {number}, {DIAGNOSIS_CAUSES[number]} (no library in its folder, so it asked "
                   f"for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}; you predicted "

@@ -665,7 +665,7 @@ def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model
     concurrency = num_blocks / cdiv(max_model_len, block_size)
     # the same pool as cpu_plan's for these numbers: lab 03's capstone reads it (review #7 of cap03: one call of
     # this function printed the capstone's concurrency)
-    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, available, block_size, override))
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, available, block_size, override), lasting=True)
     return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size, "max_concurrency": concurrency,
             "logged_tokens": int(concurrency * max_model_len)}
 
@@ -1089,7 +1089,7 @@ def cpu_plan(config: Any, max_model_len: int, kv_cache_space: int | str = 4, kv_
     override = _override(num_gpu_blocks_override)
     per_block = kv_block_bytes(cfg, block_size, kv_cache_dtype)
     chk = _kv_check(cfg, max_model_len, kv_bytes, block_size, kv_cache_dtype, 1, "pinned", True, override)
-    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, kv_bytes, block_size, override))
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, kv_bytes, block_size, override), lasting=True)
     return CPUPlan(shape.name, max_model_len, kv_cache_dtype, kv_bytes, block_size, per_block, override, chk,
                    kv_bytes // per_block)
 
