@@ -113,8 +113,6 @@ def _engine_startup(bytes_per_token: int, max_model_len: int, kv_cache_space_gib
 # The lab's engine: SmolLM2-135M on the CPU backend. Its checkpoint is float32; with dtype="auto" vLLM downcasts a
 # float32 model to bfloat16 (vllm/config/model.py, _resolve_auto_dtype: "Downcast for float32 models"), and the
 # KV cache follows the model's dtype: 2 bytes per element.
-SMOLLM2_CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "num_attention_heads": 9,
-                  "num_key_value_heads": 3, "head_dim": 64, "num_hidden_layers": 30}
 LAB_ENGINE = {"model": "smollm2-135m", "bytes_per_token": 2 * 30 * 3 * 64 * 2, "kv_cache_space_gib": 1,
               "max_model_len": 65536, "kv_cache_dtype": "auto"}
 
