@@ -625,9 +625,9 @@ def check_three_engines(design: Any, predicted_concurrency: Any = None) -> Check
         planned = _planned(read)
         if planned and _design_key(read) not in ran.ran(_PASSED_KIND):
             return report(name, False, "a design and its printed lines worked out by hand",
-                          f"a design whose {', '.join(planned)} engine(s) cpu_plan already planned in this kernel",
-                          "a planned line is a reading, not a prediction: restart the kernel and work the blocks "
-                          "out by hand as the hints say, or ask for the answer with reveal=True", counts=False)
+                          f"a design whose {', '.join(planned)} engine(s) cpu_plan already planned",
+                          "a planned line is a reading, not a prediction: work the blocks out by hand as the hints "
+                          "say, for engines you have not planned, or ask for the answer with reveal=True", counts=False)
         # The predicted lines are judged first, for whatever design was stored, so that a message about them says
         # nothing of whether the design is the best one (review #8 read "right design" off a prediction's FAIL).
         pred_name = "the printed concurrency"
