@@ -603,7 +603,7 @@ def check_peak_prediction(predicted_copy_gib: Any, prompts_per_call: Any, device
             and _recorded(batch, dmap, copy) is None):
         return report(name, False, "a prediction made before your design is replayed",
                       "a prediction stored after dispatch.replay ran this very design (same prompts per call, same "
-                      "weights off GPU 0) in this kernel",
+                      "weights off GPU 0)",
                       "that is a reading, not a prediction: predict by hand for a design you have not replayed "
                       "(a new key without weights, such as model.rotary_emb, or a new key order is the same design)",
                       counts=False)

@@ -624,7 +624,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     key = (line, number, letter)
     if was_explained(unseen_log(), _distinctive_lines()) and key not in ran.ran(_DIAGNOSIS_PASSED):
         return report(name, False, "a diagnosis made before logs.explain_log read this log",
-                      "a diagnosis stored after explain_log read this very log in this kernel",
+                      "a diagnosis stored after explain_log read this very log",
                       "that is the tool's reading, not yours: diagnose it from the log as the hints say, or ask for "
                       "the answer with reveal=True")
     explain = tries(name) < REASON_TRIES

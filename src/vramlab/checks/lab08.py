@@ -444,7 +444,7 @@ def check_t4_plan(plan: Any) -> CheckResult:
     key = (round(values["sdpa"], 3), round(values["eager"], 3), choice)
     if _shape_already_run() and key not in ran.ran(_PASSED_KIND):
         return report(name, False, "a plan predicted before any dry run of this shape",
-                      "a plan stored after a dry run in this kernel that gives its peaks (about 4,096 tokens, eager "
+                      "a plan stored after a dry run that gives its peaks (about 4,096 tokens, eager "
                       "attention, or a GPU without fused attention)",
                       "that is a reading, not a prediction: predict from the config and the kernels as the hints "
                       "say, or ask for the answer with reveal=True")
