@@ -125,7 +125,7 @@ def test_the_designs_table_opens_only_for_the_checks_own_pass(capsys):
     assert "once Exercise 1 passes" in capsys.readouterr().out
     lab09.plan_debrief(checks.check_l4_plan(_solution()))
     out = capsys.readouterr().out
-    assert "4.44x < 8x" in out and "no bitsandbytes method" in out and "copied per step" in out
+    assert "4.44x < 8x" in out and "no bitsandbytes method" in out and "over PCIe per step" in out
 
 
 def test_the_dry_run_replan_opens_only_after_exercise_1(capsys):

@@ -137,7 +137,7 @@ def _verdicts() -> dict[str, dict[str, str]]:
                         "mla": "no vLLM model class for a Llama with latent K/V"}.get(label, "ok"),
             "quality": {"nf4_bnb": f"+{_table_ppl_ratio('nf4') - 1:.0%} > {bound} (lab 07)",
                         "mla": f"rank {mla['rank']}: +{mla['ppl_ratio'] - 1:.0%} > {bound} (lab 05)"}.get(label, "ok"),
-            "latency": (f"{off['cpu_bytes'] / GiB:.2f} GiB of weights copied per step" if label == "offload" else "ok"),
+            "latency": (f"{off['cpu_bytes'] / GiB:.2f} GiB of weights over PCIe per step" if label == "offload" else "ok"),
         }
         if label == "nf4_bnb":
             rows[label]["memory"] = f"ok ({nf4.max_concurrency:.2f}x)"
@@ -156,7 +156,8 @@ def _design_fails(label: str) -> str:
         return ("at the largest latent rank of lab 05's table whose cache holds the workload, perplexity is above the "
                 "brief's bound, and vLLM 0.32 has no model class that serves a Llama with latent K/V")
     if label == "offload":
-        return ("cpu_offload_gb keeps weights in CPU memory and copies them to the GPU in every forward step: the "
+        return ("cpu_offload_gb keeps weights in CPU memory, and every forward step moves them over PCIe to the GPU "
+                "(vLLM: 'loaded from CPU memory to GPU memory on the fly in each model forward pass', by UVA): the "
                 "brief allows no weight copies per step")
     return "this design breaks one of the brief's constraints"   # not reached: labels are validated first
 
@@ -295,7 +296,7 @@ def plan_debrief(result: Any) -> None:
         print(f"{label:<9}{row['memory']:<17}{row['kernels']:<49}{row['quality']:<30}{row['latency']}")
     off = _offload()
     print(f"\noffload: dispatch.planner keeps {len(off['on_cpu'])} modules on cpu ({off['on_cpu'][0]} ... "
-          f"{off['on_cpu'][-1]}) so that 8 bf16 conversations fit: vLLM would copy them over PCIe every step.")
+          f"{off['on_cpu'][-1]}) so that 8 bf16 conversations fit: vLLM would read them over PCIe in every step.")
     print("Only fp8_kv meets all four, and it holds the fewest conversations of the designs that fit: each of the "
           "others buys memory with one of the constraints.")
 
