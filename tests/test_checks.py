@@ -897,7 +897,7 @@ def test_answer_like_names_are_recognised():
         assert not _answer_like(name), name
 
 
-@pytest.mark.parametrize("lab", [f"lab{n:02d}" for n in range(9)])
+@pytest.mark.parametrize("lab", [f"lab{n:02d}" for n in range(10)])
 def test_no_check_module_exports_an_answer(lab):
     """No public name of a check module (no leading underscore, or listed in __all__) holds or computes an
     exercise's answer: none is spelled like one (_ANSWER_WORDS), and none of the names found by the review is
