@@ -162,5 +162,6 @@ def runs(configs: Sequence[Any], bursts: Sequence[Sequence | None] | None = None
             raise ValueError(f"no engine here and no recording of {cfg}: run `make vllm` to install the engine, or "
                              "use one of the lab's configs.")
         out.append(engine.load_run(path))
-    print(f"Replayed: no engine is installed here, so these are recorded runs of the real vLLM ({out[0].where}).")
+    why = f"{REPLAY_ENV}=1 asks for them" if os.environ.get(REPLAY_ENV) == "1" else "no engine is installed here"
+    print(f"Replayed: {why}, so these are recorded runs of the real vLLM ({out[0].where}).")
     return out
