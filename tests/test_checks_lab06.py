@@ -460,3 +460,20 @@ def test_a_prediction_after_replaying_a_shifted_map_is_refused(capsys):
     refused = lab06.check_peak_prediction(187.3, 16, shifted)
     assert not refused and "a reading, not a prediction" in capsys.readouterr().out
     assert lab06.check_peak_prediction(187.3, 16, lab06.layered_map(7, embed="cpu", head="cpu"))   # 7 layers
+
+
+def test_a_restart_keeps_the_prediction_and_the_replay(capsys, monkeypatch, tmp_path):
+    """The records last across kernel restarts (vramlab.ran.records_file): after a restart, Run All still passes (the
+    prediction recorded before the replay is found), and a new number for the replayed design is still a reading."""
+    from vramlab import ran
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    assert lab06.check_peak_prediction(187.3, 16, BEST_MAP)
+    assert lab06.replay_predicted_map(187.3, 16, BEST_MAP) is not None
+    ran._RAN.clear()                                                      # a restarted kernel
+    assert lab06.check_peak_prediction(187.3, 16, BEST_MAP)              # Run All again
+    assert lab06.check_serving_map(BEST_MAP, 16)
+    assert not lab06.check_peak_prediction(180.0, 16, BEST_MAP)
+    assert "a reading" in capsys.readouterr().out
+    ran._forget()

@@ -59,7 +59,7 @@ RAN_ENV = "VRAMLAB_RAN_FILE"
 RAN_FILE_NAME = "ran_records.jsonl"
 _OFF = {"", "off", "0", "no", "none", "false"}
 _MAX_BYTES = 4 * 2**20       # a file this long is cut to its newer half on the next note
-_MAX_LINE_CHARS = 4_000      # a key whose text is longer stays in the process
+_MAX_LINE_CHARS = 200_000    # a key whose text is longer stays in the process (a device map's placement: ~10 kB)
 
 
 def records_file() -> Path | None:

@@ -8,7 +8,6 @@ The judge is always the real planner: :func:`vramlab.dispatch.plan_device_map` (
 from __future__ import annotations
 
 import functools
-import itertools
 import warnings
 from typing import Any, Mapping
 
@@ -555,7 +554,12 @@ def _peak_prediction_answer(**_) -> str:
     return "a prediction has no answer to reveal: the next cell replays your design and compares"
 
 
-_ORDER = itertools.count()   # predictions are kept in a set: this number says which came last
+def _order() -> int:
+    """Which prediction came last: the clock in nanoseconds, not a counter, so that the order holds across a kernel
+    restart and other processes (the predictions last, as the replays that make later ones readings do)."""
+    import time
+
+    return time.time_ns()
 
 
 def _recorded(batch: int, dmap: Mapping[str, Any], copy: float | None = None) -> float | None:
@@ -607,7 +611,7 @@ def check_peak_prediction(predicted_copy_gib: Any, prompts_per_call: Any, device
                       "that is a reading, not a prediction: predict by hand for a design you have not replayed "
                       "(a new key without weights, such as model.rotary_emb, or a new key order is the same design)",
                       counts=False)
-    ran.note(_PREDICTED_KIND, ((batch, placement), copy, next(_ORDER)))
+    ran.note(_PREDICTED_KIND, ((batch, placement), copy, _order()), lasting=True)
     return report(name, True, "", f"{fmt_number(copy, 4)} GiB copied, stored for {batch} prompts per call with your "
                                   "map; the next cell replays it and compares")
 
