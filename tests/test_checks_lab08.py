@@ -313,7 +313,7 @@ def test_t4_a_plan_stored_after_a_dry_run_of_this_shape_is_refused_unless_it_pas
 
 
 def test_t4_why_is_checked_for_the_mechanism_not_a_number(capsys):
-    for why in ("it is lower", "6114 vs 5470 MiB", "eager uses less memory here"):
+    for why in ("it is lower", "6114 vs 5470 MiB", "eager uses less memory here", "I did the math and it is lower"):
         assert not checks.check_t4_plan({**T4, "why": why})
         out = capsys.readouterr().out
         assert "names the mechanism" in out and "math" not in out.split("Hint:")[1], out
@@ -455,3 +455,14 @@ def test_t4_a_dry_run_in_a_child_process_of_the_notebook_is_seen(capsys, monkeyp
     assert not checks.check_t4_plan(T4)
     assert "a reading, not a prediction" in capsys.readouterr().out
     ran._forget()
+
+
+def test_t4_a_track_of_the_shape_is_a_reading_too(capsys):
+    """Review #9 read both peaks off the public ``vram.track`` on a meta model, which noted nothing: every tracing path
+    (dry_run, track, measure) notes its shape now."""
+    from vramlab.vram import random_model, track
+
+    m = random_model("smollm2-135m", attn_implementation="eager", device="meta", num_hidden_layers=1)
+    track(m, 1, 256, attn_implementation="eager", gpu="T4")
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out

@@ -76,3 +76,23 @@ def test_many_lines_are_one_write_and_the_file_stays_bounded(monkeypatch, tmp_pa
     lines = path.read_text().splitlines()
     assert len(lines) == 1001 and "ffff" in lines[-1]
     ran._forget()
+
+
+def test_records_are_kept_per_notebook(monkeypatch, tmp_path):
+    """Unseen review #9: one file per learner made an exploratory eager dry run in any lab a reading of lab 08's
+    capstone. Each record names its notebook (JPY_SESSION_NAME, inherited by the kernel's child processes), and a
+    process reads only its own notebook's; a reset forgets only its own."""
+    path = tmp_path / "ran.jsonl"
+    monkeypatch.setenv(ran.RAN_ENV, str(path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/05_mla_latent_cache.ipynb")
+    ran._forget()
+    ran.note("dry_run shape", (1, 4096, "bfloat16", (8, 0), "eager"), lasting=True)
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/08_watch_vram.ipynb")
+    ran._RAN.clear()
+    assert not ran.ran("dry_run shape")
+    ran.note("dry_run shape", (4, 4096, "bfloat16", (7, 5), "sdpa"), lasting=True)
+    ran._forget()                                                       # lab 08's reset leaves lab 05's record
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/05_mla_latent_cache.ipynb")
+    assert ran.ran("dry_run shape") == {(1, 4096, "bfloat16", (8, 0), "eager")}
+    ran._forget()
+    assert not path.exists()

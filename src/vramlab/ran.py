@@ -31,7 +31,8 @@ therefore noted with ``lasting=True``: they are also appended to :func:`records_
 :func:`ran` reads them back in any process of the same learner. The file is on where the tries file of
 ``vramlab.checks._core`` is (a kernel of a named notebook, in JupyterLab, Notebook or Colab, and every process
 it starts, which inherits ``JPY_SESSION_NAME``), or wherever ``VRAMLAB_RAN_FILE`` points; ``off`` keeps
-everything in the process (the test suite). Predictions, which carry an order counted in their kernel, stay in it.
+everything in the process (the test suite). Each line names its notebook, and a process reads only its own notebook's
+lines: lab 05's exploratory dry run is not a reading of lab 08's capstone (unseen review #9). Predictions, which carry an order counted in their kernel, stay in it.
 
 :func:`_forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test); it empties
 the lasting file too. A check's own
@@ -60,6 +61,16 @@ RAN_FILE_NAME = "ran_records.jsonl"
 _OFF = {"", "off", "0", "no", "none", "false"}
 _MAX_BYTES = 4 * 2**20       # a file this long is cut to its newer half on the next note
 _MAX_LINE_CHARS = 200_000    # a key whose text is longer stays in the process (a device map's placement: ~10 kB)
+
+
+def _notebook() -> str:
+    """Whose records these are: the notebook's path (``JPY_SESSION_NAME``, which a notebook kernel's child processes
+    inherit), ``"colab"``, else ``"notebook"``. Records are kept per notebook, as the tries are: an exploratory dry
+    run in lab 05 is not a reading of lab 08's capstone."""
+    name = os.environ.get("JPY_SESSION_NAME", "").strip()
+    if name:
+        return name[-300:]
+    return "colab" if "google.colab" in sys.modules else "notebook"
 
 
 def records_file() -> Path | None:
@@ -100,7 +111,7 @@ def _append(kind: str, keys) -> None:
     lines = []
     for key in keys:
         text = _key_text(key)
-        line = json.dumps({"kind": kind, "key": text}) + "\n" if text is not None else None
+        line = json.dumps({"nb": _notebook(), "kind": kind, "key": text}) + "\n" if text is not None else None
         if line is not None and (str(path), line) not in _APPENDED:
             lines.append(line)
     if not lines:
@@ -135,13 +146,13 @@ def _lasting(kind: str) -> set:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return set()
-    out = set()
+    out, notebook = set(), _notebook()
     for line in lines:
         if kind not in line:        # cheap test before parsing
             continue
         try:
             entry = json.loads(line)
-            if entry.get("kind") == kind and isinstance(entry.get("key"), str):
+            if entry.get("kind") == kind and entry.get("nb") == notebook and isinstance(entry.get("key"), str):
                 out.add(ast.literal_eval(entry["key"]))
         except (ValueError, SyntaxError, TypeError, AttributeError, MemoryError, RecursionError):
             continue
@@ -171,15 +182,35 @@ def ran(kind: str) -> frozenset:
 
 
 def _forget() -> None:
-    """Forget everything noted so far, of every kind, the lasting file included (the tests call it)."""
+    """Forget everything noted so far, of every kind, this notebook's lasting records included (the tests call it)."""
     _RAN.clear()
     _APPENDED.clear()
     path = records_file()
-    if path is not None:
-        try:
+    if path is None:
+        return
+    try:
+        with open(path, "r+", encoding="utf-8") as f:
+            try:
+                import fcntl
+
+                fcntl.flock(f, fcntl.LOCK_EX)
+            except (ImportError, OSError):
+                pass
+            notebook = _notebook()
+            kept = []
+            for line in f.readlines():
+                try:
+                    if json.loads(line).get("nb") != notebook:
+                        kept.append(line)
+                except (ValueError, AttributeError):
+                    continue
+            f.seek(0)
+            f.truncate()
+            f.writelines(kept)
+        if not kept:
             path.unlink()
-        except OSError:
-            pass
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager

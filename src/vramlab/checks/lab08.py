@@ -309,8 +309,10 @@ T4_KEYS = ("sdpa_mib", "eager_mib", "choice", "why")
 #: pass are always in the right order, and the choice can be judged on the learner's own numbers.
 T4_TOL = 0.05
 #: Words of the mechanism a "why" must name: the T4 runs sdpa's math path, upcast to float32 (torch 2.5+).
-_T4_REASON_WORDS = ("math", "float32", "fp32", "32-bit", "upcast", "full precision", "no fused", "no flash",
-                   "not flash", "without flash", "no memory-efficient")
+_T4_REASON_WORDS = ("math path", "math kernel", "math backend", "math sdpa", "math attention", "math implementation",
+                   "math fallback", "float32", "fp32", "32-bit", "upcast", "full precision", "no fused", "no flash",
+                   "not flash", "without flash", "no memory-efficient", "falls back", "fallback")
+# A bare "math" is not a mechanism: review #9 passed with "I did the math and it is lower".
 # Plans that passed before this shape was dry-run here (vramlab.ran, this kind): re-running the cell after the
 # comparison still passes.
 _PASSED_KIND = "passed check_t4_plan"

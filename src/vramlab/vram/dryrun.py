@@ -546,6 +546,11 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
 
     from torch.utils.module_tracker import ModuleTracker
 
+    try:    # every tracing path notes its shape (dry_run, track, measure): review #9 read the T4 peaks off track()
+        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
+                              str(attn_implementation)), lasting=True)
+    except (TypeError, ValueError, OverflowError):   # bad input: _prepare names the field
+        pass
     t0 = time.perf_counter()
     built, name, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu,
                                            allow_longer)
@@ -661,11 +666,6 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     one sentence naming the field; nothing is written but the shape, to ``vramlab.ran``'s record. ``sdpa_kernel``: force that kernel (as
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` does on a GPU) instead of choosing it.
     """
-    try:
-        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
-                              str(attn_implementation)), lasting=True)
-    except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
-        pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
                   reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
