@@ -322,21 +322,30 @@ def test_a_design_planned_with_cpu_plan_is_refused_and_a_passed_one_still_passes
     assert not lab03.check_three_engines(DESIGN, PREDICTED)
     # so do vllm_memory.kv_cache_capacity (one call printed the concurrency) and an engine run of the design's
     # config (serving.recorded.runs notes each config it starts or replays, before it runs)
-    from vramlab.serving import recorded
-    from vramlab.serving.engine import EngineConfig
+    from vramlab.serving import recorded, vllm_memory
+    from vramlab.serving.engine import EngineConfig, load_run
     from vramlab.serving.vllm_memory import kv_cache_capacity
 
     ran._forget()
     kv_cache_capacity("smollm2-135m", 4 * 2**30, 3584, block_size=128)
     assert not lab03.check_three_engines(DESIGN, PREDICTED)
     ran._forget()
-    recorded._note_startup(EngineConfig(model="smollm2-135m", max_model_len=4096, kv_cache_space_gib=2,
+    vllm_memory.note_engine_startup(EngineConfig(model="smollm2-135m", max_model_len=4096, kv_cache_space_gib=2,
                                         kv_cache_dtype="fp8"))
     assert not lab03.check_three_engines(DESIGN, PREDICTED)
     ran._forget()
-    recorded._note_startup(EngineConfig(model="/no/such/folder", max_model_len=256, kv_cache_space_gib=1))
-    recorded._note_startup(EngineConfig(max_model_len=4096))             # no KV space set: nothing to plan
+    vllm_memory.note_engine_startup(EngineConfig(model="/no/such/folder", max_model_len=256, kv_cache_space_gib=1))
+    vllm_memory.note_engine_startup(EngineConfig(max_model_len=4096))             # no KV space set: nothing to plan
     assert not ran.ran("cpu plan")
+    # review #9 found the capstone's engines among the recordings that exist and read their logs: asking where a
+    # recording is, or loading one, notes its start-up too
+    chat = EngineConfig(model="smollm2-135m", max_model_len=3584, kv_cache_space_gib=4, kv_cache_dtype="auto")
+    recorded.recording_path(chat).is_file()
+    assert not lab03.check_three_engines(DESIGN, PREDICTED)
+    ran._forget()
+    path = next(p for p in recorded.RESULTS.glob("smollm2-135m-*.json"))
+    run = load_run(path)
+    assert ran.ran("cpu plan") or run.config.kv_cache_space_gib is None
 
 
 def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):

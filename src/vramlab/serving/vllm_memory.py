@@ -1050,6 +1050,21 @@ def cpu_startup_key(block_bytes: int, max_model_len: int, kv_cache_bytes: int, b
             None if num_gpu_blocks_override is None else int(num_gpu_blocks_override))
 
 
+def note_engine_startup(config: Any) -> None:
+    """Note the start-up of ``config`` (a ``vramlab.serving.engine.EngineConfig``) in ``vramlab.ran`` as
+    :func:`cpu_plan` does, so a capstone that refuses a design after its engines were planned also refuses one after
+    they ran, replayed, or had their recording looked up (``serving.recorded``, ``engine.load_run``; lab 03). A config
+    that :func:`cpu_plan` cannot plan (no pool size or length, a model folder, an unknown architecture) notes nothing."""
+    space, length = getattr(config, "kv_cache_space_gib", None), getattr(config, "max_model_len", None)
+    if space is None or length is None:      # the engine sizes such a pool from the machine: nothing to note
+        return
+    try:
+        cpu_plan(config.model, length, space, getattr(config, "kv_cache_dtype", "auto") or "auto",
+                 getattr(config, "num_gpu_blocks_override", None))
+    except (ValueError, TypeError, KeyError, OSError):   # not plannable: only a note, the run reports its own errors
+        pass
+
+
 def cpu_startup_was_planned(key: tuple) -> bool:
     """True when :func:`cpu_plan` ran on a start-up with this :func:`cpu_startup_key` in this kernel (outside a
     check's own reference runs)."""
@@ -1175,7 +1190,7 @@ def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: floa
 
 
 __all__ = [
-    "PINNED", "GPU", "GPUS", "get_gpu", "format_gib", "batch_defaults", "AttentionBackend", "ATTENTION_BACKENDS",
+    "note_engine_startup", "PINNED", "GPU", "GPUS", "get_gpu", "format_gib", "batch_defaults", "AttentionBackend", "ATTENTION_BACKENDS",
     "get_attention_backend", "check_kv_cache_dtype", "page_size_bytes", "needed_bytes", "estimate_max_model_len",
     "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
     "estimate_activation_bytes", "kv_cache_capacity", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",
