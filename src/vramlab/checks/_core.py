@@ -225,15 +225,18 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                 _REVEALING.reset(token)
 
         def _stamped(result):
-            """The result, marked with the check that returned it (read by :func:`opened_by`)."""
+            """The result, marked with the check that returned it, and, when it passed or was revealed, as opening
+            that check's later cells (read by :func:`opened_by`)."""
             if isinstance(result, CheckResult):
                 result.details.setdefault("check", check.__name__)
+                if result.passed or result.revealed:
+                    _mark_opened(result, check.__name__)
             return result
 
         wrapper.__signature__ = sig.replace(parameters=[
             *sig.parameters.values(),
             inspect.Parameter("reveal", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)])
-        wrapper.exercise = entry
+        wrapper._exercise = entry     # private: its answer() is the answer (review #9b called check.exercise.answer())
         return wrapper
 
     return decorate
@@ -797,9 +800,18 @@ def learners_or_package(passed: Any, learner: Callable | None, package: Callable
     return package
 
 
+_OPENED_TOKEN = object()      # marks results a check issued as passed or revealed (a hand-built result has none)
+
+
+def _mark_opened(result: CheckResult, check_name: str) -> None:
+    """Mark ``result`` as issued by ``check_name`` as passed or revealed (the checks' wrapper; tests that stand in for
+    a pass call it)."""
+    result.__dict__["_opened_for"] = (check_name, _OPENED_TOKEN)
+
+
 def opened_by(result: Any, check_name: str) -> bool:
     """True when ``result`` is the :class:`CheckResult` that the check ``check_name`` (``"check_rank_plan"``) returned
-    and it passed or was revealed: what a cell after a capstone's check waits for before it shows the answer. Any
-    other value (``True``, ``1``, another check's result, a result built by hand) is not."""
-    return (isinstance(result, CheckResult) and result.details.get("check") == check_name
-            and bool(result.passed or result.revealed))
+    as passed or revealed: what a cell after a capstone's check waits for before it shows the answer. Any other value
+    (``True``, ``1``, another check's result, a result built by hand, or a failed result whose ``passed`` was set
+    afterwards: unseen reviews #9 and #9b opened cells both ways) is not."""
+    return isinstance(result, CheckResult) and result.__dict__.get("_opened_for") == (check_name, _OPENED_TOKEN)
