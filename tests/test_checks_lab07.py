@@ -3,6 +3,7 @@ design check measures each design once; the part-2 capstone judges the evidence 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -334,6 +335,21 @@ def test_the_public_corpus_does_not_hand_out_the_capstone(capsys):
     assert full["label"] == "native_library_not_built" and full["text"].strip("\n") == log
     assert len(logs._load_corpus()) == len(public) + 1
     assert {e["id"] for e in public} | {lab07._DIAGNOSIS_LOG} == {e["id"] for e in logs._load_corpus()}
+
+
+def test_no_public_corpus_entry_shares_the_capstones_folders():
+    """Review #9 found the capstone's log by its placeholder path: an entry of the public corpus (bnb045_unbuilt_checkout,
+    an unbuilt clone of another release) used the same folder, and its label and source state the cause. No public
+    entry names any folder of the unseen log below the top level (/home/ana/, /home/ana/src/, ...; URLs aside)."""
+    from vramlab.bnb import logs
+
+    paths = re.findall(r"(?<![:/\w])/[\w.-]{1,100}(?:/[\w.-]{1,100}){1,20}", lab07.unseen_log())
+    folders = {"/".join(p.split("/")[:k]) + "/" for p in paths for k in range(3, p.count("/") + 1)}
+    assert "/home/ana/" in folders and "/home/ana/src/bitsandbytes/bitsandbytes/" in folders, folders
+    for e in logs.load_corpus():
+        text = json.dumps(e)
+        assert not [f for f in folders if f in text], (e["id"], [f for f in folders if f in text])
+    assert [e for e in logs.load_corpus() if "/home/ana/src/bitsandbytes/bitsandbytes/" in e["text"]] == []
 
 
 def test_the_public_scenario_list_does_not_describe_the_capstone():
