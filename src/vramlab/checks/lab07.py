@@ -482,7 +482,8 @@ _DIAGNOSIS_READING = (
     "contains 'binary not found', which 0.50's 'No compatible CUDA binary found at' never does, so it fell back\n"
     "to advice written for a machine whose PyTorch sees no CUDA. And why cuda122, not the rule's cuda121: the\n"
     "rule chooses only among the files bitsandbytes finds in its own folder; a folder with none gets the exact\n"
-    "version's name.")
+    "version's name. On this machine the doctor's first fix, the PyPI wheel, is out (no route to PyPI); the\n"
+    "build in the clone, with the CUDA 12.2 toolkit PyTorch was built with, is the one that works.")
 #: The first wrong tries of the check are told why one wrong part (line, cause or fix) fails; from then on only "not it"
 #: and the next hint, so trying lines, numbers or letters one by one does not explain the log.
 REASON_TRIES = 2
