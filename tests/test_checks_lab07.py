@@ -613,8 +613,12 @@ def test_the_lesson_after_the_capstone_waits_for_a_pass_or_a_reveal(measured, ca
     assert said == [lab07.AFTER_CAPSTONE_WAITS] * len(not_opened)
     design = {"bits": 8}
     table[key(design)] = (163_484_032, 14.62)
-    for result in (lab07.check_cheapest_design(design, reveal=True),
-                   CheckResult("cheapest design", True, "", "", details={"check": "check_cheapest_design"})):
+    from vramlab.checks._core import _mark_opened
+
+    stand_in = CheckResult("cheapest design", True, "", "", details={"check": "check_cheapest_design"})
+    assert lab07.after_capstone(stand_in, said.append) is None       # built by hand: not the check's own (review #9)
+    _mark_opened(stand_in, "check_cheapest_design")                  # what the check does to its own pass
+    for result in (lab07.check_cheapest_design(design, reveal=True), stand_in):
         said.clear()
         fig = lab07.after_capstone(result, said.append)
         text = "\n".join(said)
@@ -629,8 +633,9 @@ def test_the_lesson_after_the_capstone_waits_for_a_pass_or_a_reveal(measured, ca
     lab07.after_diagnosis(CheckResult("diagnosis", True, "", ""), print_line=said.append)     # built by hand
     assert len(said) == 1 and "once Exercise 5 passes" in said[0]
     said.clear()
-    lab07.after_diagnosis(CheckResult("diagnosis", True, "", "", details={"check": "check_diagnosis"}),
-                          print_line=said.append)
+    passed = CheckResult("diagnosis", True, "", "", details={"check": "check_diagnosis"})
+    _mark_opened(passed, "check_diagnosis")
+    lab07.after_diagnosis(passed, print_line=said.append)
     assert "native_library_not_built" in said[0] and lab07._DIAGNOSIS_READING in said
     assert said[said.index(lab07._DIAGNOSIS_READING) + 2] == "Why the other causes do not fit this log:"
 
