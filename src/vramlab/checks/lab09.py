@@ -21,7 +21,9 @@ KV cache memory" and "KV cache size ... Maximum concurrency" lines). The numbers
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import textwrap
 from typing import Any
 
 from vramlab.checks._core import (DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise, fmt_number,
@@ -33,6 +35,12 @@ __all__ = ["check_prediction", "check_l4_plan", "check_reduced_length"]
 # answer only after its check passed or was revealed). What computes an answer is private (tests/test_checks.py: no answer helper in a public name).
 
 GiB = 2**30
+
+# bitsandbytes 0.50.2 (backends/cpu/ops.py) logs "Failed to load CPU gemm_4bit_forward from kernels-community" when it
+# is imported without the optional `kernels` package, then uses its own CPU path: harmless here (the 4-bit model of
+# Exercise 1 is built on the meta device, by the learner's scratch cell or by the check), so only that logger is
+# quietened, from the notebook's import of this module on, as vramlab.selftest does.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 #: The brief: Llama-3.1-8B-Instruct on one NVIDIA L4 under ``vllm serve`` 0.32's defaults, eight conversations of up
 #: to 8,192 tokens each held at once.
@@ -126,14 +134,8 @@ def _fp8_ppl_ratio() -> float:
 def _nf4_plan():
     """The bf16-cache plan with bitsandbytes nf4 weights: their bytes from ``dispatch.planner`` (lab 06's meta-device
     model, lab 07's 4-bit layout) in place of the bf16 weights."""
-    import logging
-
     from vramlab.dispatch import planner
 
-    # bitsandbytes 0.50.2 (backends/cpu/ops.py) logs "Failed to load CPU gemm_4bit_forward from kernels-community"
-    # when it is imported without the optional `kernels` package, then uses its own CPU path: harmless here (the
-    # 4-bit model is built on the meta device), so only that logger is quietened, as vramlab.selftest does.
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     return _gpu_plan("nf4_bnb", weights_bytes=planner.module_sizes(BRIEF["model"], quantization="4bit")[""])
 
 
@@ -434,15 +436,21 @@ def plan_debrief(result: Any) -> None:
         print(f"{label:<9}{row['memory']:<17}{row['kernels']:<49}{row['quality']:<30}{row['latency']}")
     off, vllm_off = _offload(), _vllm_offload()
     conc = {label: max(d["max_concurrency"] for d in _design_numbers(label)) for label in DESIGNS}
-    print(f"\noffload: dispatch.planner (accelerate's rule, lab 06) keeps {off['cpu_bytes'] / GiB:.2f} GiB on the CPU "
+    print()
+    _say(f"offload: dispatch.planner (accelerate's rule, lab 06) keeps {off['cpu_bytes'] / GiB:.2f} GiB on the CPU "
           f"({off['on_cpu'][0]} ... {off['on_cpu'][-1]}); vLLM's cpu_offload_gb would take at least "
           f"{vllm_off['bytes'] / GiB:.2f} GiB from the first decoder layers in order (layers 0 to "
           f"{vllm_off['layers'] - 1}, never the lm_head), which the GPU then reads over PCIe in every step.")
     most = max(conc, key=conc.get)
-    print(f"Only fp8_kv meets all four, and no design wins on every axis: {most} holds the most conversations "
+    _say(f"Only fp8_kv meets all four, and no design wins on every axis: {most} holds the most conversations "
           f"({conc[most]:.2f}x against fp8_kv's {conc['fp8_kv']:.2f}x) but breaks kernels and quality; bf16 and "
           f"offload keep 16-bit quality (fp8 costs +{_fp8_ppl_ratio() - 1:.1%}) but break memory or latency; mla holds "
           f"{conc['mla']:.2f}x at +{_mla_fit()['ppl_ratio'] - 1:.0%} perplexity.")
+
+
+def _say(text: str) -> None:
+    """Print a paragraph wrapped at 100 columns (a notebook's output width)."""
+    print(textwrap.fill(text, 100))
 
 
 def replan_with_peak(result: Any, activation_bytes: int) -> None:
