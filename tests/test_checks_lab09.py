@@ -133,6 +133,14 @@ def test_only_the_first_two_wrong_designs_get_their_reason_then_not_it(capsys):
     assert "open Hint 2" in outs[2] and "open Hint 3" in outs[3]
 
 
+def test_rejected_entries_are_named_even_after_wrong_tries_on_the_numbers(capsys):
+    for _ in range(3):
+        assert not checks.check_l4_plan({**_solution(), "max_concurrency": 12.5})
+    sol = _solution()
+    assert not checks.check_l4_plan({**sol, "rejected": {**sol["rejected"], "bf16": ("latency", 4.44)}})
+    assert "rejected['bf16']: bf16 meets latency" in capsys.readouterr().out
+
+
 def test_rejected_entries_are_judged_for_their_constraint_and_their_number(capsys):
     sol = _solution()
     wrong = {**sol, "rejected": {**sol["rejected"], "mla": ("memory", 256), "offload": ("latency", 0.9)}}

@@ -364,6 +364,10 @@ def _design_key(name: str) -> str:
     return f"{name}: designs"   # the wrong designs seen (tries machinery), apart from the wrong numbers
 
 
+def _rejected_key(name: str) -> str:
+    return f"{name}: rejected"  # the wrong tries on the rejected entries, once the design and its numbers held
+
+
 @exercise("lab09", 1, _plan_answer)
 def check_l4_plan(plan: Any) -> CheckResult:
     """Exercise 1 (capstone): ``plan = {"design": a label of DESIGNS, "weights_gib": GiB, "kv_bytes_per_token":
@@ -410,14 +414,17 @@ def check_l4_plan(plan: Any) -> CheckResult:
         if constraint not in _broken(key):
             problems.append(f"rejected[{key!r}]: {key} meets {constraint}")
         if not any(math.isclose(number, v, rel_tol=rel, abs_tol=abs_tol) for v in values):
-            problems.append(f"rejected[{key!r}] number {direction(number, values[0], {}, name)}")
+            problems.append(f"rejected[{key!r}] number {direction(number, values[0])}")
     if problems:   # a FAIL never says the design is right (review #9b): only what is wrong in "rejected"
-        if tries(name) >= DIRECTION_TRIES:
+        # the entries' own tries (the numbers' and designs' tries before them do not silence them): named on the
+        # first two, then only "not all right"
+        if add_try(_rejected_key(name)) > DIRECTION_TRIES:
             return report(name, False, what, "the rejected entries not all right", "")
         return report(name, False, what, "; ".join(problems),
                       "what each number is: " + "; ".join(f"{k}, {REJECTED_NUMBER[k]}" for k in read["rejected"]
                                                           if any(f"[{k!r}]" in p for p in problems)))
     reset_tries(_design_key(name))
+    reset_tries(_rejected_key(name))
     return report(name, True, what, f"design {label!r}: weights {read['weights_gib']:g} GiB, "
                                     f"{read['kv_bytes_per_token']:,.0f} bytes per token, {read['kv_cache_gib']:g} GiB "
                                     f"of KV cache, {read['max_concurrency']:g}x, and the four rejected designs with "
