@@ -338,3 +338,5 @@ def test_the_fp8_measurement_rounds_to_e4m3_at_scale_one():
     assert y.dtype == x.dtype and y[1] == 1.0 and abs(y[0] - 0.1015625) < 1e-7 and y[2] == 288.0
     stored = fp8_quality.load()
     assert stored["ppl_fp8"] > stored["ppl_16bit"] and stored["windows"] == {"n": 8, "length": 512}
+    assert stored["fingerprint"] == fp8_quality.code_fingerprint(), \
+        "the fp8 measurement's code changed: rerun python -m vramlab.serving.fp8_quality"

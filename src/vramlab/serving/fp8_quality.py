@@ -19,6 +19,19 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "fp8_kv_quality.json"
 WINDOWS = {"n": 8, "length": 512}   # the windows of labs 05 and 07's tables (vramlab.data.token_windows)
+#: The files whose code makes :data:`RESULTS` (package-relative): the stored result carries their SHA-256.
+FINGERPRINT_FILES = ("serving/fp8_quality.py", "quarot/attention.py", "eval.py", "data.py", "models.py")
+
+
+def code_fingerprint() -> str:
+    """SHA-256 (16 hex digits) of :data:`FINGERPRINT_FILES`, line endings normalised: what :data:`RESULTS` was made by."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for name in FINGERPRINT_FILES:
+        h.update(name.encode() + b"\0" + (root / name).read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _round_fp8(x):
@@ -56,7 +69,8 @@ def measure() -> dict:
                                                                                         time.gmtime()),
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             "model": "SmolLM2-135M (vramlab.models.load_smollm2, float32 CPU)", "windows": WINDOWS,
-            "kv_cache_dtype": "fp8 (fp8_e4m3, k_scale = v_scale = 1.0)",
+            "kv_cache_dtype": "fp8 (fp8_e4m3, k_scale = v_scale = 1.0)", "fingerprint": code_fingerprint(),
+            "fingerprint_files": list(FINGERPRINT_FILES), "threads": torch.get_num_threads(),
             "ppl_16bit": base, "ppl_fp8": fp8, "ppl_ratio": fp8 / base, "elapsed_s": round(time.time() - start, 1)}
 
 
