@@ -638,6 +638,10 @@ def check_three_engines(design: Any, predicted_concurrency: Any = None) -> Check
                 return report(pred_name, False, f"a number for {key}'s Maximum concurrency",
                               fmt_number(predicted_concurrency[key]), "a float such as 1.5, as the line prints it")
             if abs(value - want) > 0.006:
+                if tries(pred_name) >= DIRECTION_TRIES:    # from the third wrong try, no service named (review #10
+                    return report(pred_name, False, "the three lines your engines will print",  # scanned one)
+                                  "not all three right", "not it (the design is judged once the three lines it "
+                                  "will print are right)")
                 return report(pred_name, False, f"the Maximum concurrency your {key} engine will print",
                               fmt_number(value), f"{direction(value, want, name=pred_name)} for {key} (the design "
                               "is judged once the three lines it will print are right)")
