@@ -998,3 +998,27 @@ def test_a_prediction_is_the_one_stored_before_its_measurement(capsys):
     assert "you predicted 100 MiB (the one stored before the measurement; the cell now holds 390)" in out, out
     assert check_prediction(7, 8, "never stored first")              # no stored prediction: compared as given
     assert "you predicted 7; it is 8" in capsys.readouterr().out
+    # review #10b: the measurement ran with the prediction still None, then a value was stored and measured again
+    assert not check_prediction(None, 0.52, "skipped first")
+    refused = check_prediction(0.3, what="skipped first")
+    assert not refused and "the measurement ran before any prediction was stored" in capsys.readouterr().out
+
+
+def test_a_check_name_cannot_be_registered_twice_and_a_forged_pass_opens_nothing():
+    """Review #10b decorated its own function named check_l4_plan with the public `exercise` and opened lab 09's cells
+    with its forged pass: a registered name cannot be taken by another exercise, and only a check of vramlab.checks
+    marks its results as opening its cells."""
+    from vramlab.checks import _core
+    from vramlab.checks import lab09  # noqa: F401 - registers check_l4_plan
+
+    with pytest.raises(ValueError, match="already registered"):
+        @_core.exercise("labXX", 99, lambda **_: "")
+        def check_l4_plan(x):
+            return _core.report("forged", True, "", "ok")
+
+    @_core.exercise("labXX", 98, lambda **_: "")
+    def check_forged_elsewhere(x):
+        return _core.report("forged", True, "", "ok")
+
+    assert not _core.opened_by(check_forged_elsewhere(0), "check_forged_elsewhere")
+    _core.EXERCISES.pop("check_forged_elsewhere", None)

@@ -113,6 +113,8 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
         raise TypeError(f"actual must be the measured number to compare with (or None), got {actual!r}.")
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
+        if actual is not None:   # the measurement ran with no prediction stored: a later one is a reading (review #10b)
+            ran.note(_REVEALED_KIND, what)
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
                       value=predicted, untouched_hint="not done yet: write your guess (a number) in place of None, then run "
                                                       "this cell again; any honest guess passes")
@@ -122,10 +124,12 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
                       hint="store a plain number, e.g. 250 (in " + (unit or "the unit asked for") + ")")
     recorded = _recorded_prediction(what)
     if actual is None:
-        if what in ran.ran(_REVEALED_KIND) and recorded is not None and value != recorded:
+        if what in ran.ran(_REVEALED_KIND) and recorded != value:
             return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
-                          "stored after the measurement ran in this kernel", f"that is a reading: the prediction "
-                          f"that counts is the one stored before, {fmt_number(recorded, 4)}{unit_s}", counts=False)
+                          "stored after the measurement ran in this kernel",
+                          (f"that is a reading: the prediction that counts is the one stored before, "
+                           f"{fmt_number(recorded, 4)}{unit_s}") if recorded is not None else
+                          "that is a reading: the measurement ran before any prediction was stored", counts=False)
         ran.note(_PREDICTION_KIND, (what, next(_ORDER), value))
         return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
