@@ -466,3 +466,12 @@ def test_t4_a_track_of_the_shape_is_a_reading_too(capsys):
     track(m, 1, 256, attn_implementation="eager", gpu="T4")
     assert not checks.check_t4_plan(T4)
     assert "a reading, not a prediction" in capsys.readouterr().out
+
+
+def test_t4_a_dry_run_with_the_math_kernel_forced_is_a_reading(capsys):
+    """Review #10 forced sdpa_kernel="math" on an A100 (the T4's kernel) at two lengths and fitted the sdpa peak."""
+    from vramlab.vram.dryrun import dry_run
+
+    dry_run("smollm2-135m", batch_size=1, seq_len=256, dtype="bfloat16", gpu="A100", sdpa_kernel="math")
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out

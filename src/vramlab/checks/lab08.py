@@ -377,24 +377,25 @@ T4_NEAR_SEQ = 0.25
 def _shape_already_run() -> bool:
     """Whether this kernel dry-ran what hands over the capstone's peaks (``vramlab.ran``): a sequence length within
     :data:`T4_NEAR_SEQ` of the capstone's, at any batch, dtype or GPU; or any run on a GPU without the fused kernels
-    (compute capability below 8.0, as the T4's 7.5) or with eager attention on any GPU (its peak barely depends on
-    the GPU). One such point and the B x S^2 scaling of the score matrix give the peak: review #7 passed with one
+    (compute capability below 8.0, as the T4's 7.5), with eager attention on any GPU (its peak barely depends on
+    the GPU), or with the math kernel forced (``sdpa_kernel="math"``: the T4's kernel on any GPU, review #10). One such point and the B x S^2 scaling of the score matrix give the peak: review #7 passed with one
     1 x 2,048 sdpa run on a T4 and one eager run on an A100 (each alone under the old two-runs rule), reviews
     before fitted two points on a T4 and three eager runs on an A100. The lab's own dry run (sdpa, the default A100)
     is none of these."""
     from vramlab.vram.dryrun import SHAPE_KIND
 
-    runs = ran.ran(SHAPE_KIND)           # (batch, seq, dtype, compute capability, attn_implementation) per run
-    return any(_gives_the_t4_peaks(seq, cap, impl) for _b, seq, _d, cap, impl in runs)
+    runs = ran.ran(SHAPE_KIND)   # (batch, seq, dtype, compute capability, attn_implementation, forced kernel) per run
+    return any(_gives_the_t4_peaks(seq, cap, impl, *forced) for _b, seq, _d, cap, impl, *forced in runs)
 
 
-def _gives_the_t4_peaks(seq_len: int, capability: tuple[int, int], attn_implementation: str) -> bool:
+def _gives_the_t4_peaks(seq_len: int, capability: tuple[int, int], attn_implementation: str,
+                        sdpa_kernel: str = "") -> bool:
     """Whether a dry run of SmolLM2 at ``seq_len`` tokens on a GPU of ``capability`` with ``attn_implementation``
     hands over Exercise 5's peaks (see :func:`_shape_already_run`). ``vramlab dryrun`` asks it too: a command runs
     in its own process, where this kernel's record cannot see it (review #8 read both peaks off the command line)."""
     want = T4_SETUP["seq_len"]
     return (abs(int(seq_len) - want) <= T4_NEAR_SEQ * want or tuple(capability) < (8, 0)
-            or attn_implementation == "eager")
+            or attn_implementation == "eager" or sdpa_kernel == "math")   # review #10 forced math on an A100
 
 
 @exercise("lab08", 5, _t4_answer)

@@ -548,7 +548,7 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
 
     try:    # every tracing path notes its shape (dry_run, track, measure): review #9 read the T4 peaks off track()
         ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
-                              str(attn_implementation)), lasting=True)
+                              str(attn_implementation), str(sdpa_kernel or "")), lasting=True)
     except (TypeError, ValueError, OverflowError):   # bad input: _prepare names the field
         pass
     t0 = time.perf_counter()
