@@ -9,6 +9,7 @@ import re
 import pytest
 
 from vramlab import checks
+from vramlab import ran
 from vramlab.checks import lab07
 from vramlab.checks._core import reset_tries
 
@@ -80,7 +81,6 @@ def measured(monkeypatch):
     monkeypatch.setattr(lab07, "_tokenizer", lambda: None)
     monkeypatch.setattr("vramlab.data.token_windows", lambda tok, n_windows, length: None)
     monkeypatch.setattr(lab07, "_MEASURED", {})
-    monkeypatch.setattr(lab07, "_SHOWN", {})
     return table, calls, bnb_design.design_key
 
 
@@ -485,7 +485,7 @@ def test_a_wrong_bytes_prediction_shows_nothing_of_the_design_and_can_be_made_ag
     for out in outs[2:]:      # from the third try: no direction, the hints open
         assert "not it" in out and "too low" not in out and "too high" not in out, out
     assert "open Hint 1" in outs[1] and "open Hint 2" in outs[2] and "open Hint 3" in outs[3]
-    assert len(calls) == 1 and lab07._SHOWN == {} and tries("cheapest design") == 0
+    assert len(calls) == 1 and not ran.ran(lab07._SHOWN_KIND) and tries("cheapest design") == 0
     # a factor that names a misconception: bits, not bytes
     l29 = dict(ref, skip=["lm_head", "model.layers.29"])
     table[key(l29)] = (116_936_756, 17.69)
@@ -672,7 +672,7 @@ def test_nothing_under_the_design_check_tells_the_design_before_it_passes():
 def test_the_reference_design_is_real_and_meets_the_target(capsys):
     """One real measurement (about 30 s): the reference design's bytes are exact and it meets the target."""
     lab07._MEASURED.clear()
-    lab07._SHOWN.clear()
+    ran._forget()
     result = lab07.check_cheapest_design(lab07._REFERENCE_DESIGN, {"bytes": 117_000_000, "perplexity": 17.0})
     out = capsys.readouterr().out
     m = lab07._measure_design_once(lab07._REFERENCE_DESIGN)
@@ -882,3 +882,57 @@ def test_the_bytes_of_a_design_are_arithmetic_from_the_shapes_within_one_percent
     assert abs(counted / lab07._REFERENCE_BYTES - 1) <= tol / 2, counted
     assert abs((counted - quantized / 64) / lab07._REFERENCE_BYTES - 1) > tol           # no absmax
     assert abs((counted + quantized / 64 * 3) / lab07._REFERENCE_BYTES - 1) > tol       # float32 absmax (no double quant)
+
+
+def test_a_shown_design_respelled_or_after_a_restart_keeps_its_prediction(measured, capsys, monkeypatch, tmp_path):
+    """Review #10: after a design was shown, the same linears spelled another way ('self_attn.v_proj' for 'v_proj')
+    counted as a new design, and a restart forgot what was shown; the prediction of a shown design is kept per what it
+    keeps out of bitsandbytes' hands, and lasts across restarts (vramlab.ran)."""
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    table, calls, key = measured
+    ref = lab07._REFERENCE_DESIGN
+    table[key(ref)] = (lab07._REFERENCE_BYTES, 25.0)
+    respelled = dict(ref, skip=["lm_head", "self_attn.v_proj"])
+    table[key(respelled)] = (lab07._REFERENCE_BYTES, 25.0)
+    assert not lab07.check_cheapest_design(ref, {"bytes": 117_000_000, "perplexity": 30.0})
+    capsys.readouterr()
+    for again in (respelled, ref):
+        ran._RAN.clear()                                                 # a restarted kernel, too
+        lab07.check_cheapest_design(again, {"bytes": lab07._REFERENCE_BYTES, "perplexity": 17.61})
+        out = capsys.readouterr().out
+        assert "you predicted 117,000,000 bytes and perplexity 30.00" in out, out
+        assert "measured already: a new prediction for this design is not graded" in out, out
+    ran._forget()
+
+
+def test_diagnosis_stops_judging_after_twelve_wrong_tries(capsys):
+    """Review #10 looped over every line, cause and fix (504 diagnoses) and passed in a second: after
+    DIAGNOSIS_MAX_TRIES wrong diagnoses the check judges no more, the right one included, until a reveal."""
+    reset_tries()
+    _predict()
+    evidence = _log_line("bitsandbytes library load error")
+    right = {"evidence": evidence, "cause": lab07._DIAGNOSIS_CAUSE, "fix": "e"}
+    for i in range(lab07.DIAGNOSIS_MAX_TRIES):
+        assert not lab07.check_diagnosis({**right, "cause": 1 + i % 4})
+    capsys.readouterr()
+    assert not lab07.check_diagnosis(right)
+    assert "judges no more" in capsys.readouterr().out
+    assert lab07.check_diagnosis(right, reveal=True).revealed
+    reset_tries()
+
+
+def test_a_binary_prediction_after_the_tool_was_asked_about_12_2_is_refused(capsys):
+    """Review #10 predicted with one call of doctor.predict_binaries(["12.2"]): the prediction is section 4's rule
+    worked out by hand, so after the tool was asked about the capstone's version it is refused (no try counted)."""
+    from vramlab.bnb import doctor
+
+    doctor.predict_binaries(["12.3", "12.8"])          # section 4's own question: fine
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so")
+    from vramlab import ran as _ran
+
+    _ran._forget()
+    doctor.predict_binaries(["12.2"])
+    capsys.readouterr()
+    refused = lab07.check_binary_prediction("libbitsandbytes_cuda121.so")
+    assert not refused and "the tool's answer" in capsys.readouterr().out

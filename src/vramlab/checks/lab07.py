@@ -120,7 +120,6 @@ PREDICTION_FIELDS = ("bytes", "perplexity")
 #: A new design's measurement shows only when its predicted bytes are within this fraction of the measured bytes.
 BYTES_PREDICTION_TOLERANCE = 0.01
 _MEASURED: dict[str, dict] = {}          # design key -> measurement (cached; shown or not)
-_SHOWN: dict[str, tuple[float, float]] = {}   # design key -> the prediction it was shown with (fixed from then on)
 _BYTES_NAME = "your design's bytes"      # the tries of the bytes prediction (directions for two, then "not it")
 
 
@@ -149,6 +148,32 @@ def _tokenizer():
 def _design_answer(**_) -> str:
     return (f"{_REFERENCE_DESIGN} holds {fmt_number(_REFERENCE_BYTES)} bytes on the device at perplexity "
             f"{_REFERENCE_PPL:.2f} (target {TARGET_PPL}); any design that meets the target in no more bytes passes")
+
+
+_LINEARS = tuple([f"model.layers.{i}.{m}" for i in range(30) for m in
+                  ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")] + ["lm_head"])
+_SHOWN_KIND = "shown design (lab 07)"    # vramlab.ran, lasting: (what is quantized and how, predicted bytes, ppl)
+
+
+def _shown_key(design: dict) -> str:
+    """What a design IS, whatever its spelling: the 4/8-bit settings and the linears it keeps out of bitsandbytes'
+    hands (transformers' own matching rule). Review #10 respelled ``v_proj`` as ``self_attn.v_proj`` to predict a
+    shown design again."""
+    import json
+
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    kept = [n for n in _LINEARS if not should_convert_module(n, list(design.get("skip") or []))]
+    settings = {k: v for k, v in design.items() if k != "skip"}
+    return json.dumps({"settings": settings, "kept": kept}, sort_keys=True)
+
+
+def _shown_prediction(design: dict) -> tuple[float, float] | None:
+    """The prediction a design was shown with, in this notebook, across kernel restarts (``vramlab.ran``), or None."""
+    key = _shown_key(design)
+    found = [(b, p) for k, b, p in ran.ran(_SHOWN_KIND) if k == key]
+    return found[0] if found else None
 
 
 def _unmatched_skips(design: dict) -> list[str]:
@@ -249,9 +274,13 @@ def check_cheapest_design(design: Any, prediction: Any = None) -> CheckResult:
                       f"{', '.join(map(repr, unmatched))} matched no linear, so nothing was measured: transformers "
                       "compares a pattern with the start of a module's full name or with its end")
     predicted = _read_prediction(prediction)
-    key = bnb_design.design_key(d)
-    if key in _SHOWN:   # measured and shown: its prediction is fixed, a new one is not graded (review #9)
-        m, fixed = _MEASURED[key], _SHOWN[key]
+    fixed = _shown_prediction(d)
+    if fixed is not None:   # measured and shown: its prediction is fixed, a new one is not graded (reviews #9, #10)
+        try:
+            m = _measure_design_once(d)      # cached in this kernel; after a restart, measured again (~30 s)
+        except Exception as exc:  # noqa: BLE001 - one sentence, never a traceback
+            return report(name, False, "a design that loads and runs", json_short(d),
+                          f"loading it failed ({type(exc).__name__}: {str(exc)[:160]})")
         said = f"{fmt_number(m['bytes'])} bytes on the device, perplexity {m['ppl']:.2f} ({_graded(fixed, m)}"
         if isinstance(predicted, tuple) and predicted != fixed:
             said += "; measured already: a new prediction for this design is not graded"
@@ -274,7 +303,7 @@ def check_cheapest_design(design: Any, prediction: Any = None) -> CheckResult:
         missed = _bytes_missed(predicted[0], m["bytes"])
         if missed is not None:
             return missed
-        _SHOWN[key] = predicted
+        ran.note(_SHOWN_KIND, (_shown_key(d), float(predicted[0]), float(predicted[1])), lasting=True)
         said = f"{fmt_number(m['bytes'])} bytes on the device, perplexity {m['ppl']:.2f} ({_graded(predicted, m)})"
     if m["ppl"] > TARGET_PPL:
         return report(name, False, f"perplexity at most {TARGET_PPL}", said + ", above the target",
@@ -487,6 +516,8 @@ _DIAGNOSIS_READING = (
 #: The first wrong tries of the check are told why one wrong part (line, cause or fix) fails; from then on only "not it"
 #: and the next hint, so trying lines, numbers or letters one by one does not explain the log.
 REASON_TRIES = 2
+#: After this many wrong diagnoses the check judges no more (only a reveal): 14 lines x 6 causes x 6 fixes is a loop.
+DIAGNOSIS_MAX_TRIES = 12
 _NOT_IT = "not it; read the log against your prediction, as the hints say"
 
 
@@ -559,6 +590,13 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
                       "'libbitsandbytes_cuda118.so'", counts=False)
     stored = _predictions()
     if log is None:
+        from vramlab.bnb.doctor import ASKED_KIND
+
+        if _CAPSTONE_CUDA in ran.ran(ASKED_KIND) and mine not in stored:
+            return report(name, False, "a prediction worked out from section 4's rule",
+                          f"{mine}, stored after doctor.predict_binaries was asked about CUDA {_CAPSTONE_CUDA}",
+                          "that is the tool's answer, not your prediction: work the rule out by hand from the files "
+                          "bitsandbytes ships, or ask for the answer with reveal=True", counts=False)
         if ran.ran(_LOG_BEFORE_PREDICTION) and mine not in stored:
             return report(name, False, "a prediction stored before the log", f"{mine}, stored after the log was "
                           "handed to this check in this kernel", "that is a reading, not a prediction: restart the "
@@ -580,6 +618,9 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
     return report(name, True, "", f"you predicted {mine}, section 4's rule; {shows}: {same}")
 
 
+_CAPSTONE_CUDA = "12.2"     # torch.version.cuda on the capstone's machine
+
+
 @functools.lru_cache(maxsize=1)
 def _rule_binary() -> str:
     """The file bitsandbytes' own choice gives for the capstone's ``torch.version.cuda`` '12.2', asked of the installed
@@ -587,7 +628,8 @@ def _rule_binary() -> str:
     prediction's answer."""
     from vramlab.bnb.doctor import predict_binaries
 
-    return predict_binaries(["12.2"])["12.2"]
+    with ran._unrecorded():          # the check's own question is not the learner's
+        return predict_binaries(["12.2"])["12.2"]
 
 
 def _diagnosis_answer(**_) -> str:
@@ -691,6 +733,11 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     # every stage (review #8 read the stage from the expected text).
     expected = "a root-cause line, the cause that explains it and a fix that works on that machine"
     got = f"evidence {line[:60]!r}, cause {number}, fix {letter}"
+    if tries(name) >= DIAGNOSIS_MAX_TRIES and key not in ran.ran(_DIAGNOSIS_PASSED):
+        # review #10 tried all 504 combinations in a loop in one second: the check stops judging
+        return report(name, False, expected, f"{DIAGNOSIS_MAX_TRIES} wrong diagnoses judged already",
+                      "the check judges no more: read the log against the hints once more, then ask for the answer "
+                      "with reveal=True", counts=False)
     wrong = _wrong_parts(line, number, letter)
     if wrong:
         if tries(name) >= REASON_TRIES:
