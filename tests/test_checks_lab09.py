@@ -80,6 +80,11 @@ def test_the_brief_has_no_design_that_wins_on_every_axis_and_one_that_meets_all(
     fits = [p for p in __import__("vramlab.mla.conversion", fromlist=["x"]).load_conversion_results()["points"]
             if p["ppl_ratio"] - 1 <= lab09.QUALITY_BOUND]
     assert all(p["bytes_per_token"] / 23040 > bf16.max_concurrency / need for p in fits)   # quality needs more cache
+    # and latency is a number (review #10b): the fewest bytes vLLM's offloader must keep on the CPU for 8 conversations,
+    # read over PCIe 4.0 x16 (31.5 GB/s) in every step, against the brief's 25 ms; a small offload would meet it
+    assert abs(lab09.PCIE_BYTES_PER_S - 31.5e9) < 0.01e9
+    assert lab09._pcie_ms(lab09._vllm_offload()["bytes"]) > lab09.LATENCY_BUDGET_MS > lab09._pcie_ms(0.5 * GiB)
+    assert "121 ms over PCIe per step > 25 ms" == rows["offload"]["latency"]
 
 
 @pytest.mark.parametrize("stub", [{k: None for k in (*lab09.PLAN_KEYS, "rejected")}, None, ...])

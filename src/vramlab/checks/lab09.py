@@ -51,6 +51,11 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 BRIEF = {"model": "llama-3.1-8b", "gpu": "L4", "conversations": 8, "max_model_len": 8192}
 #: The quality bound: perplexity at most this much above 16-bit in the course's SmolLM2 tables (labs 05 and 07).
 QUALITY_BOUND = 0.05
+#: The latency bound: at most this many ms of a decode step spent reading weights from CPU memory (the brief's).
+LATENCY_BUDGET_MS = 25
+#: The L4's host link, PCIe 4.0 x16 (NVIDIA's L4 product brief): 16 GT/s per lane with 128b/130b encoding (PCI-SIG's
+#: PCIe 4.0), 16 x 16e9 x 128/130 / 8 = 31.5e9 bytes/s toward the GPU, an upper bound on what UVA reads can reach.
+PCIE_BYTES_PER_S = 16 * 16e9 * 128 / 130 / 8
 
 #: The designs the learner chooses among (label -> what it is). The check's answer is one of them.
 DESIGNS = {
@@ -211,10 +216,16 @@ def _verdicts() -> dict[str, dict[str, str]]:
             "quality": {"nf4_bnb": f"+{_table_ppl_ratio('nf4') - 1:.0%} > {bound} (lab 07)",
                         "mla": f"rank {mla['rank']}: +{mla['ppl_ratio'] - 1:.0%} > {bound} (lab 05)",
                         "fp8_kv": f"ok (+{_fp8_ppl_ratio() - 1:.1%})"}.get(label, "ok (16-bit)"),
-            "latency": (f"{_vllm_offload()['bytes'] / GiB:.2f} GiB read over PCIe per step" if label == "offload"
-                        else "ok"),
+            "latency": (f"{_pcie_ms(_vllm_offload()['bytes']):.0f} ms over PCIe per step > {LATENCY_BUDGET_MS} ms"
+                        if label == "offload" else "ok (no weight on the CPU)"),
         }
     return rows
+
+
+def _pcie_ms(nbytes: float) -> float:
+    """The least time (ms) a decode step spends reading ``nbytes`` of CPU-held weights over the L4's PCIe link: vLLM's
+    UVA offloader reads them from pinned CPU memory in every forward (no copy kept on the GPU)."""
+    return nbytes / PCIE_BYTES_PER_S * 1e3
 
 
 def _broken(label: str) -> set[str]:
@@ -235,7 +246,8 @@ def _design_fails(label: str) -> str:
                 "workload, perplexity is above the brief's bound: quality fails")
     if label == "offload":
         return ("cpu_offload_gb leaves weights in CPU memory, and the GPU reads them over PCIe in every forward step "
-                "(vLLM's UVA offloader: zero-copy access, 'at the cost of PCIe bandwidth'): latency fails")
+                "(vLLM's UVA offloader: zero-copy access, 'at the cost of PCIe bandwidth'); the bytes this design "
+                "must leave there take longer than the brief's step budget on the L4's link: latency fails")
     return "this design breaks one of the brief's constraints"   # not reached: labels are validated first
 
 
@@ -453,9 +465,10 @@ def plan_debrief(result: Any) -> None:
         print("The designs' table appears here once Exercise 1 passes (or after reveal=True).")
         return
     rows = _verdicts()
-    print(f"{'design':<9}{'memory (>= 8x)':<17}{'kernels in vLLM 0.32':<49}{'quality (<= +5%)':<30}latency")
+    print(f"{'design':<9}{'memory (>= 8x)':<17}{'kernels in vLLM 0.32':<37}{'quality (<= +5%)':<30}"
+          f"latency (<= {LATENCY_BUDGET_MS} ms)")
     for label, row in rows.items():
-        print(f"{label:<9}{row['memory']:<17}{row['kernels']:<49}{row['quality']:<30}{row['latency']}")
+        print(f"{label:<9}{row['memory']:<17}{row['kernels']:<37}{row['quality']:<30}{row['latency']}")
     from vramlab.dispatch import planner
 
     off, vllm_off = _offload(), _vllm_offload()
@@ -464,7 +477,9 @@ def plan_debrief(result: Any) -> None:
     _say(f"offload: dispatch.planner (accelerate's rule, lab 06) keeps {off['cpu_bytes'] / GiB:.2f} GiB on the CPU "
           f"({off['on_cpu'][0]} ... {off['on_cpu'][-1]}); vLLM's cpu_offload_gb would take at least "
           f"{vllm_off['bytes'] / GiB:.2f} GiB from the first decoder layers in order (layers 0 to "
-          f"{vllm_off['layers'] - 1}, never the lm_head), which the GPU then reads over PCIe in every step.")
+          f"{vllm_off['layers'] - 1}, never the lm_head), which the GPU then reads over PCIe in every step: at "
+          f"{PCIE_BYTES_PER_S / 1e9:.1f} GB/s at least {_pcie_ms(vllm_off['bytes']):.0f} ms (the planner's: "
+          f"{_pcie_ms(off['cpu_bytes']):.0f} ms) against the brief's {LATENCY_BUDGET_MS} ms.")
     most = max(conc, key=conc.get)
     _say(f"Only fp8_kv meets all four, and no design wins on every axis: {most} holds the most conversations "
           f"({conc[most]:.2f}x against fp8_kv's {conc['fp8_kv']:.2f}x) but breaks kernels and quality; bf16 and "
