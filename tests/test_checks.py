@@ -139,8 +139,10 @@ def test_check_prediction_accepts_any_honest_number_and_says_how_far_off(capsys)
     assert not check_prediction("lots", 256.6, "weights in MiB", "MiB")
     assert "not a finite number" in capsys.readouterr().out
     assert not check_prediction(float("nan"), 256.6)
-    assert check_prediction(250, what="weights in MiB", unit="MiB")  # recorded now, revealed later
+    assert check_prediction(250, what="weights in bf16", unit="MiB")  # recorded now, revealed later
     assert "250 MiB stored; the real value comes later" in capsys.readouterr().out
+    refused = check_prediction(250, what="weights in MiB", unit="MiB")   # after this quantity's measurement ran
+    assert not refused and "the measurement ran before any prediction was stored" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong,hint", [

@@ -475,3 +475,14 @@ def test_t4_a_dry_run_with_the_math_kernel_forced_is_a_reading(capsys):
     dry_run("smollm2-135m", batch_size=1, seq_len=256, dtype="bfloat16", gpu="A100", sdpa_kernel="math")
     assert not checks.check_t4_plan(T4)
     assert "a reading, not a prediction" in capsys.readouterr().out
+
+
+def test_t4_a_dry_run_whose_chooser_picked_math_is_a_reading(capsys):
+    """Review #11: float32 sdpa on the default A100 runs the math path by the chooser's own rules (no flash for
+    float32, no efficient kernel for grouped-query heads), and one such run scaled by (4096/S)^2 passed."""
+    from vramlab.vram.dryrun import dry_run
+
+    trace = dry_run("smollm2-135m", batch_size=1, seq_len=256, dtype="float32", attn_implementation="sdpa")
+    assert trace.sdpa_kernel == "math"
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out

@@ -13,12 +13,14 @@ hint aimed at it.
 from __future__ import annotations
 
 import itertools
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from vramlab import ran
 from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, check_choice_and_reason, direction, NOT_DONE,
+                                  DIRECTION_TRIES,
                                   add_try, exercise, fmt_number, is_untouched, report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
@@ -631,6 +633,7 @@ def check_three_engines(design: Any, predicted_concurrency: Any = None) -> Check
         # The predicted lines are judged first, for whatever design was stored, so that a message about them says
         # nothing of whether the design is the best one (review #8 read "right design" off a prediction's FAIL).
         pred_name = "the printed concurrency"
+        wrong_lines = []
         for key, spec in read.items():
             want = _printed(_service_startup(spec).max_concurrency)
             value = as_float(predicted_concurrency[key])
@@ -638,13 +641,19 @@ def check_three_engines(design: Any, predicted_concurrency: Any = None) -> Check
                 return report(pred_name, False, f"a number for {key}'s Maximum concurrency",
                               fmt_number(predicted_concurrency[key]), "a float such as 1.5, as the line prints it")
             if abs(value - want) > 0.006:
-                if tries(pred_name) >= DIRECTION_TRIES:    # from the third wrong try, no service named (review #10
-                    return report(pred_name, False, "the three lines your engines will print",  # scanned one)
-                                  "not all three right", "not it (the design is judged once the three lines it "
-                                  "will print are right)")
-                return report(pred_name, False, f"the Maximum concurrency your {key} engine will print",
-                              fmt_number(value), f"{direction(value, want, name=pred_name)} for {key} (the design "
-                              "is judged once the three lines it will print are right)")
+                wrong_lines.append((key, value, want))
+        if wrong_lines:
+            if tries(pred_name) >= DIRECTION_TRIES:    # from the third wrong try, no service named (review #10
+                return report(pred_name, False, "the three lines your engines will print",  # scanned one)
+                              "not all three right", "not it (the design is judged once the three lines it "
+                              "will print are right)")
+            # one wrong line, picked by a hash of the prediction, not the first in order: naming rag must not say
+            # chat's line is right (review #11)
+            pick = hashlib.sha256(repr(sorted(predicted_concurrency.items())).encode()).digest()[0] % len(wrong_lines)
+            key, value, want = wrong_lines[pick]
+            return report(pred_name, False, f"the Maximum concurrency your {key} engine will print",
+                          fmt_number(value), f"{direction(value, want, name=pred_name)} for {key} (this says nothing "
+                          "of the other lines; the design is judged once the three lines it will print are right)")
         shortfall = _shortfall(read)
         designs_tried = f"{name}: designs"
         held = _held(read, "summaries")

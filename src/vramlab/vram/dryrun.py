@@ -588,6 +588,12 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
             gc.enable()
     _count_whole_blocks(rec.events)
     kernels = sorted(set(chosen))
+    if "math" in kernels and not sdpa_kernel:   # the chooser picked the math path itself (float32 on an A100 does:
+        try:                                    # review #11 scaled one such run to the T4's peak): noted as such
+            ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
+                                  str(attn_implementation), "math"), lasting=True)
+        except (TypeError, ValueError, OverflowError):
+            pass
     return MemoryTrace(model=name, batch_size=batch_size, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype,
                        attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
                        sdpa_kernel=", ".join(kernels) if kernels else None, events=rec.events,
