@@ -60,7 +60,7 @@ def test_all_pass_exits_zero(monkeypatch, capsys):
     for lab in selftest.LABS:
         monkeypatch.setitem(selftest.LABS, lab, ("x", lambda shared: "fine"))
     assert selftest.selftest_main(None) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("selftest: all 9 labs passed in ")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("selftest: all 10 labs passed in ")
 
 
 @pytest.mark.slow

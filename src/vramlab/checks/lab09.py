@@ -406,8 +406,9 @@ def check_l4_plan(plan: Any) -> CheckResult:
     own plan (GiB within 0.01 or 0.5% for the weights, bytes exactly, concurrency within 0.01), each wrong one its
     direction on the first two tries and a known mistake it matches; (2) the design: a wrong one is told the
     constraint it breaks (that design's alone) on the first two wrong designs, then only "not it"; (3) each rejected
-    entries: how many of them are wrong on the first two tries (never which entry, constraint or direction: naming
-    the wrong ones confirmed the others, review #10b), then only "not all right"."""
+    entries, together with the design: how many of the five choices are wrong on the first two tries (never which:
+    a FAIL on the entries after the design confirmed the design, review #11b; naming the wrong entries confirmed the
+    others, review #10b), then only "not all right"."""
     name = "serving plan (capstone)"
     what = "a design, its four numbers and the rejected designs"
     read = _read_plan(name, what, plan)
@@ -426,30 +427,28 @@ def check_l4_plan(plan: Any) -> CheckResult:
         parts = [f"{key} {direction(read[key], own[key], _FACTORS[key], name)}" for key in wrong]
         ok = [k for k in PLAN_KEYS[1:] if k not in wrong]
         hints = [h for h in (_known_mistake(label, key, read[key]) for key in wrong) if h]
+        listed = ok and tries(name) < DIRECTION_TRIES       # which are right: on the first two tries only (#11b)
         got = (f"numbers of design {label!r} (judged against that design's own plan): " + "; ".join(parts)
-               + (f" ({', '.join(ok)} right)" if ok else "") + "; the design is judged once its numbers hold")
+               + (f" ({', '.join(ok)} right)" if listed else "") + "; the design is judged once its numbers hold")
         hint = "; ".join(hints) or "compute each number with lab 03's ledger for the design you stored (Hint 2)"
         return report(name, False, what, got, hint)
-    if _broken(label):
-        seen = add_try(_design_key(name))
-        if seen <= DIRECTION_TRIES:
-            return report(name, False, what, f"design {label!r}, its own numbers right", hint=_design_fails(label))
-        return report(name, False, what, f"design {label!r}, not it", "")
-    wrong_entries = 0
+    # The design and the rejected entries are judged together, in one count: a FAIL on the entries after a design
+    # step confirmed the design (review #11b), and naming the wrong entries confirmed the others (review #10b).
+    wrong_parts = int(bool(_broken(label)))
     for key, (constraint, number) in read["rejected"].items():
         values, rel, abs_tol = _rejected_accepts(key)
         if constraint not in _broken(key) or not any(math.isclose(number, v, rel_tol=rel, abs_tol=abs_tol)
                                                      for v in values):
-            wrong_entries += 1
-    if wrong_entries:   # a FAIL never says the design is right (review #9b), nor which entry is wrong (#10b)
-        # the entries' own tries (the numbers' and designs' tries before them do not silence them): a count on the
-        # first two, then only "not all right"
-        if add_try(_rejected_key(name)) > DIRECTION_TRIES:
-            return report(name, False, what, "the rejected entries not all right", "")
-        total = len(read["rejected"])
-        return report(name, False, what, f"{wrong_entries} of the {total} rejected entries not right (a constraint "
-                                          "that design does not break, or a number that is not its own)",
-                      "what each number is: " + "; ".join(f"{k}, {REJECTED_NUMBER[k]}" for k in read["rejected"]))
+            wrong_parts += 1
+    if wrong_parts:
+        if add_try(_design_key(name)) > DIRECTION_TRIES:     # a count on the first two tries, then "not all right"
+            return report(name, False, what, "the design and the rejected entries not all right", "")
+        total = len(read["rejected"]) + 1
+        return report(name, False, what, f"{wrong_parts} of the {total} choices not right (the design you chose, and "
+                                          "for each design you rejected its broken constraint and its own number; "
+                                          "which of them, this does not say)",
+                      "for every design, which constraint does its own number break? " + "; ".join(
+                          f"{k}: {REJECTED_NUMBER[k]}" for k in DESIGNS if k in REJECTED_NUMBER))
     reset_tries(_design_key(name))
     reset_tries(_rejected_key(name))
     return report(name, True, what, f"design {label!r}: weights {read['weights_gib']:g} GiB, "
