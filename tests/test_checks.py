@@ -132,10 +132,13 @@ def test_check_prediction_accepts_any_honest_number_and_says_how_far_off(capsys)
 
     assert check_prediction(260, 256.6, "weights in MiB", "MiB")
     assert capsys.readouterr().out == "PASS weights in MiB: you predicted 260 MiB; it is 256.6 MiB (within 5%: well predicted).\n"
-    assert check_prediction(1000, 256.6, "weights in MiB", "MiB")
+    assert check_prediction(1000, 256.6, "weights in GiB", "MiB")
     assert "(3.9x too high)" in capsys.readouterr().out
-    assert check_prediction(200, 256.6, "weights in MiB", "MiB")
+    assert check_prediction(200, 256.6, "weights in KiB", "MiB")
     assert "(22% too low)" in capsys.readouterr().out
+    assert check_prediction(260, 256.6, "weights in MiB", "MiB")          # the same cell again (Run All): fine
+    assert not check_prediction(250, 256.6, "weights in MiB", "MiB")      # another number after it ran: a reading
+    capsys.readouterr()
     assert not check_prediction("lots", 256.6, "weights in MiB", "MiB")
     assert "not a finite number" in capsys.readouterr().out
     assert not check_prediction(float("nan"), 256.6)
@@ -1004,6 +1007,8 @@ def test_a_prediction_is_the_one_stored_before_its_measurement(capsys):
     assert not check_prediction(None, 0.52, "skipped first")
     refused = check_prediction(0.3, what="skipped first")
     assert not refused and "the measurement ran before any prediction was stored" in capsys.readouterr().out
+    refused = check_prediction(0.52, 0.52, "skipped first")          # the measurement again: still a reading
+    assert not refused and "you predicted" not in capsys.readouterr().out
 
 
 def test_a_check_name_cannot_be_registered_twice_and_a_forged_pass_opens_nothing():

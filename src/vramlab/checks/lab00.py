@@ -133,7 +133,15 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
         ran.note(_PREDICTION_KIND, (what, next(_ORDER), value))
         return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
+    if recorded is None and what in ran.ran(_REVEALED_KIND) and (what, value) not in ran.ran(_MEASURED_WITH_KIND):
+        # the measurement ran before with no prediction stored (review #11b): another number now is a reading (the
+        # same number as then, a Run All again, is fine)
+        return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
+                      "written after the measurement ran with no prediction stored",
+                      "that is a reading: the measurement ran before any prediction was stored", counts=False)
     ran.note(_REVEALED_KIND, what)
+    if recorded is None:
+        ran.note(_MEASURED_WITH_KIND, (what, value))
     changed = ""
     if recorded is not None and recorded != value:   # review #7: edited after the measurement, then measured again
         changed = f" (the one stored before the measurement; the cell now holds {fmt_number(value, 4)})"
@@ -159,6 +167,7 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
 # measurement and ran the measurement cell again, which then compared the edited number.
 _PREDICTION_KIND = "stored prediction"
 _REVEALED_KIND = "prediction measured"
+_MEASURED_WITH_KIND = "prediction measured as given"   # (what, value) compared with no stored prediction
 _ORDER = itertools.count()
 
 
