@@ -169,13 +169,19 @@ def test_the_binary_prediction_is_stored_then_compared_with_the_log_without_expl
     out = capsys.readouterr().out
     assert "cuda122" in out and "section 4's rule" in out and "not the rule's file" in out
     assert not any(w in out for w in ("clone", "source", "built", "folder")), out
-    assert lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so")     # a path is read as its file name
-    # graded against the rule (review #7: a learner who predicted cuda122 never met the puzzle), without naming it
-    wrong = lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so", log)
+    # once the log was shown, the first prediction stands (review #11 changed a wrong one until it passed)
+    changed = lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so")
     out = capsys.readouterr().out
-    assert not wrong and "not the rule's file" in out and "cuda121" not in out, out
+    assert not changed and "your first prediction, libbitsandbytes_cuda121.so, stands" in out, out
     for bad in ("cuda121", 121, ""):
         assert not lab07.check_binary_prediction(bad) and "file name" in capsys.readouterr().out
+    # a first prediction that is not the rule's is compared with it, without naming it, and the log shows all the same
+    ran._forget()
+    assert lab07.check_binary_prediction("/x/libbitsandbytes_cuda122.so")     # a path is read as its file name
+    capsys.readouterr()
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)   # the cell's value now: the first counts
+    out = capsys.readouterr().out
+    assert "you predicted libbitsandbytes_cuda122.so, not section 4's rule" in out and "cuda121" not in out, out
 
 
 def test_diagnosis_judges_the_evidence_line_the_cause_and_the_fix(capsys):
@@ -239,8 +245,10 @@ def test_a_wrong_cause_is_told_why_that_cause_does_not_fit_and_nothing_of_the_ri
     evidence = _log_line("bitsandbytes library load error")
     right = lab07._DIAGNOSIS_CAUSE
     assert len(lab07.DIAGNOSIS_CAUSES) in (5, 6) and set(lab07._CAUSE_REASONS) == set(lab07.DIAGNOSIS_CAUSES) - {right}
-    for word in ("folder", "no native library", "cmake"):     # the words are the right cause's own
+    for word in ("ever built", "Python files"):     # the words are the right cause's own
         assert word in lab07.DIAGNOSIS_CAUSES[right]
+    for word in ("cmake", "source", "folder", "native library"):   # review #11 matched the cause by the log's words
+        assert word not in lab07.DIAGNOSIS_CAUSES[right]
     shows = {1: "libbitsandbytes_cpu.so", 2: "No prebuilt binary for CUDA 12.2", 3: "environment variable detected",
              4: "cannot open shared object file", 6: "no kernel image is available"}   # what the log would show
     log = lab07.unseen_log()
@@ -317,9 +325,10 @@ def test_the_diagnosis_waits_for_a_prediction_stored_without_the_log(capsys):
     # a fresh kernel: predicted first, then the log, then the diagnosis
     ran._forget()
     _predict("libbitsandbytes_cuda118.so")
-    assert not lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)   # graded: not the rule's file
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)   # compared: not the rule's file
+    assert "not section 4's rule" in capsys.readouterr().out
     assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so")       # Run All again: still the prediction
-    assert not lab07.check_binary_prediction("libbitsandbytes_cuda124.so", log)   # not stored: no comparison
+    assert not lab07.check_binary_prediction("libbitsandbytes_cuda124.so")   # changed after the log: refused
     capsys.readouterr()
     assert lab07.check_diagnosis(right)
     out = capsys.readouterr().out

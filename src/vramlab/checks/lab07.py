@@ -458,7 +458,7 @@ DIAGNOSIS_CAUSES = {
     2: "bitsandbytes 0.50.2 ships no binary for CUDA 12.2 and does not fall back to another CUDA 12 binary",
     3: "a BNB_CUDA_VERSION=122 left in the environment makes bitsandbytes ask for the CUDA 12.2 file",  # override
     4: "the CUDA 12 runtime (libcudart.so.12) is not on the dynamic loader's search path",  # dependency_missing
-    5: "the bitsandbytes Python imports is a folder with no native library in it at all: cmake never ran there",
+    5: "bitsandbytes is imported from a copy of its Python files beside which no .so of its own was ever built",
     6: "the GPU is older than the oldest GPU bitsandbytes' CUDA 12 binaries have kernels for",  # no_kernel_for_gpu
 }
 _DIAGNOSIS_CAUSE = 5
@@ -557,6 +557,7 @@ def _binary_name(text: str) -> str | None:
 # check_binary_prediction before any prediction was stored (a prediction stored after that is a reading).
 _PREDICTED_BINARY = "predicted binary (lab 07)"
 _LOG_BEFORE_PREDICTION = "binary log before a prediction (lab 07)"
+_LOG_SHOWN = "binary log shown (lab 07)"       # lasting: the first prediction stands once the log was shown
 
 
 def _predictions() -> list[str]:
@@ -597,25 +598,34 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
                           f"{mine}, stored after doctor.predict_binaries was asked about CUDA {_CAPSTONE_CUDA}",
                           "that is the tool's answer, not your prediction: work the rule out by hand from the files "
                           "bitsandbytes ships, or ask for the answer with reveal=True", counts=False)
+        if ran.ran(_LOG_SHOWN) and stored and mine != stored[0]:
+            # review #11: a wrong prediction was changed after the log's file showed, until one passed
+            return report(name, False, "the prediction you stored before the log", f"{mine}, after the log was shown",
+                          f"your first prediction, {stored[0]}, stands: it was made before the log", counts=False)
         if ran.ran(_LOG_BEFORE_PREDICTION) and mine not in stored:
             return report(name, False, "a prediction stored before the log", f"{mine}, stored after the log was "
                           "handed to this check in this kernel", "that is a reading, not a prediction: restart the "
                           "kernel and run the prediction cell before the log cell", counts=False)
-        ran.note(_PREDICTED_BINARY, (len(ran.ran(_PREDICTED_BINARY)), mine))
+        if mine not in stored:
+            ran.note(_PREDICTED_BINARY, (len(ran.ran(_PREDICTED_BINARY)), mine), lasting=True)
         return report(name, True, "", f"{mine} stored; the log comes next")
-    if mine not in stored:
+    if not stored:
         ran.note(_LOG_BEFORE_PREDICTION, True)
         return report(name, False, "a prediction stored without the log first",
                       f"{mine}, not stored as a prediction in this kernel", _PREDICT_FIRST + " this cell",
                       counts=False)
+    # The FIRST prediction is the one compared, and the log shows whatever it was (review #11 changed a wrong one
+    # until it passed): any prediction stored before the log passes here, and the line says how it compares with
+    # section 4's rule (as check_prediction says how far off a number was).
+    first = stored[0]
+    ran.note(_LOG_SHOWN, True, lasting=True)
     shown = _binary_name(log)
     shows = "the log names no CUDA binary" if shown is None else f"the log shows {shown}"
-    if mine != _rule_binary():   # graded against section 4's rule, which the learner applies (review #7)
-        return report(name, False, "the file section 4's rule gives for torch.version.cuda '12.2'", mine,
-                      f"that is not the rule's file: work the rule out from the binaries bitsandbytes 0.50.2 ships "
-                      f"before you read on; {shows}", counts=False)
-    same = "the rule's file" if shown == mine else "not the rule's file"
-    return report(name, True, "", f"you predicted {mine}, section 4's rule; {shows}: {same}")
+    if first != _rule_binary():
+        return report(name, True, "", f"you predicted {first}, not section 4's rule (work the rule out again from the "
+                                      f"binaries bitsandbytes 0.50.2 ships); {shows}")
+    same = "the rule's file" if shown == first else "not the rule's file"
+    return report(name, True, "", f"you predicted {first}, section 4's rule; {shows}: {same}")
 
 
 _CAPSTONE_CUDA = "12.2"     # torch.version.cuda on the capstone's machine
@@ -725,7 +735,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
         return report(name, False, "a diagnosis made before logs.explain_log read this log",
                       "a diagnosis stored after explain_log read this very log",
                       "that is the tool's reading, not yours: diagnose it from the log as the hints say, or ask for "
-                      "the answer with reveal=True")
+                      "the answer with reveal=True", counts=False)
     # All three parts are judged at once. On an explained try the hint gives why ONE wrong part fails, chosen from the
     # wrong parts by a hash of the whole diagnosis, not in a fixed order: review #9 read from "fix b: ..." that the
     # line and the cause were right (they were judged first). Any part explained here can be explained for a diagnosis
@@ -749,7 +759,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
     shown = _binary_name(unseen_log())
     return report(name, True, "", f"cause {number}, {DIAGNOSIS_CAUSES[number]} (no library in its folder, so it asked "
                   f"for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}; you predicted "
-                  f"{predictions[-1]}, the log asks for {shown}")
+                  f"{predictions[0]}, the log asks for {shown}")
 
 
 def after_diagnosis(result: Any, log: str | None = None, print_line=print) -> None:
