@@ -1029,3 +1029,27 @@ def test_a_check_name_cannot_be_registered_twice_and_a_forged_pass_opens_nothing
 
     assert not _core.opened_by(check_forged_elsewhere(0), "check_forged_elsewhere")
     _core.EXERCISES.pop("check_forged_elsewhere", None)
+
+
+CAPSTONES = {"check_serving_plan", "check_online_block", "check_mixed_plan", "check_three_engines", "check_seqs_design",
+             "check_rank_plan", "check_serving_map", "check_cheapest_design", "check_diagnosis", "check_t4_plan",
+             "check_l4_plan", "check_reduced_length"}
+
+
+def test_every_capstone_stops_judging_after_its_wrong_attempts(capsys):
+    """Review #12 reached PASS in four capstones with a loop over every design (59 to 651 calls): each capstone judges
+    at most CAPSTONE_MAX_WRONG counted wrong attempts, then only a reveal (the tries last across restarts)."""
+    from vramlab.checks import _core, lab09
+
+    assert {name for name, e in _core.EXERCISES.items() if e.max_wrong} == CAPSTONES
+    reset = _core.reset_tries
+    reset()
+    for length in range(1000, 1000 + 128 * _core.CAPSTONE_MAX_WRONG, 128):
+        assert not lab09.check_reduced_length(length)
+    capsys.readouterr()
+    right = 10496
+    refused = lab09.check_reduced_length(right)
+    assert not refused and "judges no more" in capsys.readouterr().out
+    assert lab09.check_reduced_length(right, reveal=True).revealed
+    assert lab09.check_reduced_length(right)                 # a reveal opens it again
+    reset()

@@ -206,7 +206,7 @@ def test_wrong_numbers_get_a_direction_twice_then_not_it_and_the_next_hint(capsy
         assert not checks.check_l4_plan(wrong)
         outs.append(capsys.readouterr().out)
     assert "max_concurrency too high" in outs[0] and "max_concurrency too high" in outs[1]
-    assert "max_concurrency not it" in outs[2] and "too high" not in outs[2]
+    assert "not all four right" in outs[2] and "too high" not in outs[2] and "max_concurrency" not in outs[2]
     assert "open Hint 1" in outs[1] and "open Hint 2" in outs[2] and "open Hint 3" in outs[3]
     right = "(weights_gib, kv_bytes_per_token, kv_cache_gib right)"
     assert right in outs[0] and right in outs[1] and not any(right in o for o in outs[2:])   # a marker that stops

@@ -771,7 +771,7 @@ def explain_log(text) -> Finding:
     text, skipped = bounded(text)   # a 50 MB paste is read at its start and end (vramlab.logtext)
     text = clean_lines(text)        # colour codes, HTML escapes, worker/CI/docker prefixes
     ran.note(EXPLAINED_KIND, _cleaned_key(text), lasting=True)
-    ran.note_many(EXPLAINED_LINE_KIND, {_cleaned_key(line) for line in text.splitlines()}, lasting=True)
+    ran.note_many(EXPLAINED_LINE_KIND, {k for k in map(_line_key, text.splitlines()) if k}, lasting=True)
     found = None
     for rule in _RULES:
         try:
@@ -800,13 +800,23 @@ def _cleaned_key(cleaned: str) -> str:
     return hashlib.sha256(cleaned.strip().encode("utf-8", "replace")).hexdigest()[:16]
 
 
+_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
+
+
+def _line_key(line: str) -> str | None:
+    """A line's key with case, spacing and punctuation left out (None for a line of none of them): review #12
+    appended " ." to every line of lab 07's log and explain_log's reading was no longer recognised."""
+    kept = _NOT_ALNUM.sub("", line.lower())
+    return _cleaned_key(kept) if kept else None
+
+
 def was_explained(text: str, lines: Iterable[str] = ()) -> bool:
     """Whether :func:`explain_log` read ``text`` (the same log after cleaning) in this process, outside
     ``vramlab.ran._unrecorded()``, or any of ``lines`` (each cleaned) as part of whatever it read."""
     if _cleaned_key(clean_lines(bounded(text)[0])) in ran.ran(EXPLAINED_KIND):
         return True
     read = ran.ran(EXPLAINED_LINE_KIND)
-    return any(_cleaned_key(clean_lines(line)) in read for line in lines)
+    return any(key in read for key in map(_line_key, map(clean_lines, lines)) if key)
 
 
 # --------------------------------------------------------------------------- the corpus

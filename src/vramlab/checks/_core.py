@@ -185,6 +185,7 @@ class Exercise:
     answer: Callable[..., str]
     prediction: bool = False
     choices: tuple[str, ...] = ()   # a multiple-choice check's labels (tests try every wrong one)
+    max_wrong: int | None = None   # the capstones judge at most this many wrong attempts
 
 
 #: check name -> its Exercise, filled by :func:`exercise` when a labNN module is imported.
@@ -192,12 +193,19 @@ EXERCISES: dict[str, Exercise] = {}
 _REVEALING: contextvars.ContextVar = contextvars.ContextVar("vramlab_checks_revealing", default=None)
 
 
+#: A capstone judges at most this many wrong attempts (counted across kernel restarts with the tries), then only a
+#: reveal: unseen review #12 reached PASS in four capstones with a loop over every design (59 to 651 calls).
+CAPSTONE_MAX_WRONG = 12
+
+
 def exercise(lab: str, number: int | None, answer: Callable[..., str], *, prediction: bool = False,
-             choices: tuple[str, ...] | list[str] = ()):
+             choices: tuple[str, ...] | list[str] = (), max_wrong: int | None = None):
     """Decorator: register a check as ``lab``'s exercise ``number`` and give it a ``reveal=False`` keyword.
 
     ``choices``: the labels of a multiple-choice check (``tests/test_checks.py`` tries each wrong one and holds
-    that its message names no other label).
+    that its message names no other label). ``max_wrong``: after that many counted wrong attempts the check judges
+    no more (a FAIL that counts no try, offering ``reveal=True``) until a pass or a reveal (the capstones:
+    :data:`CAPSTONE_MAX_WRONG`).
 
     With ``reveal=True`` the check runs as usual (the learner's answer is still judged), and its result
     also carries the answer (``answer(**the check's other arguments)``), printed on an ``ANSWER`` line
@@ -206,7 +214,7 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
 
     def decorate(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         sig = inspect.signature(check)
-        entry = Exercise(lab, number, check.__name__, answer, prediction, tuple(choices))
+        entry = Exercise(lab, number, check.__name__, answer, prediction, tuple(choices), max_wrong)
         known = EXERCISES.get(check.__name__)
         if known is not None and (known.lab, known.number) != (lab, number):
             # review #10b decorated its own function named check_l4_plan with `exercise` and opened lab 09's cells
@@ -214,10 +222,17 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                              f"{known.number}: give the new check another name.")
         EXERCISES[check.__name__] = entry
 
+        wrong_key = f"{check.__name__} (wrong attempts)"
+
         @functools.wraps(check)
         def wrapper(*args, reveal: bool = False, **kwargs) -> CheckResult:
             if not reveal:
-                return _stamped(check(*args, **kwargs))
+                if max_wrong is not None and tries(wrong_key) >= max_wrong:
+                    return report(check.__name__, False, "an attempt the check still judges",
+                                  f"{max_wrong} wrong attempts judged already",
+                                  f"the check judges no more: read the hints once more, then ask for the answer with "
+                                  f"{check.__name__}(..., reveal=True)", counts=False)
+                return _counted(_stamped(check(*args, **kwargs)))
             try:
                 bound = sig.bind(*args, **kwargs)
                 context = {k: v for k, v in list(bound.arguments.items())[1:]}
@@ -225,9 +240,18 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                 context = {}
             token = _REVEALING.set((entry, context))
             try:
-                return _stamped(check(*args, **kwargs))
+                return _counted(_stamped(check(*args, **kwargs)))
             finally:
                 _REVEALING.reset(token)
+
+        def _counted(result):
+            """Count a wrong attempt the check counted (not a stub, not a malformed one) toward ``max_wrong``."""
+            if max_wrong is not None and isinstance(result, CheckResult):
+                if result.passed or result.revealed:
+                    reset_tries(wrong_key)
+                elif result.details.get("counted"):
+                    add_try(wrong_key)
+            return result
 
         def _stamped(result):
             """The result, marked with the check that returned it, and, when it passed or was revealed, as opening
@@ -326,6 +350,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
     if passed or revealing is not None:
         reset_tries(name)
     elif not untouched and result_class is None and counts:
+        details["counted"] = True
         offer = hint_offer(add_try(name))
         if offer:
             text = str(hint).strip()

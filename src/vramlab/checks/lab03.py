@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlab import ran
-from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, check_choice_and_reason, direction, NOT_DONE,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, call_learner, check_choice_and_reason, direction, NOT_DONE,
                                   DIRECTION_TRIES,
                                   add_try, exercise, fmt_number, is_untouched, report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
@@ -596,7 +596,7 @@ def _read_design(design: Any, name: str, kind: str) -> CheckResult | dict:
     return out
 
 
-@exercise("lab03", 5, _capstone_answer)
+@exercise("lab03", 5, _capstone_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_three_engines(design: Any, predicted_concurrency: Any = None) -> CheckResult:
     """Capstone. ``design``: ``{"chat": {"kv_cache_space_gib": int, "kv_cache_dtype": "auto" | "fp8",
     "max_model_len": int}, "rag": {...}, "summaries": {...}}``, whole GiB, 9 GiB in all, that meets each row of

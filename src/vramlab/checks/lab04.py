@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from vramlab import ran
-from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, malformed_reason, report
+from vramlab.checks._core import CAPSTONE_MAX_WRONG, CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, malformed_reason, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
 
@@ -309,7 +309,7 @@ def _burst_already_run() -> bool:
     return burst_was_run(BURST["num_blocks"], CAPSTONE_REQUESTS)
 
 
-@exercise("lab04", 5, _seqs_answer)
+@exercise("lab04", 5, _seqs_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_seqs_design(got: Any) -> CheckResult:
     """Capstone: ``{"max_num_seqs": k, "preemptions": p}``: the ``max_num_seqs`` that finishes the capstone's burst
     in the fewest steps without a preemption, and the preemptions you predict for ``max_num_seqs=8``, both by hand.

@@ -12,7 +12,7 @@ import warnings
 from typing import Any, Mapping
 
 from vramlab import ran
-from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number,
                                   report, tries)
 
 # also public, not star-exported: replay_predicted_map (the replay after Exercise 4's recorded prediction).
@@ -679,7 +679,7 @@ def _copy_misreading(predicted: float, total: float, batch: int) -> str:
 _SERVE_DIRECTED_TRIES = 2   # wrong designs told "over" or "copies more"; then "not this design" and the next hint
 
 
-@exercise("lab06", 4, _serving_answer)
+@exercise("lab06", 4, _serving_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_serving_map(device_map: Any, prompts_per_call: Any = None) -> CheckResult:
     """Capstone: ``prompts_per_call`` (B) and a ``device_map`` for Llama-3.1-8B in bf16 answering 32 prompts x 2,048
     tokens with ``generate(max_new_tokens=8)`` on one GPU with 11 GiB for PyTorch, the rest on "cpu". One call's dry

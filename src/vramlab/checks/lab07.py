@@ -13,7 +13,7 @@ from typing import Any
 
 from vramlab import ran
 from vramlab.bnb.logs import LABELS, _corpus_entry, corpus_entry, explain_log, was_explained
-from vramlab.checks._core import (opened_by, CheckResult, as_float, check_choice, direction, exercise, fmt_number,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, check_choice, direction, exercise, fmt_number,
                                   is_untouched, report, reset_tries, tries)
 
 __all__ = ["check_4bit_prediction", "check_cheapest_design", "check_log_label", "check_log_fix",
@@ -243,7 +243,7 @@ def _bytes_missed(predicted_bytes: float, measured_bytes: int) -> CheckResult | 
                   "shapes (Exercise 1's counting), so count them again and predict this design again")
 
 
-@exercise("lab07", 2, _design_answer)
+@exercise("lab07", 2, _design_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_cheapest_design(design: Any, prediction: Any = None) -> CheckResult:
     """Capstone: ``design``, a dict of :data:`vramlab.bnb.design.DESIGN_KEYS` (``bits``, ``quant_type``,
     ``double_quant``, ``compute_dtype``, ``skip``); ``prediction``: ``{"bytes": ..., "perplexity": ...}``, the
@@ -493,14 +493,15 @@ DIAGNOSIS_FIXES = {
 # CMakeLists.txt names it libbitsandbytes_cuda<toolkit major><minor>.so, the cuda122 file the log asks for) and the
 # wheel cannot be fetched.
 _DIAGNOSIS_FIX = ("e",)
-_DIAGNOSIS_FIX_REASONS = {
+_DIAGNOSIS_FIX_REASONS = {   # none depends on the hidden cause (review #12 read cause 5 off b's "stops the same way")
     "a": "the message guesses that PyTorch does not see CUDA; this PyTorch does, and bitsandbytes loads a CPU-only "
          "library only on a machine where PyTorch sees no CUDA",
-    "b": "an override makes bitsandbytes skip its own choice and ask for libbitsandbytes_cuda121.so by name: the "
-         "load stops the same way, on that name",
-    "c": "with a CUDA 12.8 PyTorch bitsandbytes asks for another file name, and the load stops the same way",
-    "d": "LD_LIBRARY_PATH is read by the dynamic loader, and this load never reached it: the error is raised before "
-         "any dlopen",
+    "b": "an override is for a PyTorch CUDA version with no binary and no fallback; bitsandbytes 0.50.2 already falls "
+         "back within CUDA 12 by itself (section 4's rule), so a forced version is not what this machine lacks",
+    "c": "this PyTorch was built by hand for the machine's CUDA 12.2, and nothing in the log says "
+         "PyTorch's CUDA version is the problem: replacing it changes the one part that works",
+    "d": "LD_LIBRARY_PATH helps the dynamic loader find the CUDA runtime, and this log has no loader error "
+         "('cannot open shared object file') for it to fix",
     "f": "this machine has no route to PyPI, so pip finds nothing to install, and the uninstall leaves it with no "
          "bitsandbytes at all",
 }
@@ -691,7 +692,7 @@ def _cause_number(cause: Any) -> int | None:
     return cause if isinstance(cause, int) and cause in DIAGNOSIS_CAUSES else None
 
 
-@exercise("lab07", 5, _diagnosis_answer)
+@exercise("lab07", 5, _diagnosis_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_diagnosis(diagnosis: Any) -> CheckResult:
     """Exercise 5: ``{"evidence": <one line of the log, copied>, "cause": <a number of DIAGNOSIS_CAUSES>, "fix": <a
     letter of DIAGNOSIS_FIXES>}`` for the log :func:`unseen_log`. Nothing is judged (one sentence, no try counted)

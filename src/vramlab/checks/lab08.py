@@ -13,7 +13,7 @@ from typing import Any
 
 from vramlab import ran
 from vramlab.vram.allocator import MiB, simulate
-from vramlab.checks._core import (opened_by, CheckResult, add_try, as_float, check_choice, direction, exercise, fmt_number,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, add_try, as_float, check_choice, direction, exercise, fmt_number,
                                   is_untouched, malformed_reason, report, reset_tries, tries)
 from vramlab.vram import parse_oom_message
 
@@ -398,7 +398,7 @@ def _gives_the_t4_peaks(seq_len: int, capability: tuple[int, int], attn_implemen
             or attn_implementation == "eager" or sdpa_kernel == "math")   # review #10 forced math on an A100
 
 
-@exercise("lab08", 5, _t4_answer)
+@exercise("lab08", 5, _t4_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_t4_plan(plan: Any) -> CheckResult:
     """``plan``: ``{"sdpa_mib": MiB, "eager_mib": MiB, "choice": "sdpa" or "eager", "why": "<one sentence>"}``: the
     prefill peak of ``memory_allocated`` you predict for :data:`T4_SETUP` with each ``attn_implementation``, the one

@@ -30,7 +30,7 @@ import math
 import textwrap
 from typing import Any
 
-from vramlab.checks._core import (DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise, fmt_number,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise, fmt_number,
                                   is_untouched, opened_by, report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
@@ -394,7 +394,7 @@ def _rejected_key(name: str) -> str:
     return f"{name}: rejected"  # the wrong tries on the rejected entries, once the design and its numbers held
 
 
-@exercise("lab09", 1, _plan_answer)
+@exercise("lab09", 1, _plan_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_l4_plan(plan: Any) -> CheckResult:
     """Exercise 1 (capstone): ``plan = {"design": a label of DESIGNS, "weights_gib": GiB, "kv_bytes_per_token":
     bytes, "kv_cache_gib": GiB, "max_concurrency": x, "rejected": {label: (constraint, number)}}``: the design that
@@ -422,6 +422,10 @@ def check_l4_plan(plan: Any) -> CheckResult:
                    or math.isclose(read[key], round(d[key], 2), rel_tol=rel, abs_tol=abs_tol)
                    for d in _design_numbers(label)):
             wrong.append(key)
+    if wrong and tries(name) >= DIRECTION_TRIES:     # from the third wrong try no number is named (review #12)
+        return report(name, False, what, f"numbers of design {label!r}: not all four right (the design is judged "
+                                         "once its numbers hold)",
+                      "compute each number with lab 03's ledger for the design you stored (Hint 2)")
     if wrong:
         own = _design_numbers(label)[0]
         parts = [f"{key} {direction(read[key], own[key], _FACTORS[key], name)}" for key in wrong]
@@ -542,7 +546,7 @@ def _replan_blocks() -> int:
     return round(_reduced_blocks() / replan.max_concurrency)
 
 
-@exercise("lab09", 3, _reduced_answer)
+@exercise("lab09", 3, _reduced_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_reduced_length(max_model_len: Any) -> CheckResult:
     """Exercise 3: the ``max_model_len`` of the reduced run (SmolLM2-135M on vLLM's CPU engine, 1 GiB of fp8 KV
     cache) whose Maximum concurrency equals Exercise 1's (lab 03's ledger, not the dry run's re-plan), to within one

@@ -949,6 +949,10 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
         num_blocks = max(available, 0) // page // shape.layers if override is None else override
     else:
         num_blocks = 0
+    # the same pool as cpu_plan's for these numbers: a plan with a zero overhead budget is one (review #12 read lab 03's
+    # capstone lines off plan(..., gpu=3 GiB, gpu_memory_utilization=1.0, every overhead 0))
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(page * shape.layers, max_model_len, max(available, 0), block_size, override),
+             lasting=True)
     tipped = ""
     if not chk.ok and backend.workspace_bytes and not startup:
         without = _kv_check(cfg, max_model_len, max(available + backend.workspace_bytes, 0), block_size,
