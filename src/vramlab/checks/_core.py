@@ -772,6 +772,25 @@ def check_choice(name: str, got: Any, options: dict[str, str], correct: str | se
     return report(name, False, want, repr(match), hint=options[match])
 
 
+def keyed_dict_problem(name: str, value: Any, keys: tuple[str, ...] | list[str], *, expected: str,
+                       untouched_hint: str, keys_hint: str = "use exactly these key names",
+                       counts: bool = True) -> "CheckResult | None":
+    """The FAIL for an exercise's dict of answers that is not yet one to judge, or None when it is: not a dict
+    (``expected`` says what was wanted), a dict of None (not done yet, ``untouched_hint``), or other keys than ``keys``
+    (missing and unknown ones named, ``keys_hint``; ``counts``: whether that counts as a wrong try)."""
+    if not isinstance(value, dict):
+        return report(name, False, expected, fmt_number(value), "fill in the dict in the exercise cell", value=value)
+    if set(value) <= set(keys) and all(is_untouched(value.get(k)) for k in value):
+        return report(name, False, "", "a dict of None", value=None, untouched_hint=untouched_hint)
+    unknown = [str(k) for k in value if k not in keys]
+    missing = [k for k in keys if k not in value]
+    if unknown or missing:
+        problem = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                        f"unknown {', '.join(unknown)}" if unknown else "") if x)
+        return report(name, False, f"keys {', '.join(keys)}", problem, keys_hint, counts=counts)
+    return None
+
+
 def malformed_reason(name: str, why: Any, field: str = "why", expected: str = "") -> CheckResult | None:
     """The FAIL result to return when ``why`` (the reason part of an answer, named ``field`` in the learner's cell)
     is not a sentence: not a string, empty, or only whitespace; else None. One sentence naming the field and the

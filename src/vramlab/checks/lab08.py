@@ -13,8 +13,9 @@ from typing import Any
 
 from vramlab import ran
 from vramlab.vram.allocator import MiB, simulate
-from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, add_try, as_float, check_choice, direction, exercise, fmt_number,
-                                  is_untouched, malformed_reason, report, reset_tries, tries)
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, add_try, as_float, check_choice, direction,
+                                  exercise, fmt_number, is_untouched, keyed_dict_problem, malformed_reason, report,
+                                  reset_tries, tries)
 from vramlab.vram import parse_oom_message
 
 __all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms",
@@ -267,20 +268,12 @@ def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
     name = "the prefill peak, term by term"
     want = _peak_terms(trace)
     kind = "the four terms of the prefill peak, in bytes"
-    if not isinstance(predicted, dict):
-        return report(name, False, f"a dict with keys {', '.join(PEAK_KEYS)}", fmt_number(predicted),
-                      "fill in the dict in the exercise cell", value=predicted)
-    if set(predicted) <= set(PEAK_KEYS) and all(is_untouched(predicted.get(k)) for k in predicted):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None with a number of bytes, then run this "
-                                     "cell again")
-    unknown = [str(k) for k in predicted if k not in PEAK_KEYS]
-    missing = [k for k in PEAK_KEYS if k not in predicted]
-    if unknown or missing:
-        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
-                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(PEAK_KEYS)}", what,
-                      "use exactly these key names (attention memory belongs under activations)")
+    form = keyed_dict_problem(name, predicted, PEAK_KEYS, expected=f"a dict with keys {', '.join(PEAK_KEYS)}",
+                              untouched_hint="not done yet: replace each None with a number of bytes, then run this "
+                                             "cell again",
+                              keys_hint="use exactly these key names (attention memory belongs under activations)")
+    if form is not None:
+        return form
     values = {}
     for key in PEAK_KEYS:
         v = as_float(predicted[key])
@@ -411,19 +404,11 @@ def check_t4_plan(plan: Any) -> CheckResult:
     bf16) in this kernel is refused as a reading (a plan that passed before that still passes)."""
     name = "a T4 plan (capstone)"
     kind = "two peaks in MiB, a choice and why"
-    if not isinstance(plan, dict):
-        return report(name, False, f"a dict with keys {', '.join(T4_KEYS)}", fmt_number(plan),
-                      "fill in the dict in the exercise cell", value=plan)
-    if set(plan) <= set(T4_KEYS) and all(is_untouched(plan.get(k)) for k in plan):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None (two numbers of MiB, one name, one "
-                                     "sentence), then run this cell again")
-    unknown = [str(k) for k in plan if k not in T4_KEYS]
-    missing = [k for k in T4_KEYS if k not in plan]
-    if unknown or missing:
-        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
-                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(T4_KEYS)}", what, "use exactly these key names")
+    form = keyed_dict_problem(name, plan, T4_KEYS, expected=f"a dict with keys {', '.join(T4_KEYS)}",
+                              untouched_hint="not done yet: replace each None (two numbers of MiB, one name, one "
+                                             "sentence), then run this cell again")
+    if form is not None:
+        return form
     values = {}
     for impl in T4_IMPLEMENTATIONS:
         key = f"{impl}_mib"

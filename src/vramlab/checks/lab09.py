@@ -30,8 +30,8 @@ import math
 import textwrap
 from typing import Any
 
-from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise, fmt_number,
-                                  is_untouched, opened_by, report, reset_tries, tries)
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise,
+                                  fmt_number, is_untouched, keyed_dict_problem, opened_by, report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
 __all__ = ["check_prediction", "check_l4_plan", "check_reduced_length"]
@@ -355,18 +355,11 @@ def _read_rejected(name: str, label: str, rejected: Any) -> CheckResult | dict:
 
 def _read_plan(name: str, what: str, plan: Any) -> CheckResult | dict:
     keys = (*PLAN_KEYS, "rejected")
-    if not isinstance(plan, dict):
-        return report(name, False, what, fmt_number(plan), "fill in the dict in the exercise cell", value=plan)
-    if set(plan) <= set(keys) and all(is_untouched(plan.get(k)) for k in plan):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None (a design label, four numbers and the rejected "
-                                     "designs), then run this cell again")
-    unknown = [str(k) for k in plan if k not in keys]
-    missing = [k for k in keys if k not in plan]
-    if unknown or missing:
-        problem = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
-                                        f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(keys)}", problem, "use exactly these key names", counts=False)
+    form = keyed_dict_problem(name, plan, keys, expected=what, counts=False,
+                              untouched_hint="not done yet: replace each None (a design label, four numbers and the "
+                                             "rejected designs), then run this cell again")
+    if form is not None:
+        return form
     label = plan["design"].strip().strip("'\"") if isinstance(plan["design"], str) else None
     if label not in DESIGNS:
         return report(name, False, "design as one of " + ", ".join(repr(k) for k in DESIGNS),
