@@ -945,3 +945,20 @@ def test_a_binary_prediction_after_the_tool_was_asked_about_12_2_is_refused(caps
     capsys.readouterr()
     refused = lab07.check_binary_prediction("libbitsandbytes_cuda121.so")
     assert not refused and "the tool's answer" in capsys.readouterr().out
+
+
+def test_a_diagnosis_after_explain_log_named_the_cause_of_an_edited_log_is_refused(capsys):
+    """Review #13 edited the log (another user, a suffix on every line) or typed one line of it by hand, and
+    explain_log still named the cause: once the log was shown, any reading that names its cause makes a later
+    diagnosis a reading (no try counted); one that passed before still passes."""
+    from vramlab.bnb import logs
+
+    right = {"evidence": _log_line("bitsandbytes library load error"), "cause": lab07._DIAGNOSIS_CAUSE, "fix": "e"}
+    logs.explain_log("No compatible CUDA binary found at /home/x/libbitsandbytes_cuda122.so")    # before the log: fine
+    _predict()
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so", lab07.unseen_log())
+    edited = "\n".join(line.replace("ana", "bob") + " zz" for line in lab07.unseen_log().splitlines())
+    assert logs.explain_log(edited).label == "native_library_not_built"
+    capsys.readouterr()
+    refused = lab07.check_diagnosis(right)
+    assert not refused and "the tool's reading" in capsys.readouterr().out and lab07.tries("diagnosis") == 0

@@ -296,7 +296,7 @@ def test_reduced_lengths_are_told_a_direction_twice_and_known_mistakes(capsys):
     first = capsys.readouterr().out
     assert "too low" in first and "the brief's length" in first
     assert not checks.check_reduced_length(5248)
-    assert "16-bit cache" in capsys.readouterr().out
+    assert "another cache dtype" in capsys.readouterr().out
     assert not checks.check_reduced_length(20000)
     third = capsys.readouterr().out
     assert "not it" in third and "too high" not in third

@@ -232,7 +232,7 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                                   f"{max_wrong} wrong attempts judged already",
                                   f"the check judges no more: read the hints once more, then ask for the answer with "
                                   f"{check.__name__}(..., reveal=True)", counts=False)
-                return _counted(_stamped(check(*args, **kwargs)))
+                return _counted(_stamped(check(*args, **kwargs)), _attempt_digest(args, kwargs))
             try:
                 bound = sig.bind(*args, **kwargs)
                 context = {k: v for k, v in list(bound.arguments.items())[1:]}
@@ -240,16 +240,20 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                 context = {}
             token = _REVEALING.set((entry, context))
             try:
-                return _counted(_stamped(check(*args, **kwargs)))
+                return _counted(_stamped(check(*args, **kwargs)), _attempt_digest(args, kwargs))
             finally:
                 _REVEALING.reset(token)
 
-        def _counted(result):
-            """Count a wrong attempt the check counted (not a stub, not a malformed one) toward ``max_wrong``."""
+        def _counted(result, digest: str):
+            """Count a wrong attempt the check counted (not a stub, not a malformed one) toward ``max_wrong``, once
+            per distinct attempt in this kernel (review #13: re-running one wrong cell used the attempts up)."""
             if max_wrong is not None and isinstance(result, CheckResult):
+                seen = _SEEN_WRONG.setdefault(wrong_key, set())
                 if result.passed or result.revealed:
                     reset_tries(wrong_key)
-                elif result.details.get("counted"):
+                    seen.clear()
+                elif result.details.get("counted") and digest not in seen:
+                    seen.add(digest)
                     add_try(wrong_key)
             return result
 
@@ -655,6 +659,7 @@ def reset_tries(name: str | None = None) -> None:
     :func:`tries_file`; a pass or a reveal does it for its check, the test suite for all before each test."""
     if name is None:
         _TRIES.clear()
+        _SEEN_WRONG.clear()
         prefix = f"{_notebook_key() or 'notebook'} :: "
         _update_tries(lambda counts: [counts.pop(k) for k in [k for k in counts if k.startswith(prefix)]])
     else:
@@ -847,6 +852,20 @@ def learners_or_package(passed: Any, learner: Callable | None, package: Callable
     qualified = f"{getattr(package, '__module__', 'vramlab')}.{getattr(package, '__qualname__', repr(package))}"
     print_line(f"Your {what} has not passed its check yet, so the lab runs vramlab's {qualified} in its place.")
     return package
+
+
+_SEEN_WRONG: dict[str, set] = {}     # the capstones' wrong attempts already counted in this kernel, by digest
+
+
+def _attempt_digest(args: tuple, kwargs: dict) -> str:
+    """A short digest of a check's arguments (their repr, at most 100,000 characters): one attempt, one count."""
+    import hashlib
+
+    try:
+        text = repr((args, sorted(kwargs.items())))[:100_000]
+    except Exception:  # noqa: BLE001 - an argument whose repr fails still counts, once per call
+        text = str(id(args))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
 _OPENED_TOKEN = object()      # marks results a check issued as passed or revealed (a hand-built result has none)

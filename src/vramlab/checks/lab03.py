@@ -564,35 +564,35 @@ def _read_design(design: Any, name: str, kind: str) -> CheckResult | dict:
     services = CAPSTONE["services"]
     if not isinstance(design, dict) or set(design) != set(services):
         return report(name, False, kind, f"{type(design).__name__} {fmt_number(design)}",
-                      "one entry per service: chat, rag and summaries")
+                      "one entry per service: chat, rag and summaries", counts=False)
     out, total = {}, 0
     for key in services:
         spec = design[key]
         if not isinstance(spec, dict) or set(spec) != _DESIGN_KEYS:
             return report(name, False, f"kv_cache_space_gib, kv_cache_dtype and max_model_len for {key}",
-                          fmt_number(spec), "three settings per engine")
+                          fmt_number(spec), "three settings per engine", counts=False)
         gib, length = as_float(spec["kv_cache_space_gib"]), as_float(spec["max_model_len"])
         if gib is None or not math.isfinite(gib) or gib < 1 or not float(gib).is_integer():
             return report(name, False, f"a whole number of GiB (at least 1) for {key}",
-                          fmt_number(spec["kv_cache_space_gib"]), "VLLM_CPU_KVCACHE_SPACE is read with int()")
+                          fmt_number(spec["kv_cache_space_gib"]), "VLLM_CPU_KVCACHE_SPACE is read with int()", counts=False)
         if spec["kv_cache_dtype"] not in CAPSTONE["dtypes"]:
             return report(name, False, f"'auto' or 'fp8' for {key}'s kv_cache_dtype", repr(spec["kv_cache_dtype"]),
-                          "the two cache dtypes section 3 ran")
+                          "the two cache dtypes section 3 ran", counts=False)
         if length is None or not math.isfinite(length) or not float(length).is_integer():
             return report(name, False, f"a whole number of tokens for {key}'s max_model_len",
-                          fmt_number(spec["max_model_len"]))
+                          fmt_number(spec["max_model_len"]), counts=False)
         if length < _longest(key):
             return report(name, False, f"a max_model_len that fits {key}'s longest request", fmt_number(length),
-                          "a request's prompt and its generated tokens both count toward max_model_len")
+                          "a request's prompt and its generated tokens both count toward max_model_len", counts=False)
         if length > SMOLLM2_POSITIONS:
             return report(name, False, f"a max_model_len within SmolLM2's {SMOLLM2_POSITIONS:,} positions for {key}",
-                          fmt_number(length), "the model was trained on no longer sequences")
+                          fmt_number(length), "the model was trained on no longer sequences", counts=False)
         total += int(gib)
         out[key] = {"kv_cache_space_gib": int(gib), "kv_cache_dtype": spec["kv_cache_dtype"],
                     "max_model_len": int(length)}
     if total > CAPSTONE["budget_gib"]:
         return report(name, False, f"at most {CAPSTONE['budget_gib']} GiB in all", f"{total} GiB",
-                      f"the machine has {CAPSTONE['budget_gib']} GiB for the three KV caches")
+                      f"the machine has {CAPSTONE['budget_gib']} GiB for the three KV caches", counts=False)
     return out
 
 

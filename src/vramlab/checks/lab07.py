@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import time
 from typing import Any
 
 from vramlab import ran
@@ -267,12 +268,12 @@ def check_cheapest_design(design: Any, prediction: Any = None) -> CheckResult:
     try:
         d = bnb_design.normalize_design(design)
     except ValueError as exc:
-        return report(name, False, "a design dict", repr(design)[:80], str(exc).rstrip("."))
+        return report(name, False, "a design dict", repr(design)[:80], str(exc).rstrip("."), counts=False)
     unmatched = _unmatched_skips(d)
     if unmatched:   # transformers' matching rule, known before any load: nothing to measure or predict
         return report(name, False, "a design whose skip patterns each keep some linear", json_short(d),
                       f"{', '.join(map(repr, unmatched))} matched no linear, so nothing was measured: transformers "
-                      "compares a pattern with the start of a module's full name or with its end")
+                      "compares a pattern with the start of a module's full name or with its end", counts=False)
     predicted = _read_prediction(prediction)
     fixed = _shown_prediction(d)
     if fixed is not None:   # measured and shown: its prediction is fixed, a new one is not graded (reviews #9, #10)
@@ -436,6 +437,7 @@ def check_4bit_prediction(predicted: Any, actual_bytes: float | None = None,
 # raises before any dlopen when the file does not exist, and loads the CPU library only when PyTorch sees no CUDA
 # (cextension.py, 0.50.2).
 _DIAGNOSIS_LOG = "bnb050_unbuilt_checkout"
+_DIAGNOSIS_LABEL = "native_library_not_built"     # what explain_log names for it (vramlab.bnb.logs.LABELS)
 DIAGNOSIS_TORCH_CUDA = "12.2"
 # The candidate causes. Each wrong one is the cause of some real log (its corpus label in the comment), so each is
 # plausible for *some* log; one fits this log (5: worded apart from the message's "checked the code out from source",
@@ -485,7 +487,7 @@ DIAGNOSIS_FIXES = {
     "b": "export BNB_CUDA_VERSION=121, the binary section 4's rule gives for CUDA 12.2",
     "c": "install a PyTorch built for CUDA 12.8, a version bitsandbytes 0.50.2 ships a binary for",
     "d": "add the lib64 folder of the machine's CUDA 12.2 toolkit to LD_LIBRARY_PATH",
-    "e": "cmake -DCOMPUTE_BACKEND=cuda -S . && make, in the folder bitsandbytes is imported from",
+    "e": "build the CUDA library in that checkout: cmake -DCOMPUTE_BACKEND=cuda -S . && make",
     "f": "pip uninstall -y bitsandbytes, then pip install bitsandbytes (the wheel from PyPI)",
 }
 # The prompt states the trade-off (review #9 found two equally good fixes): the machine has no route to PyPI, and it
@@ -558,7 +560,22 @@ def _binary_name(text: str) -> str | None:
 # check_binary_prediction before any prediction was stored (a prediction stored after that is a reading).
 _PREDICTED_BINARY = "predicted binary (lab 07)"
 _LOG_BEFORE_PREDICTION = "binary log before a prediction (lab 07)"
-_LOG_SHOWN = "binary log shown (lab 07)"       # lasting: the first prediction stands once the log was shown
+_LOG_SHOWN = "binary log shown (lab 07)"       # lasting (its time): the first prediction stands once the log was shown
+
+
+def _explained_after_the_log() -> bool:
+    """Whether ``logs.explain_log`` read this log (its lines, whatever their case, spacing or punctuation), or named
+    its root cause for any text after the log was shown here (review #13 edited the log, or typed one line of it by
+    hand, and explain_log still named the cause)."""
+    from vramlab.bnb.logs import EXPLAINED_LABEL_KIND
+
+    if was_explained(unseen_log(), _distinctive_lines()):
+        return True
+    shown = ran.ran(_LOG_SHOWN)
+    if not shown:
+        return False
+    since = min((t for t in shown if isinstance(t, int)), default=0)
+    return any(label == _DIAGNOSIS_LABEL and t >= since for label, t in ran.ran(EXPLAINED_LABEL_KIND))
 
 
 def _predictions() -> list[str]:
@@ -619,7 +636,8 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
     # until it passed): any prediction stored before the log passes here, and the line says how it compares with
     # section 4's rule (as check_prediction says how far off a number was).
     first = stored[0]
-    ran.note(_LOG_SHOWN, True, lasting=True)
+    if not ran.ran(_LOG_SHOWN):
+        ran.note(_LOG_SHOWN, time.time_ns(), lasting=True)     # when: explain_log's labels after it are readings
     shown = _binary_name(log)
     shows = "the log names no CUDA binary" if shown is None else f"the log shows {shown}"
     if first != _rule_binary():
@@ -732,7 +750,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
         return report(name, False, "'fix': one of the letters " + ", ".join(DIAGNOSIS_FIXES), repr(fix)[:40],
                       "store the letter of one fix, as a string", counts=False)
     key = (line, number, letter)
-    if was_explained(unseen_log(), _distinctive_lines()) and key not in ran.ran(_DIAGNOSIS_PASSED):
+    if _explained_after_the_log() and key not in ran.ran(_DIAGNOSIS_PASSED):
         return report(name, False, "a diagnosis made before logs.explain_log read this log",
                       "a diagnosis stored after explain_log read this very log",
                       "that is the tool's reading, not yours: diagnose it from the log as the hints say, or ask for "

@@ -415,13 +415,13 @@ def check_t4_plan(plan: Any) -> CheckResult:
         v = as_float(plan[key])
         if v is None or math.isnan(v) or math.isinf(v) or v <= 0:
             return report(name, False, f"{key} as a positive number of MiB", f"{key}={fmt_number(plan[key])}",
-                          "write a number of MiB (an int or a float), not a string or None")
+                          "write a number of MiB (an int or a float), not a string or None", counts=False)
         values[impl] = v
     choice = str(plan["choice"]).strip().strip("'\"").lower() if isinstance(plan["choice"], str) else None
     if choice not in T4_IMPLEMENTATIONS:
         return report(name, False, "choice as one of the two attn_implementation names",
                       f"choice={fmt_number(plan['choice'])}", "write the name you would pass to from_pretrained, "
-                      "as a string")
+                      "as a string", counts=False)
     malformed = malformed_reason(name, plan["why"], 'plan["why"]')   # a matter of form: not a wrong try
     if malformed is not None:
         return malformed
@@ -435,7 +435,7 @@ def check_t4_plan(plan: Any) -> CheckResult:
                       "a plan stored after a dry run that gives its peaks (about 4,096 tokens, eager "
                       "attention, or a GPU without fused attention)",
                       "that is a reading, not a prediction: predict from the config and the kernels as the hints "
-                      "say, or ask for the answer with reveal=True")
+                      "say, or ask for the answer with reveal=True", counts=False)
     want = _t4_peaks_mib()
     wrong = [impl for impl in T4_IMPLEMENTATIONS if abs(values[impl] - want[impl]) > T4_TOL * want[impl]]
     if wrong:

@@ -561,7 +561,7 @@ def check_reduced_length(max_model_len: Any) -> CheckResult:
                                          "1's concurrency to within one block of the pool")
     hint = ""
     if blocks == round(_reduced_blocks() / 2 / _gpu_plan("fp8_kv").max_concurrency):
-        hint = "that length scales a 16-bit cache: the reduced run keeps the plan's fp8 cache"
+        hint = "that length scales another cache dtype than the one your passed plan keeps"
     elif n == BRIEF["max_model_len"]:
         hint = "that is the brief's length: the pool here is not the L4's, so the length must scale with it"
     elif blocks == _replan_blocks():

@@ -1048,9 +1048,11 @@ CPU_PLAN_KIND = "cpu plan"
 def cpu_startup_key(block_bytes: int, max_model_len: int, kv_cache_bytes: int, block_size: int = CPU_BLOCK_SIZE,
                     num_gpu_blocks_override: int | None = None) -> tuple:
     """One CPU start-up, normalised: ``(bytes of one block of all layers, blocks one request of max_model_len
-    needs, KV bytes, override)``. Any model, dtype spelling (``fp8``, ``fp8_e4m3``) or length with the same blocks
-    prints the same start-up lines, so it has the same key."""
-    return (int(block_bytes), cdiv(int(max_model_len), int(block_size)), int(kv_cache_bytes),
+    needs, blocks in the pool, override)``. Any model, dtype spelling (``fp8``, ``fp8_e4m3``), length or pool bytes
+    with the same blocks prints the same start-up lines, so it has the same key (review #13 asked for one byte more
+    than the capstone's pool and read its line)."""
+    blocks = int(kv_cache_bytes) // int(block_bytes) if int(block_bytes) > 0 else 0
+    return (int(block_bytes), cdiv(int(max_model_len), int(block_size)), blocks,
             None if num_gpu_blocks_override is None else int(num_gpu_blocks_override))
 
 
