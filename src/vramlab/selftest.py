@@ -289,7 +289,7 @@ def normalise(lab: str) -> str:
     text = text[3:] if text.startswith("lab") else text
     key = f"lab{int(text):02d}" if text.isdigit() else text
     if key not in LABS:
-        raise ValueError(f"unknown lab {lab!r}: use 00-08 (e.g. `vramlab selftest --labs 00 03`).")
+        raise ValueError(f"unknown lab {lab!r}: use 00-09 (e.g. `vramlab selftest --labs 00 03`).")
     return key
 
 
