@@ -19,10 +19,29 @@ GiB = 2**30
 
 
 @pytest.fixture(autouse=True)
-def _fresh_tries():
+def _fresh_tries(request):
     reset_tries()
+    if "ex1_closed" not in request.keywords:     # Exercise 3 waits for Exercise 1 (review #14): open it
+        from vramlab import ran
+        from vramlab.checks._core import OPENED_KIND
+
+        ran.note(OPENED_KIND, "check_l4_plan")
     yield
     reset_tries()
+
+
+@pytest.mark.ex1_closed
+def test_exercise_3_and_its_reveal_wait_for_exercise_1(capsys):
+    """Review #14: Exercise 3's check answered (and its reveal named the fp8 cache) before any plan passed, which
+    told Exercise 1's decision. Until Exercise 1 passed or was revealed, both refuse, no try counted."""
+    refused = checks.check_reduced_length(10496)
+    out = capsys.readouterr().out
+    assert not refused and "once Exercise 1 has passed" in out and "fp8" not in out and tries("reduced max_model_len") == 0
+    revealed = checks.check_reduced_length(10496, reveal=True)
+    assert "fp8" not in capsys.readouterr().out and "fp8" not in revealed.answer
+    assert checks.check_l4_plan(_solution(), reveal=True).revealed
+    capsys.readouterr()
+    assert checks.check_reduced_length(10496)
 
 
 def _solution() -> dict:

@@ -264,6 +264,7 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                 result.details.setdefault("check", check.__name__)
                 if (result.passed or result.revealed) and check.__module__.startswith("vramlab.checks."):
                     _mark_opened(result, check.__name__)
+                    note_run(OPENED_KIND, check.__name__, lasting=True)
             return result
 
         wrapper.__signature__ = sig.replace(parameters=[
@@ -868,6 +869,8 @@ def _attempt_digest(args: tuple, kwargs: dict) -> str:
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
+#: ``vramlab.ran``: the checks that passed or were revealed in this notebook (lab 09's Exercise 3 waits for Exercise 1)
+OPENED_KIND = "check passed or revealed"
 _OPENED_TOKEN = object()      # marks results a check issued as passed or revealed (a hand-built result has none)
 
 

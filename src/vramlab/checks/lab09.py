@@ -30,8 +30,10 @@ import math
 import textwrap
 from typing import Any
 
-from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, CheckResult, add_try, as_float, direction, exercise,
-                                  fmt_number, is_untouched, keyed_dict_problem, opened_by, report, reset_tries, tries)
+from vramlab import ran
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, OPENED_KIND, CheckResult, add_try, as_float,
+                                  direction, exercise, fmt_number, is_untouched, keyed_dict_problem, opened_by,
+                                  report, reset_tries, tries)
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 
 __all__ = ["check_prediction", "check_l4_plan", "check_reduced_length"]
@@ -523,7 +525,18 @@ def _reduced_blocks_per_request() -> int:
     return round(_reduced_blocks() / _gpu_plan("fp8_kv").max_concurrency)
 
 
+def _ex1_opened() -> bool:
+    """Whether Exercise 1 (``check_l4_plan``) passed or was revealed in this notebook: Exercise 3's length and its
+    reveal name Exercise 1's cache dtype, so they wait for it (unseen review #14)."""
+    return "check_l4_plan" in ran.ran(OPENED_KIND)
+
+
+_EX1_FIRST = "Exercise 3 is judged once Exercise 1 has passed (or was revealed): its length follows Exercise 1's plan"
+
+
 def _reduced_answer(**_) -> str:
+    if not _ex1_opened():
+        return "(kept until Exercise 1 has passed or was revealed: Exercise 3's length names Exercise 1's cache)"
     b = _reduced_blocks_per_request()
     return (f"{b * CPU_BLOCK:,} tokens (any length of {b} blocks of {CPU_BLOCK}: {(b - 1) * CPU_BLOCK + 1:,} to "
             f"{b * CPU_BLOCK:,}): 1 GiB holds {_reduced_blocks()} blocks of SmolLM2's fp8 cache, and Exercise 1's "
@@ -553,6 +566,9 @@ def check_reduced_length(max_model_len: Any) -> CheckResult:
     if value is None or not math.isfinite(value) or value < 1 or value != int(value):
         return report(name, False, what, f"{fmt_number(max_model_len)} (not a whole number of tokens)",
                       "store a whole number of tokens, e.g. 4096", counts=False)
+    if not _ex1_opened():
+        return report(name, False, "Exercise 1 passed or revealed first", f"{int(value):,} tokens", _EX1_FIRST,
+                      counts=False)
     n = int(value)
     b = _reduced_blocks_per_request()
     blocks = math.ceil(n / CPU_BLOCK)
@@ -561,7 +577,7 @@ def check_reduced_length(max_model_len: Any) -> CheckResult:
                                          "1's concurrency to within one block of the pool")
     hint = ""
     if blocks == round(_reduced_blocks() / 2 / _gpu_plan("fp8_kv").max_concurrency):
-        hint = "that length scales another cache dtype than the one your passed plan keeps"
+        hint = "that length scales another cache dtype than Exercise 1's plan keeps"
     elif n == BRIEF["max_model_len"]:
         hint = "that is the brief's length: the pool here is not the L4's, so the length must scale with it"
     elif blocks == _replan_blocks():
