@@ -63,29 +63,56 @@ _MAX_BYTES = 4 * 2**20       # a file this long is cut to its newer half on the 
 _MAX_LINE_CHARS = 200_000    # a key whose text is longer stays in the process (a device map's placement: ~10 kB)
 
 
-def _notebook() -> str:
-    """Whose records these are: the notebook's path (``JPY_SESSION_NAME``, which a notebook kernel's child processes
-    inherit), ``"colab"``, else ``"notebook"``. Records are kept per notebook, as the tries are: an exploratory dry
-    run in lab 05 is not a reading of lab 08's capstone."""
+def notebook_key() -> str | None:
+    """The notebook this process works for: ``JPY_SESSION_NAME`` (the notebook's path, which jupyter-server puts in
+    each kernel's environment: ``SessionManager.get_kernel_env`` in ``jupyter_server/services/sessions/
+    sessionmanager.py``, 2.21.1 as installed; the kernel's child processes inherit it), ``"colab"`` in Colab, else
+    None (no notebook known: a script, nbclient)."""
     name = os.environ.get("JPY_SESSION_NAME", "").strip()
     if name:
         return name[-300:]
-    return "colab" if "google.colab" in sys.modules else "notebook"
+    return "colab" if "google.colab" in sys.modules else None
+
+
+def state_file(env: str, file_name: str) -> Path | None:
+    """A file of the learner's that outlives the kernel, or None (kept in the process): the path in environment
+    variable ``env`` (``off`` and the like: None), else ``vramlab/<file_name>`` in the learner's state folder
+    (``XDG_STATE_HOME``, default ``~/.local/state``) when a notebook is known (:func:`notebook_key`). The tries
+    (``vramlab.checks._core.tries_file``) and these records follow this one rule."""
+    raw = os.environ.get(env)
+    if raw is not None:
+        raw = raw.strip()
+        return None if raw.lower() in _OFF else Path(raw).expanduser()
+    if notebook_key() is None:
+        return None
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state).expanduser() / "vramlab" / file_name
+
+
+@contextlib.contextmanager
+def locked(path: Path, mode: str) -> Iterator:
+    """``path`` opened in ``mode`` under an exclusive ``flock`` (none where fcntl is missing): the tries file and
+    these records are written by several processes of one learner."""
+    with open(path, mode, encoding="utf-8") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass
+        yield f
+
+
+def _notebook() -> str:
+    """Whose records these are (:func:`notebook_key`, or ``"notebook"``). Records are kept per notebook, as the tries
+    are: an exploratory dry run in lab 05 is not a reading of lab 08's capstone."""
+    return notebook_key() or "notebook"
 
 
 def records_file() -> Path | None:
     """The file that keeps the lasting records across kernel restarts and child processes, or None (in-process
-    only). The same rule as ``vramlab.checks._core.tries_file``: ``VRAMLAB_RAN_FILE``, else the learner's state
-    folder when ``JPY_SESSION_NAME`` is set (jupyter-server puts it in each kernel's environment, and the kernel's
-    child processes inherit it) or in Colab."""
-    raw = os.environ.get(RAN_ENV)
-    if raw is not None:
-        raw = raw.strip()
-        return None if raw.lower() in _OFF else Path(raw).expanduser()
-    if not os.environ.get("JPY_SESSION_NAME", "").strip() and "google.colab" not in sys.modules:
-        return None
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state).expanduser() / "vramlab" / RAN_FILE_NAME
+    only): :func:`state_file` of ``VRAMLAB_RAN_FILE`` and ``ran_records.jsonl``."""
+    return state_file(RAN_ENV, RAN_FILE_NAME)
 
 
 def _key_text(key: Hashable) -> str | None:
@@ -118,13 +145,7 @@ def _append(kind: str, keys) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+", encoding="utf-8") as f:
-            try:
-                import fcntl
-
-                fcntl.flock(f, fcntl.LOCK_EX)
-            except (ImportError, OSError):
-                pass
+        with locked(path, "a+") as f:
             if os.fstat(f.fileno()).st_size > _MAX_BYTES:       # keep the newer half
                 f.seek(0)
                 old = f.readlines()
@@ -189,13 +210,7 @@ def _forget() -> None:
     if path is None:
         return
     try:
-        with open(path, "r+", encoding="utf-8") as f:
-            try:
-                import fcntl
-
-                fcntl.flock(f, fcntl.LOCK_EX)
-            except (ImportError, OSError):
-                pass
+        with locked(path, "r+") as f:
             notebook = _notebook()
             kept = []
             for line in f.readlines():
@@ -223,4 +238,4 @@ def _unrecorded() -> Iterator[None]:
         _RECORDING.pop()
 
 
-__all__ = ["RAN_ENV", "note", "note_many", "ran", "records_file"]
+__all__ = ["RAN_ENV", "locked", "note", "note_many", "notebook_key", "ran", "records_file", "state_file"]

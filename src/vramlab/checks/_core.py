@@ -32,6 +32,7 @@ from vramlab import progress as _progress
 # designs passed before that: vramlab.ran, a module without vramlab imports so the simulator and the dry run can
 # note their runs without importing checks. forget_runs() is its one reset (tests/conftest.py, around every test).
 from vramlab.ran import _forget as forget_runs, _unrecorded as unrecorded, note as note_run, ran as runs_noted  # noqa: F401
+from vramlab.ran import locked, notebook_key, state_file
 
 PASS_MARK = "PASS"
 FAIL_MARK = "FAIL"
@@ -545,22 +546,12 @@ NO_DIRECTION = "not it"
 #: The test suite sets it to ``off`` (tests/conftest.py), so it never reads or writes a learner's file.
 TRIES_ENV = "VRAMLAB_TRIES_FILE"
 TRIES_FILE_NAME = "check_tries.json"
-_OFF = {"", "off", "0", "no", "none", "false"}
 _MAX_TRIES_KEYS = 2000   # a file never grows without bound: the oldest notebooks' entries go first
 
 
 def _notebook_key() -> str | None:
-    """The notebook the tries belong to: ``JPY_SESSION_NAME`` (the notebook's path, which jupyter-server puts in
-    each kernel's environment: ``SessionManager.get_kernel_env`` in ``jupyter_server/services/sessions/
-    sessionmanager.py``, 2.21.1 as installed), ``"colab"`` in Colab, else None (no notebook known)."""
-    import os
-
-    name = os.environ.get("JPY_SESSION_NAME", "").strip()
-    if name:
-        return name[-300:]
-    if "google.colab" in sys.modules:
-        return "colab"
-    return None
+    """The notebook the tries belong to (:func:`vramlab.ran.notebook_key`: ``JPY_SESSION_NAME``, ``"colab"``, or None)."""
+    return notebook_key()
 
 
 def tries_file() -> "Path | None":
@@ -571,17 +562,7 @@ def tries_file() -> "Path | None":
     folder (a workshop's notebooks may sit in a shared or read-only folder, and a file beside them would end up in
     a learner's git commits) nor the vramlab cache (``VRAMLAB_CACHE``: a workshop room shares one, read-only, among
     all its learners, whose tries would then mix; the room's hub test caught it)."""
-    import os
-    from pathlib import Path
-
-    raw = os.environ.get(TRIES_ENV)
-    if raw is not None:
-        raw = raw.strip()
-        return None if raw.lower() in _OFF else Path(raw).expanduser()
-    if _notebook_key() is None:
-        return None
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state).expanduser() / "vramlab" / TRIES_FILE_NAME
+    return state_file(TRIES_ENV, TRIES_FILE_NAME)
 
 
 def _tries_key(name: str) -> str:
@@ -614,13 +595,7 @@ def _update_tries(change: Callable[[dict[str, int]], None]) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "a+") as lock:
-            try:
-                import fcntl
-
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            except (ImportError, OSError):
-                pass
+        with locked(path.with_name(path.name + ".lock"), "a+"):
             counts = _read_tries(path)
             change(counts)
             if len(counts) > _MAX_TRIES_KEYS:
