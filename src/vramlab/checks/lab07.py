@@ -182,9 +182,7 @@ def _unmatched_skips(design: dict) -> list[str]:
     start of a module's full name, or as its suffix): known without loading the model."""
     from transformers.quantizers.quantizers_utils import should_convert_module
 
-    names = [f"model.layers.{i}.{m}" for i in range(30) for m in
-             ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+    names = [n for n in _LINEARS if n != "lm_head"]
     return [p for p in (design.get("skip") or []) if p != "lm_head"
             and all(should_convert_module(n, [p]) for n in names)]
 
