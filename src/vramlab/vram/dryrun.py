@@ -546,11 +546,6 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
 
     from torch.utils.module_tracker import ModuleTracker
 
-    try:    # every tracing path notes its shape (dry_run, track, measure): review #9 read the T4 peaks off track()
-        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
-                              str(attn_implementation), str(sdpa_kernel or "")), lasting=True)
-    except (TypeError, ValueError, OverflowError):   # bad input: _prepare names the field
-        pass
     t0 = time.perf_counter()
     built, name, pconfig, dtype = _prepare(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu,
                                            allow_longer)
@@ -588,12 +583,11 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
             gc.enable()
     _count_whole_blocks(rec.events)
     kernels = sorted(set(chosen))
-    if "math" in kernels and not sdpa_kernel:   # the chooser picked the math path itself (float32 on an A100 does:
-        try:                                    # review #11 scaled one such run to the T4's peak): noted as such
-            ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
-                                  str(attn_implementation), "math"), lasting=True)
-        except (TypeError, ValueError, OverflowError):
-            pass
+    # Every tracing path (dry_run, track, measure) notes its shape and the kernel that ran, forced or chosen: review #9
+    # read the T4 peaks off track(), review #10 forced the math kernel, review #11 let float32 on an A100 choose it.
+    kernel = str(sdpa_kernel) if sdpa_kernel else ("math" if "math" in kernels else "")
+    ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
+                          str(attn_implementation), kernel), lasting=True)
     return MemoryTrace(model=name, batch_size=batch_size, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype,
                        attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
                        sdpa_kernel=", ".join(kernels) if kernels else None, events=rec.events,
