@@ -149,7 +149,7 @@ def test_the_capstones_log_is_bitsandbytes_own_its_advice_is_wrong_and_the_docto
     from vramlab.bnb import doctor, logs
 
     full = logs._corpus_entry(lab07._DIAGNOSIS_LOG)["text"]
-    assert doctor.simulate("unbuilt_checkout") == full and lab07.unseen_log() == full.strip("\n")
+    assert doctor.simulate("unbuilt_checkout") == full and lab07._unseen_log() == full.strip("\n")
     assert "COMPILE FROM SOURCE for CPU-only" in full and "doesn't detect CUDA" in full      # the wrong advice
     assert "DCOMPUTE_BACKEND=cuda" not in full and "pip install bitsandbytes" not in full   # no right advice
     assert not doctor.version_mismatch_hint_fires(full)      # why 0.50.2 prints the generic advice
@@ -964,19 +964,26 @@ def test_a_diagnosis_after_explain_log_named_the_cause_of_an_edited_log_is_refus
     assert not refused and "the tool's reading" in capsys.readouterr().out and lab07.tries("diagnosis") == 0
 
 
-def test_the_log_asked_for_before_a_prediction_makes_later_predictions_readings(capsys):
-    """Review #14 printed unseen_log() before predicting: a prediction stored after that is refused (no try counted)
-    until the kernel restarts, as when the log is handed to the check first."""
+def test_the_log_is_handed_out_only_after_a_prediction_and_explain_log_after_it_is_a_reading(capsys):
+    """Review #14 printed unseen_log() before predicting; review #15 then explained part of one of its lines in a
+    scratch cell before the cell that shows the log. The log now comes only after a stored prediction, and handing it
+    out starts the time after which explain_log naming its cause is the tool's reading."""
     from vramlab import ran
+    from vramlab.bnb import logs
     from vramlab.checks._core import reset_tries
 
     reset_tries()
     ran._forget()
-    lab07.unseen_log()
-    refused = lab07.check_binary_prediction("libbitsandbytes_cuda118.so")
-    assert not refused and "reading, not a prediction" in capsys.readouterr().out
-    ran._forget()                                           # a restart: the prediction cell first, then the log
-    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so")
+    assert lab07.unseen_log() == lab07.LOG_NOT_YET and "libbitsandbytes" not in lab07.LOG_NOT_YET
+    assert not lab07.check_binary_prediction("libbitsandbytes_cuda118.so", lab07.unseen_log())
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so")      # the sentence made nothing a reading
     log = lab07.unseen_log()
-    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so", log)
+    assert log == lab07._unseen_log()
+    first = log.splitlines()[0].split(": ", 1)[1]
+    logs.explain_log(first)
+    right = {"evidence": next(ln.strip() for ln in log.splitlines() if lab07._is_cause_line(ln)), "cause": 5,
+             "fix": "e"}
+    capsys.readouterr()
+    assert not lab07.check_diagnosis(right)
+    assert "before logs.explain_log read this log" in capsys.readouterr().out
     ran._forget()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import math
+import time
 from typing import Any
 
 from vramlab import ran
@@ -114,7 +114,7 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
         if actual is not None:   # the measurement ran with no prediction stored: a later one is a reading (review #10b)
-            ran.note(_REVEALED_KIND, what)
+            ran.note(_REVEALED_KIND, what, lasting=True)
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
                       value=predicted, untouched_hint="not done yet: write your guess (a number) in place of None, then run "
                                                       "this cell again; any honest guess passes")
@@ -126,11 +126,11 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
     if actual is None:
         if what in ran.ran(_REVEALED_KIND) and recorded != value:
             return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
-                          "stored after the measurement ran in this kernel",
+                          "stored after the measurement ran in this notebook",
                           (f"that is a reading: the prediction that counts is the one stored before, "
                            f"{fmt_number(recorded, 4)}{unit_s}") if recorded is not None else
                           "that is a reading: the measurement ran before any prediction was stored", counts=False)
-        ran.note(_PREDICTION_KIND, (what, next(_ORDER), value))
+        ran.note(_PREDICTION_KIND, (what, time.time_ns(), value), lasting=True)
         return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
     if recorded is None and what in ran.ran(_REVEALED_KIND) and (what, value) not in ran.ran(_MEASURED_WITH_KIND):
@@ -139,9 +139,9 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
         return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
                       "written after the measurement ran with no prediction stored",
                       "that is a reading: the measurement ran before any prediction was stored", counts=False)
-    ran.note(_REVEALED_KIND, what)
+    ran.note(_REVEALED_KIND, what, lasting=True)
     if recorded is None:
-        ran.note(_MEASURED_WITH_KIND, (what, value))
+        ran.note(_MEASURED_WITH_KIND, (what, value), lasting=True)
     changed = ""
     if recorded is not None and recorded != value:   # review #7: edited after the measurement, then measured again
         changed = f" (the one stored before the measurement; the cell now holds {fmt_number(value, 4)})"
@@ -162,13 +162,13 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
                                   f"{fmt_number(actual, 4)}{unit_s} ({off})")
 
 
-# What check_prediction stored (vramlab.ran): (what, order, value) per stored prediction, and each ``what`` whose
-# measurement was compared. A prediction is the one stored before its measurement: review #7 edited one after the
-# measurement and ran the measurement cell again, which then compared the edited number.
+# What check_prediction stored (vramlab.ran, lasting per notebook): (what, time in ns, value) per stored prediction, and
+# each ``what`` whose measurement was compared. A prediction is the one stored before its measurement: review #7 edited
+# one after the measurement and ran the measurement cell again, which then compared the edited number; review #15
+# changed one after a kernel restart (the records were kept in the kernel only). The clock orders them across restarts.
 _PREDICTION_KIND = "stored prediction"
 _REVEALED_KIND = "prediction measured"
 _MEASURED_WITH_KIND = "prediction measured as given"   # (what, value) compared with no stored prediction
-_ORDER = itertools.count()
 
 
 def _recorded_prediction(what: str) -> float | None:

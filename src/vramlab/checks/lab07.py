@@ -530,11 +530,19 @@ def _unseen_log() -> str:
 def unseen_log() -> str:
     """The capstone's log as the learner sees it: bitsandbytes 0.50.2's own lines (a corpus entry of
     ``results/bnb_logs.json`` that the public ``logs.load_corpus()`` leaves out, named only in this module's private
-    constants). Asked for before a binary prediction was stored (:func:`check_binary_prediction`), it makes later
-    predictions readings, as handing the log to that check does (review #14 printed the log before predicting)."""
+    constants), once a binary prediction is stored (:func:`check_binary_prediction`); before that, one sentence saying
+    so (review #14 printed the log before predicting). Handing the log out counts as showing it, for this notebook and
+    across restarts: a reading of it by ``logs.explain_log`` afterwards is the tool's (review #15 explained part of a
+    line of it before the cell that shows it)."""
     if not _predictions():
-        ran.note(_LOG_BEFORE_PREDICTION, True)
+        return LOG_NOT_YET
+    if not ran.ran(_LOG_SHOWN):
+        ran.note(_LOG_SHOWN, time.time_ns(), lasting=True)     # when: explain_log's labels after it are readings
     return _unseen_log()
+
+
+LOG_NOT_YET = ("(the colleague's log is handed out once your prediction is stored: run Exercise 5's prediction cell, "
+               "check_binary_prediction(predicted_binary), first)")
 
 
 def _is_cause_line(line: str) -> bool:
@@ -570,7 +578,7 @@ _LOG_SHOWN = "binary log shown (lab 07)"       # lasting (its time): the first p
 
 def _explained_after_the_log() -> bool:
     """Whether ``logs.explain_log`` read this log (its lines, whatever their case, spacing or punctuation), or named
-    its root cause for any text after the log was shown here (review #13 edited the log, or typed one line of it by
+    its root cause for any text after the log was shown here (by ``unseen_log`` or the check) (review #13 edited the log, or typed one line of it by
     hand, and explain_log still named the cause)."""
     from vramlab.bnb.logs import EXPLAINED_LABEL_KIND
 
@@ -627,13 +635,14 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
                           f"your first prediction, {stored[0]}, stands: it was made before the log", counts=False)
         if ran.ran(_LOG_BEFORE_PREDICTION) and mine not in stored:
             return report(name, False, "a prediction stored before the log", f"{mine}, stored after the log was "
-                          "shown in this kernel", "that is a reading, not a prediction: restart the "
+                          "handed to this check in this kernel", "that is a reading, not a prediction: restart the "
                           "kernel and run the prediction cell before the log cell", counts=False)
         if mine not in stored:
             ran.note(_PREDICTED_BINARY, (len(ran.ran(_PREDICTED_BINARY)), mine), lasting=True)
         return report(name, True, "", f"{mine} stored; the log comes next")
     if not stored:
-        ran.note(_LOG_BEFORE_PREDICTION, True)
+        if _binary_name(log) is not None:       # a log that names a binary was handed over before any prediction
+            ran.note(_LOG_BEFORE_PREDICTION, True)
         return report(name, False, "a prediction stored without the log first",
                       f"{mine}, not stored as a prediction in this kernel", _PREDICT_FIRST + " this cell",
                       counts=False)
