@@ -313,3 +313,24 @@ def test_explain_plan_prints_the_lessons_only_after_a_pass_or_a_reveal(capsys):
     assert "quality bar can cost most of the batch" in out and "logits of every" in out, out
     lab00.explain_plan(lab00.check_serving_plan({"design": "A", "batch": 3}, reveal=True))
     assert "quality bar" in capsys.readouterr().out
+
+
+def test_the_stored_plan_outlives_a_kernel_restart(tmp_path, monkeypatch, capsys):
+    """The plan and the measurement are lasting records: after a restart (the kernel's registry emptied) a changed
+    plan is still a reading, and the PASS line still compares the plan stored first."""
+    from vramlab import ran
+    from vramlab.checks._core import reset_tries
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    reset_tries()
+    ran._forget()
+    assert lab00.check_plan_prediction({"design": "C", "batch": 14})
+    assert lab00.check_serving_plan({"design": "D", "batch": 10})
+    ran._RAN.clear()                      # a kernel restart: only the lasting file remains
+    ran._APPENDED.clear()
+    assert not lab00.check_plan_prediction({"design": "D", "batch": 10})
+    assert "reading" in capsys.readouterr().out
+    assert lab00.check_plan_prediction({"design": "C", "batch": 14})
+    assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted={"design": "D", "batch": 10})
+    assert "you predicted design 'C' with 14 prompts (the plan stored first" in capsys.readouterr().out
+    ran._forget()

@@ -518,3 +518,22 @@ def test_a_predicted_design_is_stored_as_one_of_the_labels(capsys):
     assert not lab01.check_prediction_stored("huge", choices=lab01.BLOCK_CHOICES)
     assert "not one of them" in capsys.readouterr().out
     assert not lab01.check_prediction_stored(None, choices=lab01.BLOCK_CHOICES)
+
+
+def test_the_stored_design_outlives_a_kernel_restart(down29, tmp_path, monkeypatch, capsys):
+    """The predicted label and the measurement are lasting records: after a restart a changed label is a reading."""
+    from vramlab import ran
+    from vramlab.checks._core import reset_tries
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    reset_tries()
+    ran._forget()
+    assert lab01.check_prediction_stored("32", choices=lab01.BLOCK_CHOICES)
+    assert lab01.check_online_block("256", down29)
+    ran._RAN.clear()                      # a kernel restart: only the lasting file remains
+    ran._APPENDED.clear()
+    assert not lab01.check_prediction_stored("256", choices=lab01.BLOCK_CHOICES)
+    assert "reading" in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, predicted="256")
+    assert "you predicted '32' (the label stored first" in capsys.readouterr().out
+    ran._forget()
