@@ -5,6 +5,7 @@ solution."""
 from __future__ import annotations
 
 import re
+import types
 
 import pytest
 
@@ -215,3 +216,75 @@ def test_capstone_seqs_is_yours_after_a_pass_vramlabs_after_a_reveal_and_refused
     assert "ANSWER" in capsys.readouterr().out
     with pytest.raises(ValueError, match="run its check first"):
         lab04.capstone_seqs(lab04.check_seqs_design({"max_num_seqs": 8, "preemptions": 0}), None)
+
+
+def _capstone_reqs(shorter: int = 0):
+    from vramlab.serving.paged import Request
+
+    return [Request(i, p - shorter, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)]
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_the_public_scheduler_notes_the_burst_it_runs(k, capsys):
+    """Unseen review #16: ``Scheduler(10, 128, k, 4096, 1024, True).run(...)`` printed ``.preemptions`` for every k
+    and the check then passed. Every Scheduler notes the burst it steps through (run(), or add() and step() by
+    hand); the check's own runs of the burst note nothing."""
+    from vramlab.serving.paged import Scheduler, burst_was_run
+
+    right = {"max_num_seqs": 3, "preemptions": 1}
+    lab04._seqs_outcomes()                                       # the check's own runs
+    assert not burst_was_run(10, lab04.CAPSTONE_REQUESTS, 128)
+    Scheduler(10, 128, k, 4096, 1024, True).run(_capstone_reqs())
+    assert burst_was_run(10, lab04.CAPSTONE_REQUESTS, 128)
+    assert not lab04.check_seqs_design(right)
+    assert "a reading, not a prediction" in capsys.readouterr().out
+
+
+def test_a_scheduler_stepped_by_hand_notes_the_burst(capsys):
+    from vramlab.serving.paged import Scheduler
+
+    sched = Scheduler(10, 128, 8, 4096, 1024, True)
+    for r in _capstone_reqs():
+        sched.add(r)
+    while sched.waiting or sched.running or sched._pending:
+        sched.step()
+    assert not lab04.check_seqs_design({"max_num_seqs": 3, "preemptions": 1})
+    assert "a reading" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shorter", [1, 2, 10])
+def test_a_burst_that_takes_the_same_blocks_is_the_same_burst(shorter, capsys):
+    """Unseen review #16: each prompt one token shorter (249 and 59) gives the same answers, and the gate keyed on
+    the exact token counts let it through. The gate is keyed on the pool, the block size and each request's
+    blocks; a burst whose requests take other blocks, or another pool or block size, is not this burst."""
+    from vramlab.serving.paged import simulate
+
+    right = {"max_num_seqs": 3, "preemptions": 1}
+    simulate(10, _capstone_reqs(shorter), block_size=128, max_num_seqs=8)
+    assert not lab04.check_seqs_design(right)
+    assert "a reading" in capsys.readouterr().out
+
+
+def test_a_burst_on_other_blocks_is_not_this_burst(capsys):
+    from vramlab.serving.paged import Request, simulate
+
+    simulate(10, _capstone_reqs(), block_size=256)               # another block size: other blocks per request
+    simulate(10, [Request(i, min(p, 120), n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)],
+             block_size=128)                                     # 120-token prompts: one block each, not two
+    simulate(11, _capstone_reqs(), block_size=128)               # another pool
+    assert lab04.check_seqs_design({"max_num_seqs": 3, "preemptions": 1})
+
+
+@pytest.mark.parametrize("fake", [True, 1, "yes", types.SimpleNamespace(revealed=True, passed=True)])
+def test_capstone_seqs_opens_only_for_a_result_the_check_issued(fake, capsys):
+    """Unseen review #16: ``capstone_seqs(types.SimpleNamespace(revealed=True), None)`` returned 3 with no record
+    and no reveal. Only what check_seqs_design returned as passed or revealed opens it."""
+    from vramlab.checks._core import CheckResult
+
+    for result in (fake, CheckResult("max_num_seqs for the mixed burst", True, "", "", revealed=True)):
+        with pytest.raises(ValueError, match="run its check first"):
+            lab04.capstone_seqs(result, {"max_num_seqs": 3, "preemptions": 1})
+    failed = lab04.check_seqs_design({"max_num_seqs": 8, "preemptions": 0})
+    failed.passed = True
+    with pytest.raises(ValueError, match="run its check first"):
+        lab04.capstone_seqs(failed, {"max_num_seqs": 3, "preemptions": 1})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 
 import pytest
 import torch
@@ -226,8 +227,8 @@ def test_rank_plan_measures_live_and_never_tells_the_ranks(capstone, capsys):
     assert not check(mla.variance_plan(spectra, 3900))
     out = capsys.readouterr().out
     assert "measures clearly lower" in out and "178" not in out, out
-    ref = lab05.measured_ppl(model, window, covs, lab05._reference_ranks())
-    uniform = lab05.measured_ppl(model, window, covs, [130] * 30)
+    ref = lab05._measured_ppl(model, window, covs, lab05._reference_ranks())
+    uniform = lab05._measured_ppl(model, window, covs, [130] * 30)
     assert ref < 0.93 * uniform                              # the budget is worth spending unevenly
 
 
@@ -268,10 +269,10 @@ def test_the_prediction_is_graded_on_windows_the_plan_was_not_tuned_on(capstone,
     explored = capsys.readouterr().out
     result = lab05.heldout_prediction(18.0, lesson, model, windows, covs)
     out = capsys.readouterr().out
-    actual = lab05.measured_ppl(model, held, covs, lesson)
+    actual = lab05._measured_ppl(model, held, covs, lesson)
     assert result.passed and f"{actual:.2f}" in out and "windows 6-8" in out, out
     assert f"{actual:.2f}" not in explored
-    assert abs(actual - lab05.measured_ppl(model, window, covs, lesson)) > 1     # another number than window 1's
+    assert abs(actual - lab05._measured_ppl(model, window, covs, lesson)) > 1     # another number than window 1's
     assert actual < base                                                        # the plan's lead survives there
     for bad in (None, [131] * 30, [130] * 6):
         assert lab05.heldout_prediction(18.0, bad, model, windows, covs) is None
@@ -316,3 +317,105 @@ def test_no_markdown_under_the_capstones_check_holds_its_decision():
             assert not re.search(r"variance|evenly|178|reference plan", cell.source, re.I), cell.source
     predict = next(i for i, c in enumerate(nb.cells) if "predicted_plan_ppl, None" in c.source)
     assert predict < at                                  # the prediction is stored before the plan is measured
+
+
+# ------------------------------------------------------------------ unseen review #16: the held-out number is a reading
+LESSON_GROUPS = [130, 130, 130, 130, 178, 82]
+
+
+def _store(value, capsys):
+    from vramlab.checks import check_prediction
+    from vramlab.mla.heldout import HELDOUT_PREDICTION
+
+    result = check_prediction(value, None, HELDOUT_PREDICTION)
+    return result, capsys.readouterr().out
+
+
+def test_the_heldout_record_is_check_predictions_own_kind_and_the_notebooks_words():
+    import json
+    from pathlib import Path
+
+    from vramlab.checks import lab00
+    from vramlab.mla import heldout
+
+    assert heldout.MEASURED_KIND == lab00._REVEALED_KIND
+    cells = json.loads(Path(__file__).parents[1].joinpath("labs/05_mla_latent_cache.ipynb").read_text())["cells"]
+    assert any(f'"{heldout.HELDOUT_PREDICTION}"' in "".join(c["source"]) for c in cells)
+    assert not hasattr(lab05, "measured_ppl")          # the check's measuring helper is private now
+
+
+def test_only_a_run_on_the_heldout_windows_shares_them(windows, smollm2):
+    """Windows 1-5 (try_plan's window 1, Exercise 4's windows 1-2) and the calibration windows share no tokens with
+    windows 6-8; a slice, a copy, a shift by one token or 200 tokens of one of them do."""
+    from vramlab.data import token_windows
+    from vramlab.mla.heldout import shares_heldout
+
+    calibration = token_windows(smollm2[1], n_windows=4, length=512, offset=8 * 512)
+    assert not any(shares_heldout(windows[i:i + 1]) for i in range(5))
+    assert not shares_heldout(windows[:5]) and not shares_heldout(calibration)
+    for held in (windows[5:8], windows[5:8].clone(), windows[6], windows[5:8, 1:], windows[7:8, :200],
+                 windows[5:8].tolist()):
+        assert shares_heldout(held)
+    assert not shares_heldout(windows[6, :100]) and not shares_heldout("windows 6-8") and not shares_heldout(None)
+
+
+def test_a_learners_measurement_on_the_heldout_windows_makes_a_later_prediction_a_reading(capstone, windows,
+                                                                                           capsys):
+    """Unseen review #16: ``measured_ppl(model, heldout_windows(windows), covariances, plan_ranks)`` and
+    ``mla.measure_ranks(..., windows[5:8], ...)`` returned the number step 2 asks to predict, and a prediction stored
+    after it passed. Now such a run is the prediction's measurement: a prediction stored after it is refused
+    (counts=False), and the comparison after the check does not take a number stored after it either."""
+    from vramlab import mla
+
+    model, _, covs = capstone
+    lesson = mla.expand_groups(LESSON_GROUPS, 5)
+    read = mla.measure_ranks(model, lesson, windows[5:8], covs)["ppl"]
+    result, out = _store(round(read, 2), capsys)
+    assert not result.passed and "counted" not in result.details and "a reading" in out, out
+    compared = lab05.heldout_prediction(round(read, 2), lesson, model, windows, covs)
+    assert not compared.passed and "a reading" in capsys.readouterr().out
+
+
+def test_a_run_by_hand_inside_latent_ranks_counts_and_the_prediction_stored_before_still_does(capstone, windows,
+                                                                                               capsys):
+    from vramlab import mla
+    from vramlab.mla.conversion import windows_nll_and_ppl
+    from vramlab.mla.heldout import heldout_was_measured
+
+    model, _, covs = capstone
+    lesson = mla.expand_groups(LESSON_GROUPS, 5)
+    assert _store(17.0, capsys)[0].passed
+    with mla.latent_ranks(model, lesson, covs):
+        windows_nll_and_ppl(model, windows[6:7, 1:])          # one held-out window, shifted by a token
+    assert heldout_was_measured()
+    assert _store(17.0, capsys)[0].passed                       # Run All again: the same prediction
+    result, out = _store(15.0, capsys)
+    assert not result.passed and "counted" not in result.details and "17" in out, out
+    compared = lab05.heldout_prediction(15.0, lesson, model, windows, covs)
+    out = capsys.readouterr().out
+    assert compared.passed and "you predicted 17" in out, out
+
+
+def test_the_labs_own_cells_and_the_checks_runs_note_no_reading(capstone, windows, capsys):
+    """The yardstick before the prediction, try_plan on window 1, both checks and the cells after the prediction
+    (the comparison, the three plans side by side) are the lab's: a prediction stored after them still counts."""
+    from vramlab import mla
+    from vramlab.mla.heldout import heldout_was_measured
+
+    model, window, covs = capstone
+    lesson = mla.expand_groups(LESSON_GROUPS, 5)
+    lab05.heldout_baseline(model, windows, covs)
+    mla.measure_ranks(model, lesson, window, covs)               # try_plan
+    passed = lab05.check_rank_plan(lesson, model, window, covs)
+    lab05.after_capstone(passed, model, window, windows, covs)
+    assert passed and not heldout_was_measured()
+    assert _store(17.0, capsys)[0].passed
+
+
+@pytest.mark.parametrize("fake", [True, 1, "passed", types.SimpleNamespace(revealed=True, passed=True)])
+def test_after_capstone_opens_only_for_a_result_the_check_issued(fake, capsys):
+    from vramlab.checks._core import CheckResult
+
+    for result in (fake, CheckResult("capstone: latent ranks under a 480 MiB cache", True, "", "", revealed=True)):
+        lab05.after_capstone(result, None, None, None, None)
+        assert capsys.readouterr().out.strip() == lab05.AFTER_CAPSTONE_WAITS

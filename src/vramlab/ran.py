@@ -6,8 +6,9 @@ engine; lab 06: a replay of the learner's device map; lab 08: a dry run of the T
 design that passed before that run (Run All again). The runs and the passes are noted here, by
 kind, as hashable keys:
 
-- ``"burst"``: ``(num_blocks, ((prompt tokens, new tokens), ...))`` noted by ``vramlab.serving.paged.simulate``
-  and ``vramlab.serving.recorded.runs`` (read by ``paged.burst_was_run``);
+- ``"burst"``: ``(num_blocks, block size, ((prompt blocks, prompt + new tokens' blocks), ...))`` noted by every
+  ``vramlab.serving.paged.Scheduler`` that steps (``simulate`` included) and ``vramlab.serving.recorded.runs``
+  (read by ``paged.burst_was_run``);
 - ``"dry_run shape"``: ``(batch_size, seq_len, dtype name, compute capability, attn_implementation)`` noted by
   ``vramlab.vram.dryrun.dry_run`` (read by ``dryrun.shape_was_run`` and lab 08's check);
 - ``"replayed map"``: ``vramlab.dispatch.replay.design_key(trace, model, device_map)`` (the trace's shape and the

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from vramlab.mla import heldout
 from vramlab.mla.config import MLA_BLOCK_SIZE, _fail
 from vramlab.serving import kvcache
 
@@ -67,7 +68,9 @@ def latent_ranks(model, ranks: Sequence[int], input_covs: list[torch.Tensor] | N
     """Inside the block, every layer ``l`` of ``model`` (a Llama-style GQA model) computes K and V from its own
     rank-``ranks[l]`` latent (:class:`vramlab.mla.conversion.LatentKV`); afterwards the original ``k_proj`` and
     ``v_proj`` are back, also when the block raises. ``input_covs``: per-layer input covariances
-    (:func:`vramlab.mla.conversion.collect_input_covariance`) for the PCA subspace; None for the weight SVD."""
+    (:func:`vramlab.mla.conversion.collect_input_covariance`) for the PCA subspace; None for the weight SVD.
+    A forward on lab 05's held-out windows inside the block is noted as the capstone prediction's measurement
+    (:mod:`vramlab.mla.heldout`; not inside ``ran._unrecorded()``)."""
     from vramlab.mla.conversion import LatentKV, _Up, latent_kv_factors
 
     layers = model.model.layers
@@ -75,6 +78,8 @@ def latent_ranks(model, ranks: Sequence[int], input_covs: list[torch.Tensor] | N
     if input_covs is not None and len(input_covs) != len(layers):
         raise _fail("input_covs", f"must hold one covariance per layer ({len(layers)}; got {len(input_covs)})")
     saved = []
+    # a run on lab 05's held-out windows is the measurement of the capstone's prediction (vramlab.mla.heldout)
+    hook = model.register_forward_pre_hook(_note_heldout, with_kwargs=True) if heldout.recording() else None
     try:
         for i, layer in enumerate(layers):
             attn = layer.self_attn
@@ -86,6 +91,14 @@ def latent_ranks(model, ranks: Sequence[int], input_covs: list[torch.Tensor] | N
     finally:
         for attn, k_proj, v_proj in saved:
             attn.k_proj, attn.v_proj = k_proj, v_proj
+        if hook is not None:
+            hook.remove()
+
+
+def _note_heldout(module, args, kwargs) -> None:
+    """Forward pre-hook inside :func:`latent_ranks`: note a run on lab 05's held-out windows (returns None: the
+    inputs are left as they are)."""
+    heldout.note_if_heldout(args[0] if args else kwargs.get("input_ids"))
 
 
 def measure_ranks(model, ranks: Sequence[int], windows: torch.Tensor,
@@ -93,7 +106,8 @@ def measure_ranks(model, ranks: Sequence[int], windows: torch.Tensor,
     """Perplexity of ``model`` with the per-layer latent ranks ``ranks``, on ``windows [n, length]``.
 
     Returns ``{"ranks", "ppl", "window_nll" (summed NLL per window, nats), "bytes_per_token" (bf16),
-    "seconds"}``. The model is converted in place for the measurement and restored afterwards."""
+    "seconds"}``. The model is converted in place for the measurement and restored afterwards. A measurement on
+    lab 05's held-out windows (6-8) is noted as the capstone prediction's (:mod:`vramlab.mla.heldout`)."""
     from vramlab.mla.conversion import windows_nll_and_ppl
 
     start = time.perf_counter()
