@@ -176,6 +176,16 @@ def test_a_design_read_off_a_run_of_this_burst_is_refused_unless_it_passed_befor
     assert lab04.check_seqs_design(right)                                   # passed before the run: still passes
     assert not lab04.check_seqs_design({"max_num_seqs": 3, "preemptions": 2})
     assert "a reading" in capsys.readouterr().out
+    # review #17: the same burst with block_size=129 takes the same blocks per request, so it is the same reading;
+    # and the refusal counts no try
+    from vramlab.checks._core import tries
+
+    forget()
+    simulate(10, [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)], max_num_seqs=3,
+             block_size=129)
+    before = tries("max_num_seqs for the mixed burst")
+    assert not lab04.check_seqs_design(right)
+    assert "a reading" in capsys.readouterr().out and tries("max_num_seqs for the mixed burst") == before
 
 
 def test_the_engine_runs_count_as_runs_of_the_burst_live_or_replayed(capsys):

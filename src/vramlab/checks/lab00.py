@@ -265,7 +265,7 @@ SERVE_PROMPT_TOKENS = 1024
 SERVE_BUDGET_MIB = 2048
 SERVE_MAX_DIFFER = 0.01
 #: The four ways to run that job (label -> the dry run's settings and why the design wins or fails, for the
-#: answer and the instructor notes; a wrong try is never shown these, see :func:`_design_fails`). ``mode="generate"`` follows ``model.generate(max_new_tokens=1)`` of the installed
+#: answer and the instructor notes; a wrong try is never shown these: every wrong plan reads "not both right"). ``mode="generate"`` follows ``model.generate(max_new_tokens=1)`` of the installed
 #: transformers: the prefill keeps the logits of the last position only (``logits_to_keep=1``, transformers PR
 #: #31292, 4.45). No design wins on every axis: bfloat16 fits the most prompts, float32 matches the reference.
 _SERVE_DESIGNS = {
@@ -472,10 +472,8 @@ def explain_plan(result: Any) -> None:
           "position, generate() only the last one's.")
 
 
-#: A wrong design is told why it fails on the first wrong try only; later tries get "not it" and the next hint.
-DESIGN_REASON_TRIES = 1
-#: At most this many distinct wrong designs are judged, then only a reveal (the batch tries count toward
-#: CAPSTONE_MAX_WRONG as before): below the 3 wrong designs, so a loop over the labels cannot single out the right
+#: At most this many distinct designs are judged with a wrong plan; another design is refused unless the plan is right
+#: (the batch tries count toward CAPSTONE_MAX_WRONG as before): a loop over the labels cannot single out the right
 #: one (review #16: the cap of 12 wrong attempts never bit on 3 wrong designs).
 DESIGN_MAX_WRONG = 2
 _WRONG_DESIGN_KIND = "wrong serving design (lab 00)"
@@ -486,15 +484,6 @@ def _revealing() -> bool:
     from vramlab.checks._core import _REVEALING
 
     return _REVEALING.get() is not None
-
-
-def _design_fails(label: str) -> str:
-    """Why a wrong design fails, in words that hold for that design alone: no mechanism (a dtype's rounding, the
-    logits a forward keeps) that would also settle another design, and for a design that misses the bar not even
-    which requirement it misses (the two designs that miss it share a dtype; the review of issue 29)."""
-    if label in _SERVE_MISS_BAR:
-        return "this design does not meet both requirements: measure it against each one"
-    return "this design meets both requirements, but it serves fewer prompts per call than the design asked for"
 
 
 @exercise("lab00", None, _prediction_answer, prediction=True)
@@ -535,10 +524,11 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     ``predicted``: the plan in the prediction cell; the PASS line (or the revealed answer) compares the first plan
     stored with :func:`check_plan_prediction` before this check first ran, not this argument.
 
-    A wrong design is told, on its first wrong try only, whether it fails a requirement or serves fewer prompts
-    (:func:`_design_fails`: no mechanism, nothing that settles another design); a wrong batch of the right design
-    is told, on its first two tries only, whether it peaks over the budget or leaves room for more prompts (never
-    its peak); from the third wrong try on only "not it" and the next hint."""
+    Every wrong plan gets the same words, "not both right", whichever part is wrong; on the first two wrong tries it
+    adds where the batch stands against the named design's own budget limit (over, room for more, or the most it
+    fits: for any design, so it says nothing of the design; never the peak); from the third on only the next hint.
+    At most :data:`DESIGN_MAX_WRONG` designs are judged; another one is refused (counting no try) unless it is the
+    right plan (review #17a: messages and refusals that differed for the right design gave it away)."""
     from vramlab.checks._core import DIRECTION_TRIES, tries
 
     name = "serving plan"
@@ -553,28 +543,27 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
 
     judged = {key for key in ran.ran(_WRONG_DESIGN_KIND) if isinstance(key, str)}
     if (label not in judged and len(judged) >= DESIGN_MAX_WRONG and "check_serving_plan" not in ran.ran(OPENED_KIND)
-            and not _revealing()):
-        # refused before judging, the right design too: two wrong designs judged leave two of four open
-        return report(name, False, "a design the check still judges", f"{len(judged)} wrong designs judged already",
-                      "the check judges no more designs: measure each design on both requirements, or ask for the "
+            and not _revealing() and not (label == best and n == _serve_max_batch(label))):
+        # refused before judging: only the designs already tried are judged again (a plan that is right passes)
+        return report(name, False, "a design the check still judges", f"{len(judged)} designs tried already",
+                      "the check judges no other design: measure each design on both requirements, or ask for the "
                       "answer with check_serving_plan(..., reveal=True)", counts=False)
-    if label != best:
-        ran.note(_WRONG_DESIGN_KIND, label, lasting=True)
-        if tries(name) >= DESIGN_REASON_TRIES:
-            return report(name, False, what, f"design {label!r}, not it",
-                          hint="measure each design on both requirements, the reference bar and the budget")
-        return report(name, False, what, f"design {label!r}", hint=_design_fails(label))
     limit = _serve_max_batch(label)
-    if n == limit:
+    if label == best and n == limit:
         return report(name, True, what, f"design {label!r} with {n} prompts of {SERVE_PROMPT_TOKENS:,} tokens: "
                                          f"the dry run peaks at {_serve_peak_mib(label, n):,.1f} MiB, within "
                                          f"{SERVE_BUDGET_MIB:,} MiB; one more prompt would not fit"
                                          + _plan_against(predicted))
+    ran.note(_WRONG_DESIGN_KIND, label, lasting=True)
+    # Every wrong plan reads the same, whichever part is wrong (review #17a read the design off a batch message that
+    # only the right design got): "not both right", and on the first two tries where the batch stands against the
+    # named design's OWN budget limit, for any design (never its peak: two peaks give the line through them).
+    got = f"design {label!r} with batch {n}: not both right"
     if tries(name) >= DIRECTION_TRIES:
-        return report(name, False, what, f"design {label!r} with batch {n}, not it",
-                      hint="compute the dry run of your design yourself at the batches you are unsure of")
-    # over or under only: the dry run's peak of the learner's batch, with the line through two such peaks, would
-    # hand over the boundary (the review of issue 29)
-    side = "peaks over the budget" if n > limit else "fits, with room for more prompts"
-    return report(name, False, what, f"design {label!r} with batch {n}: {side}",
-                  hint="run the dry run of your design yourself at the batches you are unsure of")
+        return report(name, False, what, got, hint="measure each design on both requirements, the reference bar "
+                                                   "and the budget, and compute its dry run yourself")
+    side = ("peaks over the budget" if n > limit else "fits, with room for more prompts" if n < limit
+            else "is the most it fits within the budget")
+    return report(name, False, what, f"{got}; against this design's own budget, batch {n} {side} (this says "
+                                     "nothing of the design)",
+                  hint="measure each design on both requirements, the reference bar and the budget")

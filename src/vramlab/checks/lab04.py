@@ -341,7 +341,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a design made by hand before this burst runs",
                       "a design stored after the simulator or the engine ran this very burst here",
                       "that is a reading, not a prediction: trace the blocks by hand as the hints say, or ask for "
-                      "the answer with reveal=True")
+                      "the answer with reveal=True", counts=False)
     if design != (_best_seqs(), _seqs_outcomes()[len(CAPSTONE_REQUESTS)][0]):
         return report(name, False, "a max_num_seqs that finishes soonest without a preemption, and the preemptions "
                       "max_num_seqs=8 costs", f"max_num_seqs={design[0]}, preemptions={design[1]}: {WRONG_DESIGN}",

@@ -401,9 +401,9 @@ def check_l4_plan(plan: Any) -> CheckResult:
     own plan (GiB within 0.01 or 0.5% for the weights, bytes exactly, concurrency within 0.01), each wrong one its
     direction on the first two tries and a known mistake it matches; (2) the design: a wrong one is told the
     constraint it breaks (that design's alone) on the first two wrong designs, then only "not it"; (3) each rejected
-    entries, together with the design: how many of the five choices are wrong on the first two tries (never which:
-    a FAIL on the entries after the design confirmed the design, review #11b; naming the wrong entries confirmed the
-    others, review #10b), then only "not all right"."""
+    entries, together with the design: only "not all right", never how many or which (a FAIL on the entries after the
+    design confirmed the design, review #11b; naming the wrong entries confirmed the others, review #10b; a count of
+    the wrong choices confirmed the design in one try, review #17b)."""
     name = "serving plan (capstone)"
     what = "a design, its four numbers and the rejected designs"
     read = _read_plan(name, what, plan)
@@ -440,14 +440,13 @@ def check_l4_plan(plan: Any) -> CheckResult:
                                                      for v in values):
             wrong_parts += 1
     if wrong_parts:
-        if add_try(_design_key(name)) > DIRECTION_TRIES:     # a count on the first two tries, then "not all right"
-            return report(name, False, what, "the design and the rejected entries not all right", "")
-        total = len(read["rejected"]) + 1
-        return report(name, False, what, f"{wrong_parts} of the {total} choices not right (the design you chose, and "
-                                          "for each design you rejected its broken constraint and its own number; "
-                                          "which of them, this does not say)",
+        # no count: with every rejected entry made wrong on purpose, "4 of the 5" against "5 of the 5" confirmed the
+        # design in one try (review #17b); the same words whatever is wrong, and the hint tiers open by tries
+        first_two = add_try(_design_key(name)) <= DIRECTION_TRIES
+        return report(name, False, what, "the design and the rejected entries: not all right (which of them, this "
+                                         "does not say)",
                       "for every design, which constraint does its own number break? " + "; ".join(
-                          f"{k}: {REJECTED_NUMBER[k]}" for k in DESIGNS if k in REJECTED_NUMBER))
+                          f"{k}: {REJECTED_NUMBER[k]}" for k in DESIGNS if k in REJECTED_NUMBER) if first_two else "")
     reset_tries(_design_key(name))
     reset_tries(_rejected_key(name))
     return report(name, True, what, f"design {label!r}: weights {read['weights_gib']:g} GiB, "

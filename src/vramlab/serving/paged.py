@@ -513,9 +513,11 @@ BURST_KIND = "burst"
 
 
 def _burst_key(num_blocks: int | None, shapes, block_size: int) -> tuple:
-    """``(num_blocks, block_size, ((prompt blocks, prompt + new tokens' blocks), ...))``."""
+    """``(num_blocks, ((prompt blocks, prompt + new tokens' blocks), ...))``: the blocks decide the run, so the block
+    size itself is not part of the key (review #17 ran the capstone's burst with ``block_size=129``: the same blocks
+    per request, the same preemptions)."""
     bs = int(block_size)
-    return (num_blocks, bs, tuple((cdiv(int(p), bs), cdiv(int(p) + int(n), bs)) for p, n in shapes))
+    return (num_blocks, tuple((cdiv(int(p), bs), cdiv(int(p) + int(n), bs)) for p, n in shapes))
 
 
 def note_burst(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...],
