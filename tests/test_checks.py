@@ -244,14 +244,15 @@ _CAPTURED: dict = {}
 def _extra(name: str, model, tokenizer=None) -> tuple:
     if name == "check_fp16_weight_bytes":
         return (model,)
-    if name == "check_online_block":   # lab 01's capstone judges a captured activation (once per session)
-        if "down29" not in _CAPTURED:
+    if name == "check_online_block":   # lab 01's capstone judges two captured activations (once per session)
+        if "down28_29" not in _CAPTURED:
             from vramlab.data import token_windows
             from vramlab.quarot import outliers
 
-            _CAPTURED["down29"] = outliers.capture(model, token_windows(tokenizer, 1, 512)[0],
-                                                   layer=29, site="down_in")
-        return (_CAPTURED["down29"],)
+            window = token_windows(tokenizer, 1, 512)[0]
+            _CAPTURED["down28_29"] = {layer: outliers.capture(model, window, layer=layer, site="down_in")
+                                      for layer in (28, 29)}
+        return (_CAPTURED["down28_29"],)
     return PREDICTION_ARGS.get(name, ())
 
 
@@ -574,15 +575,14 @@ _UP = r"\btoo (?:low|small|few|little)\b|\broom for more\b|\bbigger\b|\blarger\b
 
 
 def _ordered_checks() -> dict:
-    from vramlab.checks import lab00, lab01, lab04
+    from vramlab.checks import lab00, lab04
 
     return {
         # lab 00's capstone: the batch of the design that wins, from 1 to the largest the check searches
         "check_serving_plan": (list(range(1, lab00.SERVE_MAX_BATCH + 1)),
                                lambda n: {"design": lab00._SERVE_BEST, "batch": n}, _DOWN, _UP),
-        # lab 01's capstone: the online transforms by cost; "meets the target" says a cheaper one may too
-        "check_online_block": (list(lab01.BLOCK_CHOICES), lambda label: label,
-                               _DOWN + r"|\bmeets the target\b", _UP + r"|\bmisses the target\b"),
+        # lab 01's capstone is a pair of labels (one per site), not one ordered label: its narrowing test, read in
+        # two dimensions, is tests/test_checks_lab01.py::test_no_sequence_of_wrong_pairs_narrows_the_design_below_four
         # lab 04's capstone: max_num_seqs from 1 to 8 (with the right preemption count, so only k is judged)
         "check_seqs_design": (list(range(1, len(lab04.CAPSTONE_REQUESTS) + 1)),
                               lambda k: {"max_num_seqs": k,
@@ -889,7 +889,7 @@ _ANSWER_WORDS = {"answer", "answers", "best", "cheapest", "correct", "expected",
 # The names the review found, and the others of their kind found with them: each stays private.
 _KNOWN_ANSWER_NAMES = {
     "lab00": ("SERVE_BEST", "SERVE_MISS_BAR", "SERVE_DESIGNS", "serve_max_batch", "serve_peak_mib", "greedy_differ"),
-    "lab01": ("block_errors", "cheapest_block", "PLACEMENT"),
+    "lab01": ("block_errors", "cheapest_block", "PLACEMENT", "design_errors", "design_error", "design_cost", "design_target"),
     "lab03": ("reference_fixes", "reference_bytes_per_token", "engine_startup", "service_startup", "capstone_designs",
               "EXACTLY_FULL_OPTIONS"),
     "lab04": ("resident_requests", "TRIAGE_LOGS", "PREEMPT_OPTIONS", "REASON_WORDS"),
