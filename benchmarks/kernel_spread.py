@@ -40,16 +40,12 @@ def rows_ppl(model, windows, rows=ROWS) -> dict[str, float]:
     FP32: the model as it is; W8A8: 8-bit weights (absmax scales, no clip search) and activations (clip 1.0),
     as tests/test_quant.py; W4A4KV4: Hadamard rotation seed 0, RTN weights with the MSE clip search,
     activations clip 0.9, KV clip 0.95, as the QuaRot table's settings; W4A4KV4-absmax: the same with absmax
-    weight scales (no clip search, whose float32 sums follow the kernel path even for a float64 model).
+    weight scales (no clip search).
     """
-    import torch
-
-    from vramlab import eval as _eval, numerics
+    from vramlab.eval import perplexity
     from vramlab.quarot import quant
     from vramlab.quarot.rotate import rotate_model
 
-    # float64: the loss in float64 too (numerics.perplexity); float32: the labs' eval.perplexity
-    perplexity = numerics.perplexity if next(model.parameters()).dtype == torch.float64 else _eval.perplexity
     res = {}
     if "FP32" in rows:
         res["FP32"] = perplexity(model, windows)
