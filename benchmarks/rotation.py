@@ -85,8 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="float64: the reproducible path (vramlab.numerics.reproducible: the model in float64 up to "
                         "each quantizer, about 1.5x the CPU time); float32: the fast path, whose 4-bit rows move by several "
-                        "percent between kernel paths (issue 26). Not yet reproducible on float64: the weight MSE "
-                        "clip search and GPTQ's Hessian still compute in float32 inside quant.py")
+                        "percent between kernel paths (issue 26); the weight MSE clip search and GPTQ follow the "
+                        "model's dtype (quant.py)")
     p.add_argument("--budget-min", type=float, default=0,
                    help="stop starting new phases after this many minutes (0 = no limit); skipped phases are listed")
     p.add_argument("--kv-clip", type=float, default=0.95)
