@@ -79,7 +79,7 @@ lab: setup
 	echo "make lab: $$share thread(s) per kernel (this machine's CPUs over LAB_KERNELS=$(LAB_KERNELS) kernels)" && \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$share} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-$$share} \
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-$$share} \
-	$(VENV)/bin/jupyter lab $(JUPYTER_ARGS) --port $(PORT) --ServerApp.root_dir="$(CURDIR)" labs/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(JUPYTER_ARGS) --port $(PORT) --ServerApp.root_dir="$(CURDIR)/labs" 00_start_here.ipynb
 
 test: setup
 	$(PY) -m pytest

@@ -238,14 +238,14 @@ QUOTED += [
                                     "back to libbitsandbytes_cpu when the CUDA binary is absent ('Could not find the "
                                     "bitsandbytes CUDA binary at %r'), then 'Could not load bitsandbytes native "
                                     "library: {e}' and 'CUDA Setup failed despite CUDA being available'"],
-     "text": """Could not find the bitsandbytes CUDA binary at PosixPath('/home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cuda124.so')
-Could not load bitsandbytes native library: /home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cpu.so: cannot open shared object file: No such file or directory
+     "text": """Could not find the bitsandbytes CUDA binary at PosixPath('/home/lee/code/bnb/bitsandbytes/libbitsandbytes_cuda124.so')
+Could not load bitsandbytes native library: /home/lee/code/bnb/bitsandbytes/libbitsandbytes_cpu.so: cannot open shared object file: No such file or directory
 Traceback (most recent call last):
-  File "/home/ana/src/bitsandbytes/bitsandbytes/cextension.py", line 85, in <module>
+  File "/home/lee/code/bnb/bitsandbytes/cextension.py", line 85, in <module>
     lib = get_native_library()
-  File "/home/ana/src/bitsandbytes/bitsandbytes/cextension.py", line 72, in get_native_library
+  File "/home/lee/code/bnb/bitsandbytes/cextension.py", line 72, in get_native_library
     dll = ct.cdll.LoadLibrary(str(binary_path))
-OSError: /home/ana/src/bitsandbytes/bitsandbytes/libbitsandbytes_cpu.so: cannot open shared object file: No such file or directory
+OSError: /home/lee/code/bnb/bitsandbytes/libbitsandbytes_cpu.so: cannot open shared object file: No such file or directory
 
 CUDA Setup failed despite CUDA being available. Please run the following command to get more information:
 

@@ -12,6 +12,7 @@ from vramlab.device import THREAD_ENV_VARS, thread_share
 # The suite, and every notebook kernel it starts (they inherit this environment), keeps them in memory only:
 # it never reads or writes a learner's file. The tests of that file set their own path.
 os.environ["VRAMLAB_TRIES_FILE"] = "off"
+os.environ["VRAMLAB_RAN_FILE"] = "off"       # vramlab.ran keeps its records in the process (never a learner's file)
 # The notebooks' engine cells (labs 03 and 04, run by nbval in kernels that inherit this environment) replay the
 # engine's recorded runs: tests/test_engine.py and tests/test_engine_grid.py start the real engine themselves, and CI
 # runs the two labs live in JupyterLab (tests/browser/run_labs.sh). About a minute of each worker (issue 26).

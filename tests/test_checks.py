@@ -132,15 +132,20 @@ def test_check_prediction_accepts_any_honest_number_and_says_how_far_off(capsys)
 
     assert check_prediction(260, 256.6, "weights in MiB", "MiB")
     assert capsys.readouterr().out == "PASS weights in MiB: you predicted 260 MiB; it is 256.6 MiB (within 5%: well predicted).\n"
-    assert check_prediction(1000, 256.6, "weights in MiB", "MiB")
+    assert check_prediction(1000, 256.6, "weights in GiB", "MiB")
     assert "(3.9x too high)" in capsys.readouterr().out
-    assert check_prediction(200, 256.6, "weights in MiB", "MiB")
+    assert check_prediction(200, 256.6, "weights in KiB", "MiB")
     assert "(22% too low)" in capsys.readouterr().out
+    assert check_prediction(260, 256.6, "weights in MiB", "MiB")          # the same cell again (Run All): fine
+    assert not check_prediction(250, 256.6, "weights in MiB", "MiB")      # another number after it ran: a reading
+    capsys.readouterr()
     assert not check_prediction("lots", 256.6, "weights in MiB", "MiB")
     assert "not a finite number" in capsys.readouterr().out
     assert not check_prediction(float("nan"), 256.6)
-    assert check_prediction(250, what="weights in MiB", unit="MiB")  # recorded now, revealed later
+    assert check_prediction(250, what="weights in bf16", unit="MiB")  # recorded now, revealed later
     assert "250 MiB stored; the real value comes later" in capsys.readouterr().out
+    refused = check_prediction(250, what="weights in MiB", unit="MiB")   # after this quantity's measurement ran
+    assert not refused and "the measurement ran before any prediction was stored" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong,hint", [
@@ -197,9 +202,9 @@ PREDICTION_ARGS = {
     "check_prediction_recorded": (),
     "check_conversion_prediction": (),
     "check_predicted_gpu_layers": (),
-    # lab 06's capstone prediction is recorded for a design: the predicted copy (GiB), prompts per call and map
-    # (the complete lesson's: 16 prompts per call, 8 decoder layers on GPU 0, embedding and lm_head on cpu)
-    "check_peak_prediction": (187.3, 16, {**{f"model.layers.{i}": 0 if i < 8 else "cpu" for i in range(32)},
+    # lab 06's capstone prediction (the copy, GiB) is recorded for a design: prompts per call and map (the complete
+    # lesson's: 16 prompts per call, 8 decoder layers on GPU 0, embedding and lm_head on cpu)
+    "check_peak_prediction": (16, {**{f"model.layers.{i}": 0 if i < 8 else "cpu" for i in range(32)},
                                           "model.embed_tokens": "cpu", "model.rotary_emb": 0, "model.norm": "cpu",
                                           "lm_head": "cpu"}),
     "check_4bit_prediction": (123456789.0,),
@@ -897,7 +902,7 @@ def test_answer_like_names_are_recognised():
         assert not _answer_like(name), name
 
 
-@pytest.mark.parametrize("lab", [f"lab{n:02d}" for n in range(9)])
+@pytest.mark.parametrize("lab", [f"lab{n:02d}" for n in range(10)])
 def test_no_check_module_exports_an_answer(lab):
     """No public name of a check module (no leading underscore, or listed in __all__) holds or computes an
     exercise's answer: none is spelled like one (_ANSWER_WORDS), and none of the names found by the review is
@@ -964,6 +969,18 @@ def test_a_cell_after_a_capstone_opens_only_for_that_checks_own_result():
     failed = lab02.check_kv4_bytes_per_token(5760)
     assert not _core.opened_by(failed, "check_kv4_bytes_per_token")
     assert _core.opened_by(lab02.check_kv4_bytes_per_token(5760, reveal=True), "check_kv4_bytes_per_token")
+    # reviews #9 and #9b: a failed result with passed set afterwards, or one built by hand with the check's name in its
+    # details, opened the cells; and check_x.exercise.answer() gave any answer with no reveal recorded
+    failed.passed = True
+    assert not _core.opened_by(failed, "check_kv4_bytes_per_token")
+    built = CheckResult("x", True, "", "", details={"check": "check_kv4_bytes_per_token"})
+    assert not _core.opened_by(built, "check_kv4_bytes_per_token")
+    from vramlab import checks
+
+    exported = [getattr(checks, n) for n in dir(checks) if n.startswith("check_")]
+    assert len(exported) > 40
+    for fn in exported:
+        assert not hasattr(fn, "exercise"), fn.__name__
 
 
 def test_a_prediction_is_the_one_stored_before_its_measurement(capsys):
@@ -986,3 +1003,56 @@ def test_a_prediction_is_the_one_stored_before_its_measurement(capsys):
     assert "you predicted 100 MiB (the one stored before the measurement; the cell now holds 390)" in out, out
     assert check_prediction(7, 8, "never stored first")              # no stored prediction: compared as given
     assert "you predicted 7; it is 8" in capsys.readouterr().out
+    # review #10b: the measurement ran with the prediction still None, then a value was stored and measured again
+    assert not check_prediction(None, 0.52, "skipped first")
+    refused = check_prediction(0.3, what="skipped first")
+    assert not refused and "the measurement ran before any prediction was stored" in capsys.readouterr().out
+    refused = check_prediction(0.52, 0.52, "skipped first")          # the measurement again: still a reading
+    assert not refused and "you predicted" not in capsys.readouterr().out
+
+
+def test_a_check_name_cannot_be_registered_twice_and_a_forged_pass_opens_nothing():
+    """Review #10b decorated its own function named check_l4_plan with the public `exercise` and opened lab 09's cells
+    with its forged pass: a registered name cannot be taken by another exercise, and only a check of vramlab.checks
+    marks its results as opening its cells."""
+    from vramlab.checks import _core
+    from vramlab.checks import lab09  # noqa: F401 - registers check_l4_plan
+
+    with pytest.raises(ValueError, match="already registered"):
+        @_core.exercise("labXX", 99, lambda **_: "")
+        def check_l4_plan(x):
+            return _core.report("forged", True, "", "ok")
+
+    @_core.exercise("labXX", 98, lambda **_: "")
+    def check_forged_elsewhere(x):
+        return _core.report("forged", True, "", "ok")
+
+    assert not _core.opened_by(check_forged_elsewhere(0), "check_forged_elsewhere")
+    _core.EXERCISES.pop("check_forged_elsewhere", None)
+
+
+CAPSTONES = {"check_serving_plan", "check_online_block", "check_mixed_plan", "check_three_engines", "check_seqs_design",
+             "check_rank_plan", "check_serving_map", "check_cheapest_design", "check_diagnosis", "check_t4_plan",
+             "check_l4_plan", "check_reduced_length"}
+
+
+def test_every_capstone_stops_judging_after_its_wrong_attempts(capsys):
+    """Review #12 reached PASS in four capstones with a loop over every design (59 to 651 calls): each capstone judges
+    at most CAPSTONE_MAX_WRONG counted wrong attempts, then only a reveal (the tries last across restarts)."""
+    from vramlab.checks import _core, lab09
+
+    assert {name for name, e in _core.EXERCISES.items() if e.max_wrong} == CAPSTONES
+    reset = _core.reset_tries
+    reset()
+    from vramlab import ran
+
+    ran.note(_core.OPENED_KIND, "check_l4_plan")         # Exercise 3 waits for Exercise 1
+    for length in range(1000, 1000 + 128 * _core.CAPSTONE_MAX_WRONG, 128):
+        assert not lab09.check_reduced_length(length)
+    capsys.readouterr()
+    right = 10496
+    refused = lab09.check_reduced_length(right)
+    assert not refused and "judges no more" in capsys.readouterr().out
+    assert lab09.check_reduced_length(right, reveal=True).revealed
+    assert lab09.check_reduced_length(right)                 # a reveal opens it again
+    reset()

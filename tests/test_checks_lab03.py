@@ -37,7 +37,21 @@ PREDICTED = {"chat": 52.0, "rag": 45.5, "summaries": 19.5}
 
 CALL = {name: getattr(lab03, name) for name in lab03.__all__}
 CALL["check_prediction"] = _prediction
-CALL["check_three_engines"] = lambda d: lab03.check_three_engines(d, PREDICTED)
+
+
+def _own(design) -> dict:
+    """The lines ``design``'s own engines will print (what a learner who did the arithmetic right predicts), or the
+    right design's lines for a malformed design: the check judges the predictions before the design (review #8)."""
+    from vramlab import ran
+
+    try:
+        with ran._unrecorded():
+            return {k: lab03._printed(lab03._service_startup(v).max_concurrency) for k, v in design.items()}
+    except Exception:  # noqa: BLE001 - a malformed design never reaches the predictions
+        return PREDICTED
+
+
+CALL["check_three_engines"] = lambda d: lab03.check_three_engines(d, _own(d))
 
 SOLUTIONS = {
     "check_prediction": 2,
@@ -236,7 +250,7 @@ def test_capstone_wrong_designs_get_a_reason_on_the_first_two_tries_only(capsys)
     wrong = [TRUSTS_THE_PRINTED_LINE, FP8_ON_THE_LONGEST, FP8_WHEREVER_ALLOWED, RAG_IN_3_GIB_BF16]
     outs = []
     for d in wrong:
-        assert not lab03.check_three_engines(d, PREDICTED)
+        assert not lab03.check_three_engines(d, _own(d))
         outs.append(capsys.readouterr().out)
     assert "fewer than 39" in outs[0] and "holds more summaries" in outs[1]
     assert not any(re.search(r"\b(38|12|34|17)\b", o.split("Hint", 1)[-1]) for o in outs), outs   # no count (review #8)
@@ -308,21 +322,30 @@ def test_a_design_planned_with_cpu_plan_is_refused_and_a_passed_one_still_passes
     assert not lab03.check_three_engines(DESIGN, PREDICTED)
     # so do vllm_memory.kv_cache_capacity (one call printed the concurrency) and an engine run of the design's
     # config (serving.recorded.runs notes each config it starts or replays, before it runs)
-    from vramlab.serving import recorded
-    from vramlab.serving.engine import EngineConfig
+    from vramlab.serving import recorded, vllm_memory
+    from vramlab.serving.engine import EngineConfig, load_run
     from vramlab.serving.vllm_memory import kv_cache_capacity
 
     ran._forget()
     kv_cache_capacity("smollm2-135m", 4 * 2**30, 3584, block_size=128)
     assert not lab03.check_three_engines(DESIGN, PREDICTED)
     ran._forget()
-    recorded._note_startup(EngineConfig(model="smollm2-135m", max_model_len=4096, kv_cache_space_gib=2,
+    vllm_memory.note_engine_startup(EngineConfig(model="smollm2-135m", max_model_len=4096, kv_cache_space_gib=2,
                                         kv_cache_dtype="fp8"))
     assert not lab03.check_three_engines(DESIGN, PREDICTED)
     ran._forget()
-    recorded._note_startup(EngineConfig(model="/no/such/folder", max_model_len=256, kv_cache_space_gib=1))
-    recorded._note_startup(EngineConfig(max_model_len=4096))             # no KV space set: nothing to plan
+    vllm_memory.note_engine_startup(EngineConfig(model="/no/such/folder", max_model_len=256, kv_cache_space_gib=1))
+    vllm_memory.note_engine_startup(EngineConfig(max_model_len=4096))             # no KV space set: nothing to plan
     assert not ran.ran("cpu plan")
+    # review #9 found the capstone's engines among the recordings that exist and read their logs: asking where a
+    # recording is, or loading one, notes its start-up too
+    chat = EngineConfig(model="smollm2-135m", max_model_len=3584, kv_cache_space_gib=4, kv_cache_dtype="auto")
+    recorded.recording_path(chat).is_file()
+    assert not lab03.check_three_engines(DESIGN, PREDICTED)
+    ran._forget()
+    path = next(p for p in recorded.RESULTS.glob("smollm2-135m-*.json"))
+    run = load_run(path)
+    assert ran.ran("cpu plan") or run.config.kv_cache_space_gib is None
 
 
 def test_exactly_full_why_is_read_for_the_mechanism_not_a_number(capsys):
@@ -410,3 +433,19 @@ def test_fixes_to_run_hand_out_vramlabs_fixes_only_after_a_pass_or_a_reveal():
     assert lab03.fixes_to_run(lab03.check_three_fixes(mine), mine) == (mine, reference)
     revealed = lab03.check_three_fixes(wrong, reveal=True)
     assert revealed.revealed and lab03.fixes_to_run(revealed, wrong) == (reference, reference)
+
+
+def test_capstone_wrong_predictions_say_nothing_of_the_design(capsys):
+    """Review #8 stored the right design with wrong lines and read "right design" off a FAIL under another name; the
+    lines are now judged first, against the stored design's own engines, for a right and a wrong design alike."""
+    from vramlab.checks._core import reset_tries
+
+    guess = {"chat": 50.0, "rag": 40.0, "summaries": 18.0}
+    outs = []
+    for d in (DESIGN, FP8_ON_THE_LONGEST, TRUSTS_THE_PRINTED_LINE):
+        reset_tries()
+        assert not lab03.check_three_engines(d, guess)
+        outs.append(capsys.readouterr().out)
+    for out in outs:
+        assert out.startswith("FAIL the printed concurrency") and "design is judged once" in out, out
+        assert "summaries at once" not in out and "another design" not in out, out

@@ -267,6 +267,9 @@ def test_t4_a_flash_or_old_release_number_is_named_without_the_decision(capsys):
     old = lab08._t4_reference("sdpa", torch_version="2.5").peak_bytes / 2**20
     assert not checks.check_t4_plan({**T4, "sdpa_mib": old})
     assert "torch 2.5" in capsys.readouterr().out
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()                  # a third wrong plan is told only "not it" (the next test)
     assert not checks.check_t4_plan({**T4, "eager_mib": T4["eager_mib"] * 2**20})
     assert "the plan wants MiB" in capsys.readouterr().out
 
@@ -310,7 +313,7 @@ def test_t4_a_plan_stored_after_a_dry_run_of_this_shape_is_refused_unless_it_pas
 
 
 def test_t4_why_is_checked_for_the_mechanism_not_a_number(capsys):
-    for why in ("it is lower", "6114 vs 5470 MiB", "eager uses less memory here"):
+    for why in ("it is lower", "6114 vs 5470 MiB", "eager uses less memory here", "I did the math and it is lower"):
         assert not checks.check_t4_plan({**T4, "why": why})
         out = capsys.readouterr().out
         assert "names the mechanism" in out and "math" not in out.split("Hint:")[1], out
@@ -417,3 +420,69 @@ def test_the_dryrun_command_refuses_the_capstones_telling_shapes(capsys):
         assert "lab 08's Exercise 5" in err and "MiB" not in err and err.count("\n") == 1, err
     assert cli.main(["dryrun", "smollm2-135m", "--batch", "1", "--seq", "64", "--json"]) == 0
     assert cli.main(["dryrun", "qwen3-0.6b", "--batch", "1", "--seq", "128", "--gpu", "T4", "--json"]) == 0
+
+
+def test_t4_which_peak_is_off_is_told_on_two_wrong_plans_only(capsys):
+    """Review #8: "sdpa off, eager ok" never stopped, so one peak could be scanned in 10% steps with the other
+    fixed until it read "ok". From the third wrong plan on, the check says only that the two are not both right."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    outs = []
+    for factor in (1.3, 1.5, 1.7, 1.9):
+        assert not checks.check_t4_plan({**T4, "sdpa_mib": T4["sdpa_mib"] * factor})
+        outs.append(capsys.readouterr().out)
+    assert "eager ok" in outs[0] and "eager ok" in outs[1]
+    for out in outs[2:]:
+        assert " ok" not in out and " off" not in out and "not both peaks" in out and "not it" in out, out
+    assert checks.check_t4_plan(T4)
+
+
+def test_t4_a_dry_run_in_a_child_process_of_the_notebook_is_seen(capsys, monkeypatch, tmp_path):
+    """Review #8 ran the capstone's dry run in a Python subprocess, which the kernel's record never saw. A child of
+    a notebook kernel writes to the same lasting record (vramlab.ran.records_file), so the plan is refused."""
+    import os
+    import subprocess
+    import sys
+
+    from vramlab import ran
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    child = ("from vramlab.vram.dryrun import dry_run; dry_run('smollm2-135m', batch_size=1, seq_len=4096, "
+             "dtype='bfloat16', gpu='T4')")
+    subprocess.run([sys.executable, "-c", child], env=dict(os.environ), check=True, timeout=300, capture_output=True)
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out
+    ran._forget()
+
+
+def test_t4_a_track_of_the_shape_is_a_reading_too(capsys):
+    """Review #9 read both peaks off the public ``vram.track`` on a meta model, which noted nothing: every tracing path
+    (dry_run, track, measure) notes its shape now."""
+    from vramlab.vram import random_model, track
+
+    m = random_model("smollm2-135m", attn_implementation="eager", device="meta", num_hidden_layers=1)
+    track(m, 1, 256, attn_implementation="eager", gpu="T4")
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out
+
+
+def test_t4_a_dry_run_with_the_math_kernel_forced_is_a_reading(capsys):
+    """Review #10 forced sdpa_kernel="math" on an A100 (the T4's kernel) at two lengths and fitted the sdpa peak."""
+    from vramlab.vram.dryrun import dry_run
+
+    dry_run("smollm2-135m", batch_size=1, seq_len=256, dtype="bfloat16", gpu="A100", sdpa_kernel="math")
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out
+
+
+def test_t4_a_dry_run_whose_chooser_picked_math_is_a_reading(capsys):
+    """Review #11: float32 sdpa on the default A100 runs the math path by the chooser's own rules (no flash for
+    float32, no efficient kernel for grouped-query heads), and one such run scaled by (4096/S)^2 passed."""
+    from vramlab.vram.dryrun import dry_run
+
+    trace = dry_run("smollm2-135m", batch_size=1, seq_len=256, dtype="float32", attn_implementation="sdpa")
+    assert trace.sdpa_kernel == "math"
+    assert not checks.check_t4_plan(T4)
+    assert "a reading, not a prediction" in capsys.readouterr().out

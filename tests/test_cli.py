@@ -32,9 +32,9 @@ def test_version_matches_pyproject():
 
 
 def test_selftest_subcommand_is_listed_and_refuses_an_unknown_lab():
-    proc = subprocess.run([sys.executable, "-m", "vramlab", "selftest", "--labs", "09"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "vramlab", "selftest", "--labs", "12"], capture_output=True,
                           text=True, timeout=120)
-    assert proc.returncode == 2 and "unknown lab '09': use 00-08" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "unknown lab '12': use 00-09" in proc.stdout, proc.stdout + proc.stderr
     helptext = subprocess.run([sys.executable, "-m", "vramlab", "--help"], capture_output=True, text=True,
                               timeout=120).stdout
     assert "selftest" in helptext

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from vramlab.configs import load_config  # noqa: E402
 from vramlab.serving.kvcache import kv_cache_bytes, num_parameters  # noqa: E402
 from vramlab.vram.allocator import round_size  # noqa: E402
-from vramlab.vram.dryrun import (MemoryTrace, choose_sdpa_kernel, compare, cublas_workspace_bytes,  # noqa: E402
+from vramlab.vram.dryrun import (MemoryTrace, _choose_sdpa_kernel, compare, cublas_workspace_bytes,  # noqa: E402
                                  dry_run, track)
 
 MiB = 1 << 20
@@ -106,21 +106,21 @@ def test_eager_holds_the_scores_sdpa_does_not():
 
 
 def test_kernel_choice_follows_the_gpu_and_the_release():
-    assert choose_sdpa_kernel("A100", "bfloat16", 64, False, True) == "flash"
+    assert _choose_sdpa_kernel("A100", "bfloat16", 64, False, True) == "flash"
     # cuDNN first on sm_90 / sm_100 from torch 2.11 with cuDNN newer than 9.15
-    assert choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.13") == "cudnn"
-    assert choose_sdpa_kernel("B200", "bfloat16", 128, False, True, torch_version="2.11") == "cudnn"
-    assert choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.10") == "flash"
-    assert choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.13",
+    assert _choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.13") == "cudnn"
+    assert _choose_sdpa_kernel("B200", "bfloat16", 128, False, True, torch_version="2.11") == "cudnn"
+    assert _choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.10") == "flash"
+    assert _choose_sdpa_kernel("H100", "float16", 128, False, False, torch_version="2.13",
                               cudnn_version="9.10") == "flash"
-    assert choose_sdpa_kernel("L4", "bfloat16", 128, False, False, torch_version="2.13") == "flash"
-    assert choose_sdpa_kernel("T4", "float16", 64, False, False) == "efficient"   # flash needs sm_80
-    assert choose_sdpa_kernel("A100", "float32", 64, False, False) == "efficient"  # flash needs 16-bit
-    assert choose_sdpa_kernel("T4", "bfloat16", 64, False, False) == "math"
-    assert choose_sdpa_kernel("A100", "bfloat16", 64, True, False) == "efficient"  # a mask rules out flash
+    assert _choose_sdpa_kernel("L4", "bfloat16", 128, False, False, torch_version="2.13") == "flash"
+    assert _choose_sdpa_kernel("T4", "float16", 64, False, False) == "efficient"   # flash needs sm_80
+    assert _choose_sdpa_kernel("A100", "float32", 64, False, False) == "efficient"  # flash needs 16-bit
+    assert _choose_sdpa_kernel("T4", "bfloat16", 64, False, False) == "math"
+    assert _choose_sdpa_kernel("A100", "bfloat16", 64, True, False) == "efficient"  # a mask rules out flash
     # memory-efficient with grouped-query heads: math up to torch 2.13, efficient from 2.14 (pytorch#191085)
-    assert choose_sdpa_kernel("T4", "float16", 64, False, True, torch_version="2.13") == "math"
-    assert choose_sdpa_kernel("T4", "float16", 64, False, True, torch_version="2.14") == "efficient"
+    assert _choose_sdpa_kernel("T4", "float16", 64, False, True, torch_version="2.13") == "math"
+    assert _choose_sdpa_kernel("T4", "float16", 64, False, True, torch_version="2.14") == "efficient"
     # on a T4 in bf16 the math path materialises the scores: its peak is higher than the A100's
     t4 = dry_run("smollm2-135m", 1, 4096, gpu="T4")
     a100 = dry_run("smollm2-135m", 1, 4096, gpu="A100")

@@ -434,6 +434,11 @@ ANSWERS_AFTER_THEIR_EXERCISE = [
     ("07_bitsandbytes.ipynb", r"nearly matches float32|NF4 is \d{1,3}% worse|a third of\s{1,3}the bytes|"
      r"LLM\.int8\(\) \(W8, A8\+16\)|18\.69|14\.91", r"^#+\s*Exercise 2\b"),
     ("08_watch_vram.ipynb", r"6,114|5,470|T4\s{1,9}sdpa", r"^#+\s*Exercise 5\b"),
+    # the course capstone: its plan's numbers and each design's verdict (plan_debrief, after a pass or a reveal),
+    # and the reduced run's length and printed pool
+    ("09_course_capstone.ipynb", r"8\.88|4\.44|14\.96|65,536|no bitsandbytes method|\+27%|over PCIe per step",
+     r"^#+\s*Exercise 1\b"),
+    ("09_course_capstone.ipynb", r"10,496|93,184", r"^#+\s*Exercise 3\b"),
 ]
 
 

@@ -180,6 +180,12 @@ def test_after_capstone_prints_the_search_only_after_a_pass_or_a_reveal():
         lab02.after_capstone(not_the_capstones, None, print_line=lines.append)
         assert lines == [lab02.AFTER_CAPSTONE_WAITS]
     lines.clear()
-    lab02.after_capstone(CheckResult(lab02._CAPSTONE, True, "", "", details={"check": "check_mixed_plan"}), None,
-                         print_line=lines.append)
+    built = CheckResult(lab02._CAPSTONE, True, "", "", details={"check": "check_mixed_plan"})
+    lab02.after_capstone(built, None, print_line=lines.append)       # built by hand: not the check's own (review #9)
+    assert lines == [lab02.AFTER_CAPSTONE_WAITS]
+    lines.clear()
+    from vramlab.checks._core import _mark_opened
+
+    _mark_opened(built, "check_mixed_plan")                           # what the check does to its own pass
+    lab02.after_capstone(built, None, print_line=lines.append)
     assert str(best["eight_bit_layers"]) in lines[0] and "(pass mark" in lines[0]

@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="also write an offline plotly heatmap here")
     p.set_defaults(func=_progress)
     p = sub.add_parser("selftest", help="a quick run of every lab on this machine, one PASS/FAIL line each")
-    p.add_argument("--labs", nargs="+", default=None, metavar="NN", help="only these labs (00-07; default all)")
+    p.add_argument("--labs", nargs="+", default=None, metavar="NN", help="only these labs (00-09; default all)")
     p.set_defaults(func=_selftest)
     p = sub.add_parser("workshop", help="serve the labs to a room of learners with JupyterHub")
     ws = p.add_subparsers(dest="workshop_command", required=True)

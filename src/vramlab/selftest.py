@@ -207,12 +207,23 @@ def lab08(shared: _Shared) -> str:
     return f"an OOM message read; dry run of SmolLM2 (1 x {TOKENS} tokens, bf16): peak {peak:,.1f} MiB, computed"
 
 
+def lab09(shared: _Shared) -> str:
+    from vramlab.serving import vllm_memory
+
+    bf16 = vllm_memory.plan("llama-3.1-8b", gpu="L4", max_model_len=8192)
+    fp8 = vllm_memory.plan("llama-3.1-8b", gpu="L4", max_model_len=8192, kv_cache_dtype="fp8")
+    ratio = fp8.max_concurrency / bf16.max_concurrency
+    _expect(abs(ratio - 2) < 0.01, f"an fp8 cache held {ratio:.2f}x the conversations of a bf16 one, not 2x")
+    return "vLLM's start-up budget planned for Llama-3.1-8B on an L4 (bf16 and fp8 caches), computed"
+
+
 # The unit tests behind each lab's step (named in the fix sentence).
 TESTS = {"lab00": ["tests/test_models.py", "tests/test_footprint.py"], "lab01": ["tests/test_rotate.py"],
          "lab02": ["tests/test_quant.py"], "lab03": ["tests/test_checks_lab03.py", "tests/test_vllm_memory.py"],
          "lab04": ["tests/test_checks_lab04.py", "tests/test_paged.py"],
          "lab05": ["tests/test_mla.py"], "lab06": ["tests/test_dispatch.py"], "lab07": ["tests/test_bnb_quant.py"],
-         "lab08": ["tests/test_vram_parse.py", "tests/test_dryrun.py"]}
+         "lab08": ["tests/test_vram_parse.py", "tests/test_dryrun.py"],
+         "lab09": ["tests/test_checks_lab09.py", "tests/test_vllm_memory.py"]}
 
 LABS: dict[str, tuple[str, Callable[[_Shared], str]]] = {
     "lab00": ("start here", lab00),
@@ -224,6 +235,7 @@ LABS: dict[str, tuple[str, Callable[[_Shared], str]]] = {
     "lab06": ("accelerate dispatch", lab06),
     "lab07": ("bitsandbytes", lab07),
     "lab08": ("watch VRAM", lab08),
+    "lab09": ("course capstone", lab09),
 }
 
 
@@ -277,7 +289,7 @@ def normalise(lab: str) -> str:
     text = text[3:] if text.startswith("lab") else text
     key = f"lab{int(text):02d}" if text.isdigit() else text
     if key not in LABS:
-        raise ValueError(f"unknown lab {lab!r}: use 00-08 (e.g. `vramlab selftest --labs 00 03`).")
+        raise ValueError(f"unknown lab {lab!r}: use 00-09 (e.g. `vramlab selftest --labs 00 03`).")
     return key
 
 

@@ -13,6 +13,7 @@ export SMOKE_OUT=${SMOKE_OUT:-$PWD/.ci/artifacts/browser}
 # Wrong tries stay in each kernel's memory (a fresh learner's first session), not in this machine's
 # <vramlab cache>/check_tries.json, which a second run would otherwise inherit (vramlab.checks._core).
 export VRAMLAB_TRIES_FILE=${VRAMLAB_TRIES_FILE:-off}
+export VRAMLAB_RAN_FILE=${VRAMLAB_RAN_FILE:-off}
 mkdir -p "$SMOKE_OUT"
 if [ "$#" -gt 0 ]; then notebooks=("$@"); else notebooks=(labs/*.ipynb); fi
 

@@ -1,9 +1,11 @@
 """A bitsandbytes design for SmolLM2: one ``BitsAndBytesConfig`` chosen by a learner, measured live.
 
 A design is a small dict (:data:`DESIGN_KEYS`): ``bits`` (8 or 4), ``quant_type``, ``double_quant``,
-``compute_dtype`` and ``skip`` (transformers' ``llm_int8_skip_modules``). :func:`measure_design` loads
+``compute_dtype`` and ``skip`` (transformers' ``llm_int8_skip_modules``). :func:`_measure_design` loads
 SmolLM2 in bfloat16, as it is served on a GPU, with that config on the CPU (bitsandbytes 0.46.0+ runs
-``Linear8bitLt`` / ``Linear4bit`` there) and measures its bytes on the device and its perplexity.
+``Linear8bitLt`` / ``Linear4bit`` there) and measures its bytes on the device and its perplexity. It is private:
+lab 07's capstone check measures a design only with the learner's prediction of its bytes (review #9 measured any
+design with the public function, no prediction and no record).
 
 Facts it rests on (transformers 5.25, bitsandbytes 0.50.2):
 - a ``skip`` list *replaces* transformers' default list of modules not to convert (``["lm_head"]``, from
@@ -89,7 +91,7 @@ def design_config(design):
     return BitsAndBytesConfig(**kwargs)
 
 
-def measure_design(design, windows) -> dict:
+def _measure_design(design, windows) -> dict:
     """Load SmolLM2 in bfloat16 with the design's ``BitsAndBytesConfig`` on the CPU and measure it:
     ``bytes`` (``get_memory_footprint()`` plus :func:`quant_state_bytes`, the bytes on the device),
     ``footprint_bytes``, ``quant_state_bytes``, ``ppl`` (exp of the mean NLL over ``windows``, LongTensor
@@ -125,5 +127,4 @@ def measure_design(design, windows) -> dict:
     return out
 
 
-__all__ = ["DESIGN_KEYS", "DESIGN_DTYPES", "DESIGN_WINDOWS", "normalize_design", "design_key", "design_config",
-           "measure_design"]
+__all__ = ["DESIGN_KEYS", "DESIGN_DTYPES", "DESIGN_WINDOWS", "normalize_design", "design_key", "design_config"]

@@ -248,6 +248,11 @@ print("VRAMLAB_PREDICT=" + json.dumps(out))
 """
 
 
+#: ``vramlab.ran``: the CUDA versions :func:`predict_binaries` was asked about (lab 07's binary prediction is refused
+#: after its own version was asked: review #10).
+ASKED_KIND = "binaries asked"
+
+
 def predict_binaries(cuda_versions, env: dict | None = None, timeout: float = 120) -> dict[str, str]:
     """The binary the installed bitsandbytes picks for each PyTorch CUDA version (``"12.9"`` ->
     ``"libbitsandbytes_cuda128.so"``), asked of bitsandbytes itself (0.50.0+ ``cextension.py``
@@ -259,6 +264,9 @@ def predict_binaries(cuda_versions, env: dict | None = None, timeout: float = 12
     for v in versions:
         if not re.fullmatch(r"\d{1,2}\.\d{1,2}", v):
             raise ValueError(f"cuda_versions: {v!r} is not a CUDA version like '12.8'; pass 'MAJOR.MINOR' strings.")
+    from vramlab import ran
+
+    ran.note_many(ASKED_KIND, versions, lasting=True)     # lab 07's capstone predicts one of these by hand
     proc = subprocess.run([sys.executable, "-c", _PREDICT, *versions], env=child_env(env), capture_output=True,
                           text=True, timeout=timeout)
     for line in proc.stdout.splitlines():

@@ -770,9 +770,8 @@ def explain_log(text) -> Finding:
         raise TypeError(f"explain_log(text): text must be the log as a str, got {type(text).__name__}.")
     text, skipped = bounded(text)   # a 50 MB paste is read at its start and end (vramlab.logtext)
     text = clean_lines(text)        # colour codes, HTML escapes, worker/CI/docker prefixes
-    ran.note(EXPLAINED_KIND, _cleaned_key(text))
-    for line in text.splitlines():
-        ran.note(EXPLAINED_LINE_KIND, _cleaned_key(line))
+    ran.note(EXPLAINED_KIND, _cleaned_key(text), lasting=True)
+    ran.note_many(EXPLAINED_LINE_KIND, {k for k in map(_line_key, text.splitlines()) if k}, lasting=True)
     found = None
     for rule in _RULES:
         try:
@@ -786,6 +785,9 @@ def explain_log(text) -> Finding:
         found = _finding("other", "warning", "no known bitsandbytes setup failure in this text", snippet)
     if skipped:
         found.detail += f" ({skipped_note(skipped)})"
+    import time
+
+    ran.note(EXPLAINED_LABEL_KIND, (found.label, time.time_ns()), lasting=True)   # lab 07 reads what was named when
     return found
 
 
@@ -793,6 +795,7 @@ def explain_log(text) -> Finding:
 #: stored after the tool read that very log (review #3 passed it in one call of explain_log).
 EXPLAINED_KIND = "explained log"
 EXPLAINED_LINE_KIND = "explained log line"      # each line of it: a part of a log read on its own counts too
+EXPLAINED_LABEL_KIND = "explained label"          # (label, time in ns) of each reading: lab 07 refuses after its own
 
 
 def _cleaned_key(cleaned: str) -> str:
@@ -801,13 +804,23 @@ def _cleaned_key(cleaned: str) -> str:
     return hashlib.sha256(cleaned.strip().encode("utf-8", "replace")).hexdigest()[:16]
 
 
+_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
+
+
+def _line_key(line: str) -> str | None:
+    """A line's key with case, spacing and punctuation left out (None for a line of none of them): review #12
+    appended " ." to every line of lab 07's log and explain_log's reading was no longer recognised."""
+    kept = _NOT_ALNUM.sub("", line.lower())
+    return _cleaned_key(kept) if kept else None
+
+
 def was_explained(text: str, lines: Iterable[str] = ()) -> bool:
     """Whether :func:`explain_log` read ``text`` (the same log after cleaning) in this process, outside
     ``vramlab.ran._unrecorded()``, or any of ``lines`` (each cleaned) as part of whatever it read."""
     if _cleaned_key(clean_lines(bounded(text)[0])) in ran.ran(EXPLAINED_KIND):
         return True
     read = ran.ran(EXPLAINED_LINE_KIND)
-    return any(_cleaned_key(clean_lines(line)) in read for line in lines)
+    return any(key in read for key in map(_line_key, map(clean_lines, lines)) if key)
 
 
 # --------------------------------------------------------------------------- the corpus

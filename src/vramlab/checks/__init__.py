@@ -17,3 +17,4 @@ from vramlab.checks.lab08 import *  # noqa: F401,F403
 from vramlab.checks.lab06 import *  # noqa: F401,F403
 from vramlab.checks.lab07 import *  # noqa: F401,F403
 from vramlab.checks.lab05 import *  # noqa: F401,F403
+from vramlab.checks.lab09 import *  # noqa: F401,F403

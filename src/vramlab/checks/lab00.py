@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from vramlab import ran
-from vramlab.checks._core import CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, read_number, report
+from vramlab.checks._core import CAPSTONE_MAX_WRONG, CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, read_number, report
 
 __all__ = ["check_fp16_weight_bytes", "check_forward_peak_mib", "check_prediction", "check_plan_prediction",
            "check_serving_plan"]
@@ -113,6 +113,8 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
         raise TypeError(f"actual must be the measured number to compare with (or None), got {actual!r}.")
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
+        if actual is not None:   # the measurement ran with no prediction stored: a later one is a reading (review #10b)
+            ran.note(_REVEALED_KIND, what)
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
                       value=predicted, untouched_hint="not done yet: write your guess (a number) in place of None, then run "
                                                       "this cell again; any honest guess passes")
@@ -122,14 +124,24 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
                       hint="store a plain number, e.g. 250 (in " + (unit or "the unit asked for") + ")")
     recorded = _recorded_prediction(what)
     if actual is None:
-        if what in ran.ran(_REVEALED_KIND) and recorded is not None and value != recorded:
+        if what in ran.ran(_REVEALED_KIND) and recorded != value:
             return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
-                          "stored after the measurement ran in this kernel", f"that is a reading: the prediction "
-                          f"that counts is the one stored before, {fmt_number(recorded, 4)}{unit_s}", counts=False)
+                          "stored after the measurement ran in this kernel",
+                          (f"that is a reading: the prediction that counts is the one stored before, "
+                           f"{fmt_number(recorded, 4)}{unit_s}") if recorded is not None else
+                          "that is a reading: the measurement ran before any prediction was stored", counts=False)
         ran.note(_PREDICTION_KIND, (what, next(_ORDER), value))
         return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
+    if recorded is None and what in ran.ran(_REVEALED_KIND) and (what, value) not in ran.ran(_MEASURED_WITH_KIND):
+        # the measurement ran before with no prediction stored (review #11b): another number now is a reading (the
+        # same number as then, a Run All again, is fine)
+        return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
+                      "written after the measurement ran with no prediction stored",
+                      "that is a reading: the measurement ran before any prediction was stored", counts=False)
     ran.note(_REVEALED_KIND, what)
+    if recorded is None:
+        ran.note(_MEASURED_WITH_KIND, (what, value))
     changed = ""
     if recorded is not None and recorded != value:   # review #7: edited after the measurement, then measured again
         changed = f" (the one stored before the measurement; the cell now holds {fmt_number(value, 4)})"
@@ -155,6 +167,7 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
 # measurement and ran the measurement cell again, which then compared the edited number.
 _PREDICTION_KIND = "stored prediction"
 _REVEALED_KIND = "prediction measured"
+_MEASURED_WITH_KIND = "prediction measured as given"   # (what, value) compared with no stored prediction
 _ORDER = itertools.count()
 
 
@@ -444,7 +457,7 @@ def check_plan_prediction(predicted: Any) -> CheckResult:
                                   "plan once that passes")
 
 
-@exercise("lab00", 3, _serve_answer)
+@exercise("lab00", 3, _serve_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     """Capstone: ``plan = {"design": one of "A".."D", "batch": int}``, the design of :data:`_SERVE_DESIGNS` that
     meets the reference bar (:data:`SERVE_MAX_DIFFER`) and serves the most prompts of 1,024 tokens per call within

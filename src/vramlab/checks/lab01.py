@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import (DIRECTION_TRIES, CheckResult, as_float, call_learner, check_choice, exercise,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, CheckResult, as_float, call_learner, check_choice, exercise,
                                   fmt_number, read_number, report, tries)
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
@@ -507,7 +507,7 @@ def _block_answer(X=None, predicted=None, **_) -> str:
             + _prediction_against(predicted, errors, best))
 
 
-@exercise("lab01", 6, _block_answer, choices=BLOCK_CHOICES)
+@exercise("lab01", 6, _block_answer, choices=BLOCK_CHOICES, max_wrong=CAPSTONE_MAX_WRONG)
 def check_online_block(block, X=None, predicted=None) -> CheckResult:
     """Capstone: the cheapest online transform for layer 29's down_proj input (``block``: one of
     :data:`BLOCK_CHOICES`) whose per-token INT4 error over the window is within :data:`BLOCK_TARGET` of the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramlab.checks._core import (opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
                                   is_untouched as is_untouched_value)
 from vramlab.checks.lab01 import prediction_report
 
@@ -338,7 +338,7 @@ def capstone_scorer():
 _CAPSTONE = "capstone: 8-bit layers under 66 MiB"
 
 
-@exercise("lab02", 4, _mixed_plan_answer)
+@exercise("lab02", 4, _mixed_plan_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_mixed_plan(plan, scorer=None) -> CheckResult:
     """Capstone: ``{"eight_bit_layers": [layer indices], "kv_bits": 4 | 8}`` for the Hadamard-rotated SmolLM2
     (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from vramlab import ran
-from vramlab.checks._core import CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, malformed_reason, report
+from vramlab.checks._core import CAPSTONE_MAX_WRONG, CheckResult, as_float, check_choice, check_choice_and_reason, direction, NOT_DONE, exercise, fmt_number, is_untouched, malformed_reason, report
 from vramlab.checks.lab00 import check_prediction  # one predict-then-reveal check for every lab
 from vramlab.vram.oom_message import VERDICTS, parse_oom_message
 
@@ -309,7 +309,7 @@ def _burst_already_run() -> bool:
     return burst_was_run(BURST["num_blocks"], CAPSTONE_REQUESTS)
 
 
-@exercise("lab04", 5, _seqs_answer)
+@exercise("lab04", 5, _seqs_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_seqs_design(got: Any) -> CheckResult:
     """Capstone: ``{"max_num_seqs": k, "preemptions": p}``: the ``max_num_seqs`` that finishes the capstone's burst
     in the fewest steps without a preemption, and the preemptions you predict for ``max_num_seqs=8``, both by hand.
@@ -343,7 +343,7 @@ def check_seqs_design(got: Any) -> CheckResult:
         return report(name, False, "a max_num_seqs that finishes soonest without a preemption, and the preemptions "
                       "max_num_seqs=8 costs", f"max_num_seqs={design[0]}, preemptions={design[1]}: {WRONG_DESIGN}",
                       "trace the blocks again, step by step: once for the value you chose, once for 8")
-    ran.note(_PASSED_KIND, design)
+    ran.note(_PASSED_KIND, design, lasting=True)
     return report(name, True, "", f"max_num_seqs={int(k)} runs the burst without a preemption, and your "
                                   f"{int(p)} preemption(s) at 8 is the count; the next cell runs both")
 

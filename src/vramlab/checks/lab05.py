@@ -11,7 +11,7 @@ import functools
 import math
 from typing import Any
 
-from vramlab.checks._core import opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
+from vramlab.checks._core import CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report
 from vramlab.serving.kvcache import kv_bytes_per_token, mla_expanded_kv_bytes_per_token
 
 __all__ = ["check_mla_gqa_heads", "check_latent_per_layer_ratio", "check_v2_lite_expansion",
@@ -506,7 +506,7 @@ def check_plan_budget(plan_ranks: Any) -> CheckResult:
                                   "its perplexity is measured after your prediction")
 
 
-@exercise("lab05", 5, _rank_plan_answer)
+@exercise("lab05", 5, _rank_plan_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_rank_plan(plan_ranks: Any, model=None, window=None, covariances=None) -> CheckResult:
     """Capstone: 30 latent ranks (one per layer of the converted SmolLM2) whose paged bf16 cache for 16 users x
     4,000 tokens fits 480 MiB exactly (whole 64-token blocks), and whose perplexity on the capstone's window,

@@ -13,8 +13,9 @@ from typing import Any
 
 from vramlab import ran
 from vramlab.vram.allocator import MiB, simulate
-from vramlab.checks._core import (opened_by, CheckResult, as_float, check_choice, direction, exercise, fmt_number, is_untouched,
-                                  malformed_reason, report)
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, add_try, as_float, check_choice, direction,
+                                  exercise, fmt_number, is_untouched, keyed_dict_problem, malformed_reason, report,
+                                  reset_tries, tries)
 from vramlab.vram import parse_oom_message
 
 __all__ = ["check_oom_numbers", "check_reserved_prediction", "check_cap_oom_reason", "check_peak_terms",
@@ -267,20 +268,12 @@ def check_peak_terms(predicted: Any, trace: Any = None) -> CheckResult:
     name = "the prefill peak, term by term"
     want = _peak_terms(trace)
     kind = "the four terms of the prefill peak, in bytes"
-    if not isinstance(predicted, dict):
-        return report(name, False, f"a dict with keys {', '.join(PEAK_KEYS)}", fmt_number(predicted),
-                      "fill in the dict in the exercise cell", value=predicted)
-    if set(predicted) <= set(PEAK_KEYS) and all(is_untouched(predicted.get(k)) for k in predicted):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None with a number of bytes, then run this "
-                                     "cell again")
-    unknown = [str(k) for k in predicted if k not in PEAK_KEYS]
-    missing = [k for k in PEAK_KEYS if k not in predicted]
-    if unknown or missing:
-        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
-                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(PEAK_KEYS)}", what,
-                      "use exactly these key names (attention memory belongs under activations)")
+    form = keyed_dict_problem(name, predicted, PEAK_KEYS, expected=f"a dict with keys {', '.join(PEAK_KEYS)}",
+                              untouched_hint="not done yet: replace each None with a number of bytes, then run this "
+                                             "cell again",
+                              keys_hint="use exactly these key names (attention memory belongs under activations)")
+    if form is not None:
+        return form
     values = {}
     for key in PEAK_KEYS:
         v = as_float(predicted[key])
@@ -309,8 +302,10 @@ T4_KEYS = ("sdpa_mib", "eager_mib", "choice", "why")
 #: pass are always in the right order, and the choice can be judged on the learner's own numbers.
 T4_TOL = 0.05
 #: Words of the mechanism a "why" must name: the T4 runs sdpa's math path, upcast to float32 (torch 2.5+).
-_T4_REASON_WORDS = ("math", "float32", "fp32", "32-bit", "upcast", "full precision", "no fused", "no flash",
-                   "not flash", "without flash", "no memory-efficient")
+_T4_REASON_WORDS = ("math path", "math kernel", "math backend", "math sdpa", "math attention", "math implementation",
+                   "math fallback", "float32", "fp32", "32-bit", "upcast", "full precision", "no fused", "no flash",
+                   "not flash", "without flash", "no memory-efficient", "falls back", "fallback")
+# A bare "math" is not a mechanism: review #9 passed with "I did the math and it is lower".
 # Plans that passed before this shape was dry-run here (vramlab.ran, this kind): re-running the cell after the
 # comparison still passes.
 _PASSED_KIND = "passed check_t4_plan"
@@ -364,6 +359,9 @@ def _t4_hint(impl: str, value: float, want: float, name: str) -> str:
             "implementation, with their shapes and dtypes")
 
 
+#: Wrong plans told which peak is off (and its direction); later wrong plans are told only "not it".
+T4_MARKED_TRIES = 2
+
 #: A dry run this close to the capstone's sequence length (relative) reads its answer off, at any batch (peaks are
 #: linear in it), dtype or GPU (eager's peak barely depends on the GPU): review #3 read it off 4 x 4,095 on a T4.
 T4_NEAR_SEQ = 0.25
@@ -372,27 +370,28 @@ T4_NEAR_SEQ = 0.25
 def _shape_already_run() -> bool:
     """Whether this kernel dry-ran what hands over the capstone's peaks (``vramlab.ran``): a sequence length within
     :data:`T4_NEAR_SEQ` of the capstone's, at any batch, dtype or GPU; or any run on a GPU without the fused kernels
-    (compute capability below 8.0, as the T4's 7.5) or with eager attention on any GPU (its peak barely depends on
-    the GPU). One such point and the B x S^2 scaling of the score matrix give the peak: review #7 passed with one
+    (compute capability below 8.0, as the T4's 7.5), with eager attention on any GPU (its peak barely depends on
+    the GPU), or with the math kernel forced (``sdpa_kernel="math"``: the T4's kernel on any GPU, review #10). One such point and the B x S^2 scaling of the score matrix give the peak: review #7 passed with one
     1 x 2,048 sdpa run on a T4 and one eager run on an A100 (each alone under the old two-runs rule), reviews
     before fitted two points on a T4 and three eager runs on an A100. The lab's own dry run (sdpa, the default A100)
     is none of these."""
     from vramlab.vram.dryrun import SHAPE_KIND
 
-    runs = ran.ran(SHAPE_KIND)           # (batch, seq, dtype, compute capability, attn_implementation) per run
-    return any(_gives_the_t4_peaks(seq, cap, impl) for _b, seq, _d, cap, impl in runs)
+    runs = ran.ran(SHAPE_KIND)   # (batch, seq, dtype, compute capability, attn_implementation, forced kernel) per run
+    return any(_gives_the_t4_peaks(seq, cap, impl, *forced) for _b, seq, _d, cap, impl, *forced in runs)
 
 
-def _gives_the_t4_peaks(seq_len: int, capability: tuple[int, int], attn_implementation: str) -> bool:
+def _gives_the_t4_peaks(seq_len: int, capability: tuple[int, int], attn_implementation: str,
+                        sdpa_kernel: str = "") -> bool:
     """Whether a dry run of SmolLM2 at ``seq_len`` tokens on a GPU of ``capability`` with ``attn_implementation``
     hands over Exercise 5's peaks (see :func:`_shape_already_run`). ``vramlab dryrun`` asks it too: a command runs
     in its own process, where this kernel's record cannot see it (review #8 read both peaks off the command line)."""
     want = T4_SETUP["seq_len"]
     return (abs(int(seq_len) - want) <= T4_NEAR_SEQ * want or tuple(capability) < (8, 0)
-            or attn_implementation == "eager")
+            or attn_implementation == "eager" or sdpa_kernel == "math")   # review #10 forced math on an A100
 
 
-@exercise("lab08", 5, _t4_answer)
+@exercise("lab08", 5, _t4_answer, max_wrong=CAPSTONE_MAX_WRONG)
 def check_t4_plan(plan: Any) -> CheckResult:
     """``plan``: ``{"sdpa_mib": MiB, "eager_mib": MiB, "choice": "sdpa" or "eager", "why": "<one sentence>"}``: the
     prefill peak of ``memory_allocated`` you predict for :data:`T4_SETUP` with each ``attn_implementation``, the one
@@ -405,32 +404,24 @@ def check_t4_plan(plan: Any) -> CheckResult:
     bf16) in this kernel is refused as a reading (a plan that passed before that still passes)."""
     name = "a T4 plan (capstone)"
     kind = "two peaks in MiB, a choice and why"
-    if not isinstance(plan, dict):
-        return report(name, False, f"a dict with keys {', '.join(T4_KEYS)}", fmt_number(plan),
-                      "fill in the dict in the exercise cell", value=plan)
-    if set(plan) <= set(T4_KEYS) and all(is_untouched(plan.get(k)) for k in plan):
-        return report(name, False, "", "a dict of None", value=None,
-                      untouched_hint="not done yet: replace each None (two numbers of MiB, one name, one "
-                                     "sentence), then run this cell again")
-    unknown = [str(k) for k in plan if k not in T4_KEYS]
-    missing = [k for k in T4_KEYS if k not in plan]
-    if unknown or missing:
-        what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
-                                     f"unknown {', '.join(unknown)}" if unknown else "") if x)
-        return report(name, False, f"keys {', '.join(T4_KEYS)}", what, "use exactly these key names")
+    form = keyed_dict_problem(name, plan, T4_KEYS, expected=f"a dict with keys {', '.join(T4_KEYS)}",
+                              untouched_hint="not done yet: replace each None (two numbers of MiB, one name, one "
+                                             "sentence), then run this cell again")
+    if form is not None:
+        return form
     values = {}
     for impl in T4_IMPLEMENTATIONS:
         key = f"{impl}_mib"
         v = as_float(plan[key])
         if v is None or math.isnan(v) or math.isinf(v) or v <= 0:
             return report(name, False, f"{key} as a positive number of MiB", f"{key}={fmt_number(plan[key])}",
-                          "write a number of MiB (an int or a float), not a string or None")
+                          "write a number of MiB (an int or a float), not a string or None", counts=False)
         values[impl] = v
     choice = str(plan["choice"]).strip().strip("'\"").lower() if isinstance(plan["choice"], str) else None
     if choice not in T4_IMPLEMENTATIONS:
         return report(name, False, "choice as one of the two attn_implementation names",
                       f"choice={fmt_number(plan['choice'])}", "write the name you would pass to from_pretrained, "
-                      "as a string")
+                      "as a string", counts=False)
     malformed = malformed_reason(name, plan["why"], 'plan["why"]')   # a matter of form: not a wrong try
     if malformed is not None:
         return malformed
@@ -441,13 +432,21 @@ def check_t4_plan(plan: Any) -> CheckResult:
     key = (round(values["sdpa"], 3), round(values["eager"], 3), choice)
     if _shape_already_run() and key not in ran.ran(_PASSED_KIND):
         return report(name, False, "a plan predicted before any dry run of this shape",
-                      "a plan stored after a dry run in this kernel that gives its peaks (about 4,096 tokens, eager "
+                      "a plan stored after a dry run that gives its peaks (about 4,096 tokens, eager "
                       "attention, or a GPU without fused attention)",
                       "that is a reading, not a prediction: predict from the config and the kernels as the hints "
-                      "say, or ask for the answer with reveal=True")
+                      "say, or ask for the answer with reveal=True", counts=False)
     want = _t4_peaks_mib()
     wrong = [impl for impl in T4_IMPLEMENTATIONS if abs(values[impl] - want[impl]) > T4_TOL * want[impl]]
     if wrong:
+        # Which peak is off is told on the first two wrong plans only: a marker that never stops lets a learner scan
+        # one peak in 10% steps with the other fixed until it reads "ok" (review #8).
+        peaks_tried = f"{name}: peaks"
+        first_two = tries(peaks_tried) < T4_MARKED_TRIES
+        add_try(peaks_tried)
+        if not first_two:
+            return report(name, False, kind, "not both peaks within 5% (the choice is judged once both are right)",
+                          "not it: list the tensors alive at each implementation's worst op, as the hints say")
         got = ", ".join(f"{impl} {'ok' if impl not in wrong else 'off'}" for impl in T4_IMPLEMENTATIONS)
         return report(name, False, kind, got + " (the choice is judged once both peaks are right)",
                       "; ".join(_t4_hint(impl, values[impl], want[impl], name) for impl in wrong))
@@ -459,7 +458,8 @@ def check_t4_plan(plan: Any) -> CheckResult:
         return report(name, False, "a why that names the mechanism", repr(why)[:80],
                       "not the numbers: say what the attention of the other implementation does on this GPU that "
                       "costs it more")
-    ran.note(_PASSED_KIND, key)
+    reset_tries(f"{name}: peaks")
+    ran.note(_PASSED_KIND, key, lasting=True)
     return report(name, True, kind, f"sdpa {values['sdpa']:,.0f} MiB, eager {values['eager']:,.0f} MiB "
                                     f"(dry run {want['sdpa']:,.0f} and {want['eager']:,.0f}): {choice}")
 

@@ -163,7 +163,7 @@ def replay(trace, config_or_model: Any, device_map: Mapping[str, Any]) -> MapRep
     events = getattr(trace, "events", None)
     if not isinstance(events, list) or not events:
         raise ValueError("`trace` must be a MemoryTrace from vramlab.vram.dry_run (it has no events).")
-    ran.note(REPLAYED_KIND, design_key(trace, model, dmap))
+    ran.note(REPLAYED_KIND, design_key(trace, model, dmap), lasting=True)
     # generate(max_new_tokens=n) runs n forwards (the prefill gives the first token); a forward trace runs one
     forwards = max(int(trace.new_tokens), 1) if getattr(trace, "mode", "forward") == "generate" else 1
     # the class name the module tracker puts in front of every path

@@ -613,6 +613,9 @@ def load_run(path: str | os.PathLike) -> EngineRun:
     if fingerprint != code_fingerprint():
         run.where = f"{run.where} (recorded with other code: {fingerprint})"
     run.diagnosis = _diagnose(run.log, run.error) if not run.ok else None
+    from vramlab.serving.vllm_memory import note_engine_startup   # a recording read is a reading of its lines
+
+    note_engine_startup(run.config)
     return run
 
 

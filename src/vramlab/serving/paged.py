@@ -510,7 +510,7 @@ def _burst_key(num_blocks: int | None, shapes) -> tuple[int | None, tuple[tuple[
 def note_burst(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> None:
     """Remember that a burst of ``shapes`` (``(prompt tokens, new tokens)`` per request, in arrival order) ran on a
     pool of ``num_blocks`` blocks in this process (in :mod:`vramlab.ran`)."""
-    ran.note(BURST_KIND, _burst_key(num_blocks, shapes))
+    ran.note(BURST_KIND, _burst_key(num_blocks, shapes), lasting=True)
 
 
 def burst_was_run(num_blocks: int | None, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> bool:

@@ -665,7 +665,7 @@ def kv_cache_capacity(config: Any, available_bytes: int | float | str, max_model
     concurrency = num_blocks / cdiv(max_model_len, block_size)
     # the same pool as cpu_plan's for these numbers: lab 03's capstone reads it (review #7 of cap03: one call of
     # this function printed the capstone's concurrency)
-    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, available, block_size, override))
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, available, block_size, override), lasting=True)
     return {"num_blocks": num_blocks, "kv_cache_tokens": num_blocks * block_size, "max_concurrency": concurrency,
             "logged_tokens": int(concurrency * max_model_len)}
 
@@ -949,6 +949,10 @@ def plan(config: Any, gpu: str | GPU | int = "H100 80GB", gpu_memory_utilization
         num_blocks = max(available, 0) // page // shape.layers if override is None else override
     else:
         num_blocks = 0
+    # the same pool as cpu_plan's for these numbers: a plan with a zero overhead budget is one (review #12 read lab 03's
+    # capstone lines off plan(..., gpu=3 GiB, gpu_memory_utilization=1.0, every overhead 0))
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(page * shape.layers, max_model_len, max(available, 0), block_size, override),
+             lasting=True)
     tipped = ""
     if not chk.ok and backend.workspace_bytes and not startup:
         without = _kv_check(cfg, max_model_len, max(available + backend.workspace_bytes, 0), block_size,
@@ -1044,10 +1048,27 @@ CPU_PLAN_KIND = "cpu plan"
 def cpu_startup_key(block_bytes: int, max_model_len: int, kv_cache_bytes: int, block_size: int = CPU_BLOCK_SIZE,
                     num_gpu_blocks_override: int | None = None) -> tuple:
     """One CPU start-up, normalised: ``(bytes of one block of all layers, blocks one request of max_model_len
-    needs, KV bytes, override)``. Any model, dtype spelling (``fp8``, ``fp8_e4m3``) or length with the same blocks
-    prints the same start-up lines, so it has the same key."""
-    return (int(block_bytes), cdiv(int(max_model_len), int(block_size)), int(kv_cache_bytes),
+    needs, blocks in the pool, override)``. Any model, dtype spelling (``fp8``, ``fp8_e4m3``), length or pool bytes
+    with the same blocks prints the same start-up lines, so it has the same key (review #13 asked for one byte more
+    than the capstone's pool and read its line)."""
+    blocks = int(kv_cache_bytes) // int(block_bytes) if int(block_bytes) > 0 else 0
+    return (int(block_bytes), cdiv(int(max_model_len), int(block_size)), blocks,
             None if num_gpu_blocks_override is None else int(num_gpu_blocks_override))
+
+
+def note_engine_startup(config: Any) -> None:
+    """Note the start-up of ``config`` (a ``vramlab.serving.engine.EngineConfig``) in ``vramlab.ran`` as
+    :func:`cpu_plan` does, so a capstone that refuses a design after its engines were planned also refuses one after
+    they ran, replayed, or had their recording looked up (``serving.recorded``, ``engine.load_run``; lab 03). A config
+    that :func:`cpu_plan` cannot plan (no pool size or length, a model folder, an unknown architecture) notes nothing."""
+    space, length = getattr(config, "kv_cache_space_gib", None), getattr(config, "max_model_len", None)
+    if space is None or length is None:      # the engine sizes such a pool from the machine: nothing to note
+        return
+    try:
+        cpu_plan(config.model, length, space, getattr(config, "kv_cache_dtype", "auto") or "auto",
+                 getattr(config, "num_gpu_blocks_override", None))
+    except (ValueError, TypeError, KeyError, OSError):   # not plannable: only a note, the run reports its own errors
+        pass
 
 
 def cpu_startup_was_planned(key: tuple) -> bool:
@@ -1089,7 +1110,7 @@ def cpu_plan(config: Any, max_model_len: int, kv_cache_space: int | str = 4, kv_
     override = _override(num_gpu_blocks_override)
     per_block = kv_block_bytes(cfg, block_size, kv_cache_dtype)
     chk = _kv_check(cfg, max_model_len, kv_bytes, block_size, kv_cache_dtype, 1, "pinned", True, override)
-    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, kv_bytes, block_size, override))
+    ran.note(CPU_PLAN_KIND, cpu_startup_key(per_block, max_model_len, kv_bytes, block_size, override), lasting=True)
     return CPUPlan(shape.name, max_model_len, kv_cache_dtype, kv_bytes, block_size, per_block, override, chk,
                    kv_bytes // per_block)
 
@@ -1175,7 +1196,7 @@ def fixes(config: Any, gpu: str | GPU | int = "H100 80GB", max_utilization: floa
 
 
 __all__ = [
-    "PINNED", "GPU", "GPUS", "get_gpu", "format_gib", "batch_defaults", "AttentionBackend", "ATTENTION_BACKENDS",
+    "note_engine_startup", "PINNED", "GPU", "GPUS", "get_gpu", "format_gib", "batch_defaults", "AttentionBackend", "ATTENTION_BACKENDS",
     "get_attention_backend", "check_kv_cache_dtype", "page_size_bytes", "needed_bytes", "estimate_max_model_len",
     "KVCheck", "vllm_error_message", "free_memory_message", "check_kv_cache", "Plan", "plan",
     "estimate_activation_bytes", "kv_cache_capacity", "Fix", "fixes", "DEFAULT_BLOCK_SIZE", "DEFAULT_UTILIZATION",

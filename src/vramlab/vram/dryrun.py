@@ -28,7 +28,7 @@ unmodelled term (:attr:`MemoryTrace.cuda_context_bytes`, ``None`` unless measure
 Kernel fidelity. On the meta device ``aten.scaled_dot_product_attention`` is one op that only
 makes its output, whatever kernel a GPU would run. During the dry run :func:`_gpu_sdpa` replaces
 ``F.scaled_dot_product_attention`` with what the GPU's kernel allocates, by PyTorch release
-(:mod:`vramlab.vram.kernels`: :func:`~vramlab.vram.kernels.choose_sdpa_kernel` from the ``gpu``, dtype,
+(:mod:`vramlab.vram.kernels`: :func:`~vramlab.vram.kernels._choose_sdpa_kernel` from the ``gpu``, dtype,
 head size, mask, GQA, torch and cuDNN releases): cuDNN and memory-efficient, their output; flash, its
 output plus the float32 ``logsumexp`` (``batch x heads x L``); math (e.g. a T4 in bf16), the op-by-op
 allocations of ``_scaled_dot_product_attention_math`` of that release
@@ -64,7 +64,7 @@ from vramlab import ran
 from vramlab.vram.allocator import K_SMALL_SIZE, round_size, simulate
 from vramlab.vram.blocks import block_bytes
 from vramlab.vram.generation import generate_loop, legacy_buffers, transformers_release
-from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
+from vramlab.vram.kernels import (DEFAULT_GPU, GPUS, _choose_sdpa_kernel, cublas_workspace_bytes, fused_sdpa,
                                   gpu_capability, math_sdpa, torch_release)
 
 MiB = 1 << 20
@@ -346,7 +346,7 @@ def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list, torch_version=None, cud
              enable_gqa=False, **kw):
         gqa = bool(enable_gqa) and key.shape[-3] != query.shape[-3]
         if query.device.type != "meta":
-            kernel = choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
+            kernel = _choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
                                         torch_version=release, cudnn_version=cudnn_version)
             chosen.append(kernel)
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
@@ -359,7 +359,7 @@ def _gpu_sdpa(gpu: str | None, dtype: str, chosen: list, torch_version=None, cud
             value = value[:, :, None].expand(value.shape[0], value.shape[1], n, *value.shape[2:]).reshape(
                 value.shape[0], query.shape[-3], *value.shape[2:])
             gqa = enable_gqa = False
-        kernel = force_kernel or choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
+        kernel = force_kernel or _choose_sdpa_kernel(gpu, dtype, int(query.shape[-1]), attn_mask is not None, gqa,
                                                     torch_version=release, cudnn_version=cudnn_version)
         chosen.append(kernel)
         if kernel == "math":
@@ -583,6 +583,11 @@ def _trace(model: Any, batch_size: int, seq_len: int, new_tokens: int, dtype: st
             gc.enable()
     _count_whole_blocks(rec.events)
     kernels = sorted(set(chosen))
+    # Every tracing path (dry_run, track, measure) notes its shape and the kernel that ran, forced or chosen: review #9
+    # read the T4 peaks off track(), review #10 forced the math kernel, review #11 let float32 on an A100 choose it.
+    kernel = str(sdpa_kernel) if sdpa_kernel else ("math" if "math" in kernels else "")
+    ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
+                          str(attn_implementation), kernel), lasting=True)
     return MemoryTrace(model=name, batch_size=batch_size, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype,
                        attn_implementation=attn_implementation, gpu=gpu or DEFAULT_GPU,
                        sdpa_kernel=", ".join(kernels) if kernels else None, events=rec.events,
@@ -658,14 +663,9 @@ def dry_run(model: Any, batch_size: int, seq_len: int, *, new_tokens: int = 0, d
     of the cache (:mod:`vramlab.vram.generation`); ``new_tokens`` forwards in all (the prefill gives the first
     token). ``allow_longer``: run past ``max_position_embeddings`` (a rotary model runs on, as a benchmark
     of 2,048 + 100 tokens on pythia did); by default that is refused. Bad input raises ``ValueError`` with
-    one sentence naming the field; nothing is written anywhere. ``sdpa_kernel``: force that kernel (as
+    one sentence naming the field; nothing is written but the shape, to ``vramlab.ran``'s record. ``sdpa_kernel``: force that kernel (as
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` does on a GPU) instead of choosing it.
     """
-    try:
-        ran.note(SHAPE_KIND, (int(batch_size), int(seq_len), _dtype_name(dtype), gpu_capability(gpu),
-                              str(attn_implementation)))
-    except (TypeError, ValueError, OverflowError):   # bad input: _trace names the field
-        pass
     return _trace(model, batch_size, seq_len, new_tokens, dtype, attn_implementation, gpu, static_cache,
                   workspace=True, torch_version=torch_version, cudnn_version=cudnn_version,
                   reduced_precision=bool(allow_fp16_bf16_reduction_math_sdp), mode=mode,
@@ -829,5 +829,5 @@ def trace_figure(trace: MemoryTrace, upto: int | None = None, title: str | None 
     return fig
 
 
-__all__ = ["dry_run", "shape_was_run", "track", "measure", "compare", "MemoryTrace", "choose_sdpa_kernel", "cublas_workspace_bytes",
+__all__ = ["dry_run", "shape_was_run", "track", "measure", "compare", "MemoryTrace", "cublas_workspace_bytes",
            "trace_figure", "random_model", "GPUS", "CATEGORIES"]

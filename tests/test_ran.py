@@ -1,0 +1,98 @@
+"""vramlab.ran: one registry of what the learner ran; the lasting kinds survive a restart and reach child processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+from vramlab import ran
+
+
+def test_in_process_only_when_off(monkeypatch, tmp_path):
+    monkeypatch.setenv(ran.RAN_ENV, "off")
+    assert ran.records_file() is None
+    ran.note("k", (1, 2), lasting=True)
+    assert (1, 2) in ran.ran("k")
+    ran._forget()
+    assert not ran.ran("k")
+
+
+def test_unset_means_a_named_notebook_kernel_only(monkeypatch, tmp_path):
+    monkeypatch.delenv(ran.RAN_ENV, raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert ran.records_file() is None                      # a script or nbclient: the process only
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/08_watch_vram.ipynb")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert ran.records_file() == tmp_path / "vramlab" / ran.RAN_FILE_NAME
+
+
+def test_lasting_records_reach_a_restarted_kernel_and_a_child_process(monkeypatch, tmp_path):
+    """Review #8 ran the capstone's dry run in a child process, which the kernel's registry never saw; a restart
+    cleared every record. A lasting note is read back by a fresh process, and a child's note by the parent."""
+    path = tmp_path / "ran.jsonl"
+    monkeypatch.setenv(ran.RAN_ENV, str(path))
+    ran._forget()
+    ran.note("dry_run shape", (4, 4096, "bfloat16", (7, 5), "eager"), lasting=True)
+    ran.note("stored prediction", ("peak", 0, 1.5))                    # an order counted in this kernel: not lasting
+    assert json.loads(path.read_text().splitlines()[0])["kind"] == "dry_run shape"
+    child = ("from vramlab import ran; print(sorted(ran.ran('dry_run shape')), sorted(ran.ran('stored prediction'))); "
+             "ran.note('dry_run shape', (1, 2048, 'bfloat16', (7, 5), 'sdpa'), lasting=True)")
+    out = subprocess.run([sys.executable, "-c", child], env={**os.environ, ran.RAN_ENV: str(path)},
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "[(4, 4096, 'bfloat16', (7, 5), 'eager')] []"
+    ran._RAN.clear()                                                    # a restarted kernel
+    assert ran.ran("dry_run shape") == {(4, 4096, "bfloat16", (7, 5), "eager"), (1, 2048, "bfloat16", (7, 5), "sdpa")}
+    ran._forget()
+    assert not path.exists() and not ran.ran("dry_run shape")
+
+
+def test_inside_unrecorded_nothing_is_written_and_odd_keys_stay_in_the_process(monkeypatch, tmp_path):
+    path = tmp_path / "ran.jsonl"
+    monkeypatch.setenv(ran.RAN_ENV, str(path))
+    ran._forget()
+    with ran._unrecorded():
+        ran.note("burst", (7, ((1, 2),)), lasting=True)
+    assert not path.exists() and not ran.ran("burst")
+
+    class Odd:
+        pass
+
+    odd = Odd()
+    ran.note("odd", odd, lasting=True)                 # no literal repr: kept in the process, not written
+    assert odd in ran.ran("odd") and not path.exists()
+    path.write_text("not json\n{\"kind\": \"burst\", \"key\": \"__import__('os')\"}\n")   # junk and code: skipped
+    assert not ran.ran("burst")
+    ran._forget()
+
+
+def test_many_lines_are_one_write_and_the_file_stays_bounded(monkeypatch, tmp_path):
+    path = tmp_path / "ran.jsonl"
+    monkeypatch.setenv(ran.RAN_ENV, str(path))
+    monkeypatch.setattr(ran, "_MAX_BYTES", 20_000)
+    ran._forget()
+    ran.note_many("explained log line", [f"{i:016x}" for i in range(2000)], lasting=True)
+    assert len(path.read_text().splitlines()) == 2000
+    ran.note("explained log", "ffff", lasting=True)                # over the bound: the newer half stays
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1001 and "ffff" in lines[-1]
+    ran._forget()
+
+
+def test_records_are_kept_per_notebook(monkeypatch, tmp_path):
+    """Unseen review #9: one file per learner made an exploratory eager dry run in any lab a reading of lab 08's
+    capstone. Each record names its notebook (JPY_SESSION_NAME, inherited by the kernel's child processes), and a
+    process reads only its own notebook's; a reset forgets only its own."""
+    path = tmp_path / "ran.jsonl"
+    monkeypatch.setenv(ran.RAN_ENV, str(path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/05_mla_latent_cache.ipynb")
+    ran._forget()
+    ran.note("dry_run shape", (1, 4096, "bfloat16", (8, 0), "eager"), lasting=True)
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/08_watch_vram.ipynb")
+    ran._RAN.clear()
+    assert not ran.ran("dry_run shape")
+    ran.note("dry_run shape", (4, 4096, "bfloat16", (7, 5), "sdpa"), lasting=True)
+    ran._forget()                                                       # lab 08's reset leaves lab 05's record
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/ana/labs/05_mla_latent_cache.ipynb")
+    assert ran.ran("dry_run shape") == {(1, 4096, "bfloat16", (8, 0), "eager")}
+    ran._forget()
+    assert not path.exists()
