@@ -228,11 +228,11 @@ class MixedBits:
         E.g. ``score({3: 8})``: every layer W4A4 but layer 3 at W8A8, KV4; ``score({3: 4}, default=16)``:
         only layer 3 quantized. Cached per setting.
         """
-        from vramlab import numerics
+        from vramlab.eval import perplexity
 
         key = (tuple(self._layer_bits(layer_bits, default)), _bits(kv_bits, "kv_bits", (4, 8, 16)))
         if key not in self._cache:
-            self._cache[key] = numerics.perplexity(self.build(layer_bits, default, kv_bits), self.window)
+            self._cache[key] = perplexity(self.build(layer_bits, default, kv_bits), self.window)
         return self._cache[key]
 
     def score_plan(self, plan) -> float:
