@@ -187,18 +187,82 @@ def test_the_stored_prediction_is_compared_only_once_the_plan_passed(capsys):
     assert "not one of the designs" in capsys.readouterr().out
     assert not lab00.check_plan_prediction({"design": "A", "batch": "lots"})
     assert "whole number" in capsys.readouterr().out
+    from vramlab import ran
+
     for predicted, words in (({"design": "A", "batch": 30}, "misses the 1-in-100 bar"),
                              ({"design": "B", "batch": 3}, "fits fewer prompts"),
                              ({"design": "D", "batch": 10}, "right on both"),
                              ({"design": "D", "batch": 12}, "2 prompts too many"),
                              ({"design": "D", "batch": 9}, "1 prompt too few")):
+        ran._forget()
+        assert lab00.check_plan_prediction(predicted)
+        capsys.readouterr()
         assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted=predicted)
         assert words in capsys.readouterr().out, predicted
+    ran._forget()
+    assert lab00.check_plan_prediction({"design": "C", "batch": 14})
     assert not lab00.check_serving_plan({"design": "D", "batch": 3}, predicted={"design": "D", "batch": 10})
     assert "you predicted" not in capsys.readouterr().out                         # a wrong plan: no comparison
     result = lab00.check_serving_plan({"design": "A", "batch": 3}, predicted={"design": "C", "batch": 14},
                                       reveal=True)
     assert "you predicted design 'C' with 14 prompts: that design misses" in result.answer
+
+
+def test_the_plan_compared_is_the_first_stored_before_the_measurement(capsys):
+    """Review #16 stored A/40, measured, then passed predicted D/10 and read "right on both": the check compares the
+    first plan stored before it first ran, whatever predicted= says; a changed plan stored after it is a reading
+    (refused, not counted); the same plan again (Run All) passes."""
+    from vramlab import ran
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab00.check_plan_prediction({"design": "A", "batch": 40})
+    assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted={"design": "D", "batch": 10})
+    out = capsys.readouterr().out
+    assert "you predicted design 'A' with 40 prompts (the plan stored first" in out and "right on both" not in out, out
+    refused = lab00.check_plan_prediction({"design": "D", "batch": 10})
+    out = capsys.readouterr().out
+    assert not refused and not refused.details.get("counted") and "reading" in out and "'A' with 40" in out, out
+    assert lab00.check_plan_prediction({"design": "A", "batch": 40})             # Run All: the same plan
+    assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted={"design": "A", "batch": 40})
+    out = capsys.readouterr().out
+    assert "you predicted design 'A' with 40 prompts: that design misses" in out, out
+    # no plan stored: predicted= alone is not compared
+    ran._forget()
+    assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted={"design": "D", "batch": 10})
+    out = capsys.readouterr().out
+    assert "you predicted" not in out and "no plan was stored" in out, out
+    assert not lab00.check_plan_prediction({"design": "D", "batch": 10})          # after the measurement: a reading
+    assert "before any plan was stored" in capsys.readouterr().out
+    # two plans before the measurement: the first counts
+    ran._forget()
+    assert lab00.check_plan_prediction({"design": "B", "batch": 3})
+    assert lab00.check_plan_prediction({"design": "D", "batch": 10})
+    assert "the first you stored, design 'B' with 3" in capsys.readouterr().out
+    assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted={"design": "D", "batch": 10})
+    assert "you predicted design 'B' with 3 prompts (the plan stored first" in capsys.readouterr().out
+
+
+def test_the_capstone_judges_fewer_wrong_designs_than_there_are(capsys):
+    """Review #16: a cap of 12 wrong attempts never bit on 3 wrong designs; two wrong designs judged, the check
+    refuses any other design (the right one too: two of four stay open) until a reveal."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    wrong = [d for d in lab00._SERVE_DESIGNS if d != lab00._SERVE_BEST]
+    assert lab00.DESIGN_MAX_WRONG < len(wrong)
+    for design in wrong[:lab00.DESIGN_MAX_WRONG]:
+        assert not lab00.check_serving_plan({"design": design, "batch": 5})
+    capsys.readouterr()
+    assert not lab00.check_serving_plan({"design": wrong[0], "batch": 6})          # a judged design: still judged
+    assert "judges no more" not in capsys.readouterr().out
+    for design in (wrong[-1], lab00._SERVE_BEST):
+        refused = lab00.check_serving_plan({"design": design, "batch": 10})
+        out = capsys.readouterr().out
+        assert not refused and "judges no more designs" in out and not refused.details.get("counted"), out
+    assert lab00.check_serving_plan({"design": lab00._SERVE_BEST, "batch": 10}, reveal=True).revealed
+    assert lab00.check_serving_plan({"design": lab00._SERVE_BEST, "batch": 10})
+    reset_tries()
 
 
 def test_serving_plan_bisected_on_the_batch_leaves_many_candidates(capsys):
@@ -234,9 +298,39 @@ def test_explain_plan_prints_the_lessons_only_after_a_pass_or_a_reveal(capsys):
     lab00.explain_plan(lab00.check_serving_plan(None))
     out = capsys.readouterr().out
     assert out.startswith("FAIL") and "run the check above first" in out and "bfloat16" not in out, out
+    # review #16: explain_plan(True) printed the whole answer; only the check's own passed result opens it
+    from vramlab.checks._core import CheckResult
+
+    for forged in (True, 1, CheckResult("serving plan", True, "", "ok"), lab00.check_plan_prediction(
+            {"design": "D", "batch": 10})):
+        capsys.readouterr()
+        lab00.explain_plan(forged)
+        out = capsys.readouterr().out
+        assert "run the check above first" in out and "MiB" not in out and "bfloat16" not in out, (forged, out)
     lab00.explain_plan(lab00.check_serving_plan({"design": "D", "batch": 10}))
     out = capsys.readouterr().out
     assert "peak at 10 prompts: 1,951.8 MiB" in out and "design 'A' (bfloat16) would fit 49 prompts, 10 in float32" in out
     assert "quality bar can cost most of the batch" in out and "logits of every" in out, out
     lab00.explain_plan(lab00.check_serving_plan({"design": "A", "batch": 3}, reveal=True))
     assert "quality bar" in capsys.readouterr().out
+
+
+def test_the_stored_plan_outlives_a_kernel_restart(tmp_path, monkeypatch, capsys):
+    """The plan and the measurement are lasting records: after a restart (the kernel's registry emptied) a changed
+    plan is still a reading, and the PASS line still compares the plan stored first."""
+    from vramlab import ran
+    from vramlab.checks._core import reset_tries
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    reset_tries()
+    ran._forget()
+    assert lab00.check_plan_prediction({"design": "C", "batch": 14})
+    assert lab00.check_serving_plan({"design": "D", "batch": 10})
+    ran._RAN.clear()                      # a kernel restart: only the lasting file remains
+    ran._APPENDED.clear()
+    assert not lab00.check_plan_prediction({"design": "D", "batch": 10})
+    assert "reading" in capsys.readouterr().out
+    assert lab00.check_plan_prediction({"design": "C", "batch": 14})
+    assert lab00.check_serving_plan({"design": "D", "batch": 10}, predicted={"design": "D", "batch": 10})
+    assert "you predicted design 'C' with 14 prompts (the plan stored first" in capsys.readouterr().out
+    ran._forget()

@@ -391,8 +391,8 @@ def test_online_block_errors_and_the_cheapest_design(down29):
     assert best == "256", {k: round(v, 4) for k, v in errors.items()}
     assert errors["256"] <= 1.1 * errors["full"] < errors["128"]          # a margin either side
     assert errors["32"] < errors["64"]                                      # not monotonic: measure, do not assume
-    assert blocks.block_cost("256") == 1536 * 8 and blocks.block_cost("full") == 1536 * (7 + 12)
-    assert blocks.block_cost("none") == 0
+    assert lab01._block_cost("256") == 1536 * 8 and lab01._block_cost("full") == 1536 * (7 + 12)
+    assert lab01._block_cost("none") == 0
     # the learner's butterfly gives the same errors as vramlab's fwht
     Xs = down29.double() * __import__("vramlab.quarot.hadamard", fromlist=["x"]).random_signs(1536, 0).double()
     mine = blocks.int4_window_error(_reference_butterfly(Xs.reshape(512, 6, 256)).reshape(512, 1536))
@@ -432,28 +432,108 @@ def test_online_block_check_teaches_without_telling(down29, capsys):
 
 
 def test_the_capstone_compares_the_stored_prediction_only_once_the_design_passed(down29, capsys):
+    from vramlab import ran
     from vramlab.checks._core import reset_tries
 
+    for stored, words in (("256", "you predicted '256': right"),
+                          ("128", "you predicted '128', whose error"),
+                          ("full", f"you predicted 'full', which meets the target but costs {1536 * 11:,} more")):
+        reset_tries()
+        ran._forget()
+        assert lab01.check_prediction_stored(stored, choices=lab01.BLOCK_CHOICES)
+        assert lab01.check_online_block("256", down29, predicted=stored)
+        assert words in capsys.readouterr().out, stored
     reset_tries()
-    assert lab01.check_online_block("256", down29, predicted="256")
-    assert "you predicted '256': right" in capsys.readouterr().out
-    assert lab01.check_online_block("256", down29, predicted="128")
-    out = capsys.readouterr().out
-    assert "you predicted '128', whose error" in out and "misses the target" in out, out
-    assert lab01.check_online_block("256", down29, predicted="full")
-    assert f"you predicted 'full', which meets the target but costs {1536 * 11:,} more" in capsys.readouterr().out
+    ran._forget()
     assert lab01.check_online_block("256", down29, predicted=None)
     assert "you predicted" not in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, predicted="128")              # given, never stored: not compared
+    out = capsys.readouterr().out
+    assert "you predicted" not in out and "no design was stored" in out, out
+    ran._forget()
+    assert lab01.check_prediction_stored("128", choices=lab01.BLOCK_CHOICES)
     assert not lab01.check_online_block("512", down29, predicted="128")          # a wrong choice: no comparison
     assert "you predicted" not in capsys.readouterr().out
     result = lab01.check_online_block("8", down29, predicted="64", reveal=True)
-    assert "you predicted '64'" in result.answer
+    assert "you predicted '128' (the label stored first" in result.answer, result.answer
+
+
+def test_the_design_compared_is_the_first_stored_before_the_measurement(down29, capsys):
+    """Review #16 stored '2', then passed predicted='256' to the check and read "right": the check compares the
+    first label stored before it first ran, and a changed label stored after it is a reading (refused, not
+    counted); the same label again (Run All) passes."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    assert lab01.check_prediction_stored("2", choices=lab01.BLOCK_CHOICES)
+    assert lab01.check_online_block("256", down29, predicted="256")
+    out = capsys.readouterr().out
+    assert "you predicted '2' (the label stored first" in out and ": right" not in out, out
+    refused = lab01.check_prediction_stored("256", choices=lab01.BLOCK_CHOICES)
+    out = capsys.readouterr().out
+    assert not refused and not refused.details.get("counted") and "reading" in out and "'2'" in out, out
+    assert lab01.check_prediction_stored("2", choices=lab01.BLOCK_CHOICES)               # Run All: the same label
+    assert lab01.check_online_block("256", down29, predicted="2")
+    assert "you predicted '2', whose error" in capsys.readouterr().out
+    # stored twice before the measurement: the first counts
+    from vramlab import ran
+
+    ran._forget()
+    assert lab01.check_prediction_stored("64", choices=lab01.BLOCK_CHOICES)
+    assert lab01.check_prediction_stored("256", choices=lab01.BLOCK_CHOICES)
+    assert "the first you stored, '64'" in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, predicted="256")
+    assert "you predicted '64' (the label stored first" in capsys.readouterr().out
+
+
+def test_the_capstone_judges_fewer_wrong_labels_than_there_are(down29, capsys):
+    """Review #16: a cap of 12 wrong attempts never bit on 10 wrong labels; the cap is half of them."""
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    wrong = [label for label in lab01.BLOCK_CHOICES if label != "256"]
+    assert lab01.BLOCK_MAX_WRONG <= len(wrong) // 2
+    for label in wrong[:lab01.BLOCK_MAX_WRONG]:
+        assert not lab01.check_online_block(label, down29)
+    capsys.readouterr()
+    refused = lab01.check_online_block("256", down29)
+    assert not refused and "judges no more" in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, reveal=True).revealed
+    assert lab01.check_online_block("256", down29)
+    reset_tries()
+
+
+def test_the_block_helpers_are_private():
+    """Review #16: with block_transform and block_cost public the capstone was one dict comprehension."""
+    assert blocks.__all__ == ["int4_window_error"]
+    assert not hasattr(blocks, "block_transform") and not hasattr(blocks, "block_cost")
+    assert not hasattr(lab01, "block_transform") and not hasattr(lab01, "block_cost")
 
 
 def test_a_predicted_design_is_stored_as_one_of_the_labels(capsys):
     assert lab01.check_prediction_stored("128", choices=lab01.BLOCK_CHOICES)
     assert lab01.check_prediction_stored(512, choices=lab01.BLOCK_CHOICES)
-    assert "'512'; now measure" in capsys.readouterr().out
+    assert "'512' stored; the prediction compared with your measurement is the first you stored, '128'" in \
+        capsys.readouterr().out
     assert not lab01.check_prediction_stored("huge", choices=lab01.BLOCK_CHOICES)
     assert "not one of them" in capsys.readouterr().out
     assert not lab01.check_prediction_stored(None, choices=lab01.BLOCK_CHOICES)
+
+
+def test_the_stored_design_outlives_a_kernel_restart(down29, tmp_path, monkeypatch, capsys):
+    """The predicted label and the measurement are lasting records: after a restart a changed label is a reading."""
+    from vramlab import ran
+    from vramlab.checks._core import reset_tries
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    reset_tries()
+    ran._forget()
+    assert lab01.check_prediction_stored("32", choices=lab01.BLOCK_CHOICES)
+    assert lab01.check_online_block("256", down29)
+    ran._RAN.clear()                      # a kernel restart: only the lasting file remains
+    ran._APPENDED.clear()
+    assert not lab01.check_prediction_stored("256", choices=lab01.BLOCK_CHOICES)
+    assert "reading" in capsys.readouterr().out
+    assert lab01.check_online_block("256", down29, predicted="256")
+    assert "you predicted '32' (the label stored first" in capsys.readouterr().out
+    ran._forget()

@@ -149,7 +149,7 @@ def test_the_capstones_log_is_bitsandbytes_own_its_advice_is_wrong_and_the_docto
     from vramlab.bnb import doctor, logs
 
     full = logs._corpus_entry(lab07._DIAGNOSIS_LOG)["text"]
-    assert doctor.simulate("unbuilt_checkout") == full and lab07.unseen_log() == full.strip("\n")
+    assert doctor.simulate("unbuilt_checkout") == full and lab07._unseen_log() == full.strip("\n")
     assert "COMPILE FROM SOURCE for CPU-only" in full and "doesn't detect CUDA" in full      # the wrong advice
     assert "DCOMPUTE_BACKEND=cuda" not in full and "pip install bitsandbytes" not in full   # no right advice
     assert not doctor.version_mismatch_hint_fires(full)      # why 0.50.2 prints the generic advice
@@ -162,7 +162,7 @@ def test_the_capstones_log_is_bitsandbytes_own_its_advice_is_wrong_and_the_docto
 
 
 def test_the_binary_prediction_is_stored_then_compared_with_the_log_without_explaining_it(capsys):
-    log = lab07.unseen_log()
+    log = lab07._unseen_log()
     assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so")
     assert "stored" in capsys.readouterr().out
     assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so", log)
@@ -251,7 +251,7 @@ def test_a_wrong_cause_is_told_why_that_cause_does_not_fit_and_nothing_of_the_ri
         assert word not in lab07.DIAGNOSIS_CAUSES[right]
     shows = {1: "libbitsandbytes_cpu.so", 2: "No prebuilt binary for CUDA 12.2", 3: "environment variable detected",
              4: "cannot open shared object file", 6: "no kernel image is available"}   # what the log would show
-    log = lab07.unseen_log()
+    log = lab07._unseen_log()
     for number, text in lab07.DIAGNOSIS_CAUSES.items():
         if number == right:
             continue
@@ -313,7 +313,7 @@ def test_the_diagnosis_waits_for_a_prediction_stored_without_the_log(capsys):
         assert "cuda12" not in out and lab07.tries("diagnosis") == 0, out
     assert not lab07.check_diagnosis(None).passed and "not done" in capsys.readouterr().out   # a stub: not done yet
     # a prediction handed over only with the log: no comparison shown, nothing stored, and a later one is a reading
-    log = lab07.unseen_log()
+    log = lab07._unseen_log()
     result = lab07.check_binary_prediction("libbitsandbytes_cuda121.so", log)
     out = capsys.readouterr().out
     assert not result and "cuda122" not in out and "prediction cell" in out, out
@@ -341,7 +341,7 @@ def test_the_public_corpus_does_not_hand_out_the_capstone(capsys):
     read, keeps it."""
     from vramlab.bnb import logs
 
-    log = lab07.unseen_log()
+    log = lab07._unseen_log()
     public = logs.load_corpus()
     assert public and all(e["id"] != lab07._DIAGNOSIS_LOG for e in public)
     assert all(log.strip() not in e["text"] for e in public)
@@ -362,7 +362,7 @@ def test_no_public_corpus_entry_shares_the_capstones_folders():
     entry names any folder of the unseen log below the top level (/home/ana/, /home/ana/src/, ...; URLs aside)."""
     from vramlab.bnb import logs
 
-    paths = re.findall(r"(?<![:/\w])/[\w.-]{1,100}(?:/[\w.-]{1,100}){1,20}", lab07.unseen_log())
+    paths = re.findall(r"(?<![:/\w])/[\w.-]{1,100}(?:/[\w.-]{1,100}){1,20}", lab07._unseen_log())
     folders = {"/".join(p.split("/")[:k]) + "/" for p in paths for k in range(3, p.count("/") + 1)}
     assert "/home/ana/" in folders and "/home/ana/src/bitsandbytes/bitsandbytes/" in folders, folders
     for e in logs.load_corpus():
@@ -749,23 +749,23 @@ def test_a_diagnosis_stored_after_explain_log_read_the_unseen_log_is_refused(cap
     ran._forget()
     try:
         _predict()
-        right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
+        right = {"evidence": next(ln.strip() for ln in lab07._unseen_log().splitlines() if lab07._is_cause_line(ln)),
                  "cause": lab07._DIAGNOSIS_CAUSE, "fix": lab07._DIAGNOSIS_FIX[0]}
         logs.explain_log(logs.corpus_entry(lab07.LABEL_EXERCISE_LOG)["text"])     # another log: no effect
-        assert not logs.was_explained(lab07.unseen_log())
-        logs.explain_log("\x1b[31m" + lab07.unseen_log())
-        assert logs.was_explained(lab07.unseen_log())
+        assert not logs.was_explained(lab07._unseen_log())
+        logs.explain_log("\x1b[31m" + lab07._unseen_log())
+        assert logs.was_explained(lab07._unseen_log())
         result = lab07.check_diagnosis(right)
         assert not result and "after explain_log read this very log" in capsys.readouterr().out
         ran._forget()
         _predict()
         assert lab07.check_diagnosis(right)            # passed first ...
-        logs.explain_log(lab07.unseen_log())
+        logs.explain_log(lab07._unseen_log())
         assert lab07.check_diagnosis(right)            # ... still passes after the tool read it
         with ran._unrecorded():
             ran._forget()
-            logs.explain_log(lab07.unseen_log())       # the lab's own reading (after_diagnosis) is not noted
-        assert not logs.was_explained(lab07.unseen_log())
+            logs.explain_log(lab07._unseen_log())       # the lab's own reading (after_diagnosis) is not noted
+        assert not logs.was_explained(lab07._unseen_log())
     finally:
         ran._forget()
 
@@ -779,11 +779,11 @@ def test_one_line_of_the_unseen_log_read_by_explain_log_counts_as_reading_it(cap
 
     ran._forget()
     try:
-        right = {"evidence": next(ln.strip() for ln in lab07.unseen_log().splitlines() if lab07._is_cause_line(ln)),
+        right = {"evidence": next(ln.strip() for ln in lab07._unseen_log().splitlines() if lab07._is_cause_line(ln)),
                  "cause": lab07._DIAGNOSIS_CAUSE, "fix": lab07._DIAGNOSIS_FIX[0]}
         for log in lab07._LOGS_THE_LAB_EXPLAINS:
             logs.explain_log(logs.corpus_entry(log)["text"])
-        assert not logs.was_explained(lab07.unseen_log(), lab07._distinctive_lines())
+        assert not logs.was_explained(lab07._unseen_log(), lab07._distinctive_lines())
         for line in lab07._distinctive_lines():
             ran._forget()
             _predict()
@@ -800,7 +800,7 @@ def test_the_doctor_cli_does_not_read_the_capstones_log(tmp_path, capsys):
     from vramlab.bnb import doctor, logs
 
     whole = tmp_path / "colleague.txt"
-    whole.write_text(lab07.unseen_log())
+    whole.write_text(lab07._unseen_log())
     part = tmp_path / "line.txt"
     part.write_text("some other output\n" + _log_line("bitsandbytes library load error") + "\n")
     for path in (whole, part):
@@ -819,7 +819,7 @@ def test_the_doctor_cli_refuses_the_capstones_log_in_another_folder(tmp_path, ca
     from vramlab.bnb import doctor
 
     moved = tmp_path / "moved.txt"
-    moved.write_text(lab07.unseen_log().replace("/home/ana/", "/home/bob/").replace("/src/", "/code/"))
+    moved.write_text(lab07._unseen_log().replace("/home/ana/", "/home/bob/").replace("/src/", "/code/"))
     assert doctor.doctor_main(log=str(moved)) == 2
     assert "lab 07's Exercise 5" in capsys.readouterr().err
 
@@ -848,7 +848,7 @@ def test_an_explained_try_confirms_no_part_of_the_diagnosis(capsys):
     wrong too gets as well (word for word), and with all three wrong each part is sometimes the one explained."""
     _predict()
     right_line, right = _log_line("bitsandbytes library load error"), lab07._DIAGNOSIS_CAUSE
-    lines = [ln.strip() for ln in lab07.unseen_log().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in lab07._unseen_log().splitlines() if ln.strip()]
     wrong_lines = [ln for ln in lines if not lab07._is_cause_line(ln)]
     wrong_causes = [n for n in lab07.DIAGNOSIS_CAUSES if n != right]
     wrong_fixes = [f for f in lab07.DIAGNOSIS_FIXES if f not in lab07._DIAGNOSIS_FIX]
@@ -956,9 +956,34 @@ def test_a_diagnosis_after_explain_log_named_the_cause_of_an_edited_log_is_refus
     right = {"evidence": _log_line("bitsandbytes library load error"), "cause": lab07._DIAGNOSIS_CAUSE, "fix": "e"}
     logs.explain_log("No compatible CUDA binary found at /home/x/libbitsandbytes_cuda122.so")    # before the log: fine
     _predict()
-    assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so", lab07.unseen_log())
-    edited = "\n".join(line.replace("ana", "bob") + " zz" for line in lab07.unseen_log().splitlines())
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda121.so", lab07._unseen_log())
+    edited = "\n".join(line.replace("ana", "bob") + " zz" for line in lab07._unseen_log().splitlines())
     assert logs.explain_log(edited).label == "native_library_not_built"
     capsys.readouterr()
     refused = lab07.check_diagnosis(right)
     assert not refused and "the tool's reading" in capsys.readouterr().out and lab07.tries("diagnosis") == 0
+
+
+def test_the_log_is_handed_out_only_after_a_prediction_and_explain_log_after_it_is_a_reading(capsys):
+    """Review #14 printed unseen_log() before predicting; review #15 then explained part of one of its lines in a
+    scratch cell before the cell that shows the log. The log now comes only after a stored prediction, and handing it
+    out starts the time after which explain_log naming its cause is the tool's reading."""
+    from vramlab import ran
+    from vramlab.bnb import logs
+    from vramlab.checks._core import reset_tries
+
+    reset_tries()
+    ran._forget()
+    assert lab07.unseen_log() == lab07.LOG_NOT_YET and "libbitsandbytes" not in lab07.LOG_NOT_YET
+    assert not lab07.check_binary_prediction("libbitsandbytes_cuda118.so", lab07.unseen_log())
+    assert lab07.check_binary_prediction("libbitsandbytes_cuda118.so")      # the sentence made nothing a reading
+    log = lab07.unseen_log()
+    assert log == lab07._unseen_log()
+    first = log.splitlines()[0].split(": ", 1)[1]
+    logs.explain_log(first)
+    right = {"evidence": next(ln.strip() for ln in log.splitlines() if lab07._is_cause_line(ln)), "cause": 5,
+             "fix": "e"}
+    capsys.readouterr()
+    assert not lab07.check_diagnosis(right)
+    assert "before logs.explain_log read this log" in capsys.readouterr().out
+    ran._forget()

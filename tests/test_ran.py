@@ -96,3 +96,21 @@ def test_records_are_kept_per_notebook(monkeypatch, tmp_path):
     assert ran.ran("dry_run shape") == {(1, 4096, "bfloat16", (8, 0), "eager")}
     ran._forget()
     assert not path.exists()
+
+
+def test_a_prediction_and_its_measurement_last_across_a_restart(monkeypatch, tmp_path, capsys):
+    """Review #15 measured, restarted the kernel, stored another number and passed: check_prediction's records last."""
+    from vramlab.checks import check_prediction
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    assert check_prediction(90_000, what="the cache size")
+    assert check_prediction(90_000, 93_184, what="the cache size")
+    ran._RAN.clear()                                                    # a restarted kernel
+    capsys.readouterr()
+    assert not check_prediction(93_184, what="the cache size")         # a changed prediction is a reading
+    assert "stored after the measurement ran in this notebook" in capsys.readouterr().out
+    assert check_prediction(90_000, what="the cache size")              # Run All with the same number passes
+    result = check_prediction(93_184, 93_184, what="the cache size")    # the one stored before is compared
+    assert result and "you predicted 90,000" in capsys.readouterr().out
+    ran._forget()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import math
+import time
 from typing import Any
 
 from vramlab import ran
-from vramlab.checks._core import CAPSTONE_MAX_WRONG, CheckResult, as_float, check_close, exercise, fmt_number, is_untouched, read_number, report
+from vramlab.checks._core import (CAPSTONE_MAX_WRONG, CheckResult, as_float, check_close, exercise, fmt_number, is_untouched,
+                                  opened_by, read_number, report)
 
 __all__ = ["check_fp16_weight_bytes", "check_forward_peak_mib", "check_prediction", "check_plan_prediction",
            "check_serving_plan"]
@@ -114,7 +115,7 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
     unit_s = f" {unit}" if unit else ""
     if is_untouched(predicted):
         if actual is not None:   # the measurement ran with no prediction stored: a later one is a reading (review #10b)
-            ran.note(_REVEALED_KIND, what)
+            ran.note(_REVEALED_KIND, what, lasting=True)
         return report(name, False, "a number you predict before running the next cell", fmt_number(predicted),
                       value=predicted, untouched_hint="not done yet: write your guess (a number) in place of None, then run "
                                                       "this cell again; any honest guess passes")
@@ -126,11 +127,11 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
     if actual is None:
         if what in ran.ran(_REVEALED_KIND) and recorded != value:
             return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
-                          "stored after the measurement ran in this kernel",
+                          "stored after the measurement ran in this notebook",
                           (f"that is a reading: the prediction that counts is the one stored before, "
                            f"{fmt_number(recorded, 4)}{unit_s}") if recorded is not None else
                           "that is a reading: the measurement ran before any prediction was stored", counts=False)
-        ran.note(_PREDICTION_KIND, (what, next(_ORDER), value))
+        ran.note(_PREDICTION_KIND, (what, time.time_ns(), value), lasting=True)
         return report(name, True, "", f"{fmt_number(value, 4)}{unit_s} stored; the real value comes later")
     actual = as_float(actual)
     if recorded is None and what in ran.ran(_REVEALED_KIND) and (what, value) not in ran.ran(_MEASURED_WITH_KIND):
@@ -139,9 +140,9 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
         return report(name, False, "a prediction made before its measurement", f"{fmt_number(value, 4)}{unit_s}, "
                       "written after the measurement ran with no prediction stored",
                       "that is a reading: the measurement ran before any prediction was stored", counts=False)
-    ran.note(_REVEALED_KIND, what)
+    ran.note(_REVEALED_KIND, what, lasting=True)
     if recorded is None:
-        ran.note(_MEASURED_WITH_KIND, (what, value))
+        ran.note(_MEASURED_WITH_KIND, (what, value), lasting=True)
     changed = ""
     if recorded is not None and recorded != value:   # review #7: edited after the measurement, then measured again
         changed = f" (the one stored before the measurement; the cell now holds {fmt_number(value, 4)})"
@@ -162,13 +163,13 @@ def check_prediction(predicted: Any, actual: float | None = None, what: str = "y
                                   f"{fmt_number(actual, 4)}{unit_s} ({off})")
 
 
-# What check_prediction stored (vramlab.ran): (what, order, value) per stored prediction, and each ``what`` whose
-# measurement was compared. A prediction is the one stored before its measurement: review #7 edited one after the
-# measurement and ran the measurement cell again, which then compared the edited number.
+# What check_prediction stored (vramlab.ran, lasting per notebook): (what, time in ns, value) per stored prediction, and
+# each ``what`` whose measurement was compared. A prediction is the one stored before its measurement: review #7 edited
+# one after the measurement and ran the measurement cell again, which then compared the edited number; review #15
+# changed one after a kernel restart (the records were kept in the kernel only). The clock orders them across restarts.
 _PREDICTION_KIND = "stored prediction"
 _REVEALED_KIND = "prediction measured"
 _MEASURED_WITH_KIND = "prediction measured as given"   # (what, value) compared with no stored prediction
-_ORDER = itertools.count()
 
 
 def _recorded_prediction(what: str) -> float | None:
@@ -383,33 +384,75 @@ def _read_plan(name: str, what: str, plan: Any) -> tuple[str, int] | CheckResult
     return label, int(number)
 
 
-def _plan_against(predicted: Any) -> str:
-    """How a stored prediction compares with the answer, for the PASS or ANSWER line only; "" if there is none."""
+# The capstone's prediction (vramlab.ran, lasting per notebook, ordered by the clock across restarts): each plan
+# check_plan_prediction stored, as (time in ns, design, batch), and the time of each run of check_serving_plan (the
+# measurement's check). The plan compared is the FIRST one stored before the first measurement, whatever
+# ``predicted=`` the check is given: review #16 stored A/40, measured, then passed predicted D/10 to the check and
+# read "right on both". A changed plan stored after the measurement is refused (a reading); the same plan again
+# (Run All) passes.
+_PLAN_KIND = "predicted plan (lab 00)"
+_PLAN_MEASURED_KIND = "serving plan measured (lab 00)"
+
+
+def _measured_at() -> int | None:
+    """When check_serving_plan first judged a plan in this notebook (ns since the epoch), or None."""
+    times = [key for key in ran.ran(_PLAN_MEASURED_KIND) if isinstance(key, int)]
+    return min(times) if times else None
+
+
+def _first_plan() -> tuple[str, int] | None:
+    """(design, batch) of the first plan stored with :func:`check_plan_prediction` before the first measurement, or
+    None (none stored, or the first was stored after the measurement)."""
+    plans = sorted(key for key in ran.ran(_PLAN_KIND) if isinstance(key, tuple) and len(key) == 3)
+    if not plans:
+        return None
+    measured = _measured_at()
+    order, label, n = plans[0]
+    return None if measured is not None and order > measured else (label, n)
+
+
+def _given_plan(predicted: Any) -> tuple[str, int] | None:
+    """(design, batch) of a plan dict written in a cell, or None when it is not a plan."""
     if not isinstance(predicted, dict):
-        return ""
+        return None
     label = str(predicted.get("design", "")).strip().strip("'\"").upper()
     number = as_float(predicted.get("batch"))
-    if label not in _SERVE_DESIGNS or number is None or not math.isfinite(number):
-        return ""
+    if label not in _SERVE_DESIGNS or number is None or not math.isfinite(number) or not float(number).is_integer():
+        return None
+    return label, int(number)
+
+
+def _plan_against(given: Any = None) -> str:
+    """How the stored prediction (:func:`_first_plan`) compares with the answer, for the PASS or ANSWER line only;
+    ``given``: the ``predicted=`` the check was passed, only to say that it is not the one compared."""
+    first = _first_plan()
+    if first is None:
+        return ("; no plan was stored with check_plan_prediction before the measurement, so none is compared"
+                if given is not None else "")
+    label, number = first
     n, best = _serve_max_batch(_SERVE_BEST), _SERVE_BEST
-    said = f"; you predicted design {label!r} with {fmt_number(number)} prompts"
+    said = f"; you predicted design {label!r} with {number} prompts"
+    cell = _given_plan(given)
+    if cell is not None and cell != first:
+        said += f" (the plan stored first, before the measurement; the cell now holds {cell[0]!r} with {cell[1]})"
     if label != best:
         return said + (": that design misses the 1-in-100 bar" if label in _SERVE_MISS_BAR else
                        ": that design fits fewer prompts")
-    if int(number) == n:
+    if number == n:
         return said + ": right on both"
-    off = int(number) - n
+    off = number - n
     return said + f": the right design, {abs(off)} prompt{'s' if abs(off) != 1 else ''} too " + \
         ("many" if off > 0 else "few")
 
 
 def explain_plan(result: Any) -> None:
-    """After the capstone's check passed or was revealed (``result``: its :class:`CheckResult`): the winning
+    """After the capstone's check passed or was revealed (``result``: the :class:`CheckResult` that
+    :func:`check_serving_plan` returned; ``True``, ``1`` or a result built by hand open nothing): the winning
     design's dry run at its batch (the categories at the peak, in MiB, and where the peak sits), what the bar costs
     (how many prompts bfloat16 would fit), and the two lessons that settle the capstone. Before that, one line
     saying to run the check first: the prose lives here, not in the notebook, so no cell's source shows it while
     the learner works."""
-    if not (result or getattr(result, "revealed", False)):
+    if not opened_by(result, "check_serving_plan"):    # review #16: explain_plan(True) printed the answer
         print("Store your plan and run the check above first: this cell shows its breakdown afterwards.")
         return
     from vramlab.vram.dryrun import dry_run
@@ -431,6 +474,18 @@ def explain_plan(result: Any) -> None:
 
 #: A wrong design is told why it fails on the first wrong try only; later tries get "not it" and the next hint.
 DESIGN_REASON_TRIES = 1
+#: At most this many distinct wrong designs are judged, then only a reveal (the batch tries count toward
+#: CAPSTONE_MAX_WRONG as before): below the 3 wrong designs, so a loop over the labels cannot single out the right
+#: one (review #16: the cap of 12 wrong attempts never bit on 3 wrong designs).
+DESIGN_MAX_WRONG = 2
+_WRONG_DESIGN_KIND = "wrong serving design (lab 00)"
+
+
+def _revealing() -> bool:
+    """True inside a check called with ``reveal=True`` (it judges, and the answer comes with the verdict)."""
+    from vramlab.checks._core import _REVEALING
+
+    return _REVEALING.get() is not None
 
 
 def _design_fails(label: str) -> str:
@@ -446,13 +501,28 @@ def _design_fails(label: str) -> str:
 def check_plan_prediction(predicted: Any) -> CheckResult:
     """The capstone's prediction, stored before anything is measured: ``{"design": a label, "batch": n}``.
 
-    Any plan of the right form passes and is only recorded; :func:`check_serving_plan` compares it with the
-    answer once the learner's measured plan has passed (or the answer was revealed). Reveals nothing."""
+    Any plan of the right form passes and is recorded (:data:`_PLAN_KIND`, lasting); :func:`check_serving_plan`
+    compares the first one stored with the answer once the learner's measured plan has passed (or the answer was
+    revealed). After the serving plan's check ran, another plan is refused (counts=False: a reading), the same
+    plan passes (Run All). Reveals nothing."""
     name = "predicted plan"
     read = _read_plan(name, 'a plan {"design": a label, "batch": a number of prompts}', predicted)
     if isinstance(read, CheckResult):
         return read
     label, n = read
+    first = _first_plan()
+    if _measured_at() is not None:
+        if first == (label, n):          # Run All again: the same plan as stored before the measurement
+            return report(name, True, "", f"design {label!r} with {n} prompts, stored before the measurement")
+        return report(name, False, "a plan stored before the measurement", f"design {label!r} with {n} prompts, "
+                      "written after the serving plan's check ran in this notebook",
+                      (f"that is a reading: the prediction that counts is the one stored first, design {first[0]!r} "
+                       f"with {first[1]} prompts") if first is not None else
+                      "that is a reading: the serving plan's check ran before any plan was stored", counts=False)
+    ran.note(_PLAN_KIND, (time.time_ns(), label, n), lasting=True)
+    if first is not None and first != (label, n):
+        return report(name, True, "", f"design {label!r} with {n} prompts stored; the plan compared with your "
+                                      f"measured one is the first you stored, design {first[0]!r} with {first[1]}")
     return report(name, True, "", f"design {label!r} with {n} prompts stored; it is compared with your measured "
                                   "plan once that passes")
 
@@ -462,8 +532,8 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     """Capstone: ``plan = {"design": one of "A".."D", "batch": int}``, the design of :data:`_SERVE_DESIGNS` that
     meets the reference bar (:data:`SERVE_MAX_DIFFER`) and serves the most prompts of 1,024 tokens per call within
     :data:`SERVE_BUDGET_MIB` MiB, and that batch, judged on the dry run of that call (computed live, then cached).
-    ``predicted``: the plan the learner stored before measuring (:func:`check_plan_prediction`); the PASS line
-    (or the revealed answer) compares it.
+    ``predicted``: the plan in the prediction cell; the PASS line (or the revealed answer) compares the first plan
+    stored with :func:`check_plan_prediction` before this check first ran, not this argument.
 
     A wrong design is told, on its first wrong try only, whether it fails a requirement or serves fewer prompts
     (:func:`_design_fails`: no mechanism, nothing that settles another design); a wrong batch of the right design
@@ -477,8 +547,19 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     if isinstance(read, CheckResult):
         return read
     label, n = read
+    ran.note(_PLAN_MEASURED_KIND, time.time_ns(), lasting=True)
     best = _SERVE_BEST
+    from vramlab.checks._core import OPENED_KIND
+
+    judged = {key for key in ran.ran(_WRONG_DESIGN_KIND) if isinstance(key, str)}
+    if (label not in judged and len(judged) >= DESIGN_MAX_WRONG and "check_serving_plan" not in ran.ran(OPENED_KIND)
+            and not _revealing()):
+        # refused before judging, the right design too: two wrong designs judged leave two of four open
+        return report(name, False, "a design the check still judges", f"{len(judged)} wrong designs judged already",
+                      "the check judges no more designs: measure each design on both requirements, or ask for the "
+                      "answer with check_serving_plan(..., reveal=True)", counts=False)
     if label != best:
+        ran.note(_WRONG_DESIGN_KIND, label, lasting=True)
         if tries(name) >= DESIGN_REASON_TRIES:
             return report(name, False, what, f"design {label!r}, not it",
                           hint="measure each design on both requirements, the reference bar and the budget")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
-from vramlab.checks._core import (CAPSTONE_MAX_WRONG, DIRECTION_TRIES, CheckResult, as_float, call_learner, check_choice, exercise,
-                                  fmt_number, read_number, report, tries)
+import time
+
+from vramlab import ran
+from vramlab.checks._core import (DIRECTION_TRIES, CheckResult, as_float, call_learner, check_choice, exercise, fmt_number,
+                                  read_number, report, tries)
 
 __all__ = ["check_sylvester_hadamard", "check_butterfly", "check_fold_rmsnorm", "check_rotation_placement",
            "check_rotation_shrink", "check_online_block",
@@ -192,7 +195,9 @@ def _measured_answer(measured=None, **_) -> str:
 def check_prediction_stored(predicted, low: float | None = None, high: float | None = None,
                             choices: tuple[str, ...] | None = None) -> CheckResult:
     """The prediction cell's check: a number (within ``[low, high]`` when given) was stored, or with
-    ``choices`` one of those labels (a design predicted before it is measured).
+    ``choices`` one of those labels (a design predicted before it is measured: recorded, lasting, and compared by
+    :func:`check_online_block` with the first one stored before that check first ran; another label after it ran is
+    refused as a reading, the same label passes: Run All).
 
     Reveals nothing about the measurement; the cell that measures compares afterwards.
     """
@@ -202,8 +207,7 @@ def check_prediction_stored(predicted, low: float | None = None, high: float | N
         if label not in [str(c).lower() for c in choices]:
             return report(name, False, "one of the designs' labels", f"{str(predicted)[:60]!r} (not one of them)",
                           hint="store one of the labels of the table above, as a string")
-        return report(name, True, "", f"{label!r}; now measure the designs in the next cell.",
-                      result_class=PredictionResult)
+        return _store_design(name, label)
     failed = _no_prediction(name, predicted, "the quantity asked for")
     if failed is not None:
         return failed
@@ -434,6 +438,85 @@ BLOCK_LAYER, BLOCK_SITE, BLOCK_SEED = 29, "down_in", 0
 #: The designs are ordered (by cost), so a "misses" or "meets" points one way: only the first wrong try is told
 #: which (with two, "32 misses, 512 meets" would leave two labels of eleven); later tries get "not it".
 BLOCK_REASON_TRIES = 1
+#: The capstone judges at most this many wrong attempts, then only a reveal: half the 10 wrong labels, so a loop over
+#: the labels cannot reach PASS (review #16: the course-wide cap of 12 exceeded the 10 wrong labels).
+BLOCK_MAX_WRONG = 5
+
+
+def _block_cost(label: str, n: int = 1536) -> int:
+    """Operations per token of the online transform ``label`` (``"none"``, ``"2"`` ... ``"512"``, ``"full"``) on
+    ``n`` channels: ``n log2(b)`` additions for blocks of ``b`` (radix-2 butterfly passes), ``n (log2(m) + K)`` for
+    the full order ``n = K x m`` (``log2(m)`` passes and a dense K x K product, K multiply-adds per value; 1536 =
+    12 x 128), 0 for none. Private: the learner counts it from the lab's prose."""
+    if label == "none":
+        return 0
+    if label == "full":
+        from vramlab.quarot.hadamard import decompose
+
+        K, m, _ = decompose(n)
+        return n * (int(math.log2(m)) + (K if K > 1 else 0))
+    return n * int(math.log2(int(label)))
+
+
+def _block_transform(X, label: str, butterfly=None, seed: int = 0):
+    """``X`` ([tokens, n]) after the online transform ``label`` with the randomized signs of ``seed``:
+    ``butterfly`` (default vramlab's ``fwht``; it takes ``[..., b]`` and returns the same shape) on each block of
+    ``b`` channels, or the full order-``n`` transform. Returns a tensor of ``X``'s shape and dtype. Private: the
+    learner applies each design with their own butterfly."""
+    from vramlab.quarot.butterfly import fwht_with
+    from vramlab.quarot.hadamard import fwht, random_signs
+
+    if label == "none":
+        return X
+    n = X.shape[-1]
+    Y = X * random_signs(n, seed).to(X.dtype)
+    if label == "full":
+        return fwht(Y) if butterfly is None else fwht_with(butterfly, Y)
+    b = int(label)
+    out = (fwht if butterfly is None else butterfly)(Y.reshape(-1, n // b, b))
+    return out.reshape(X.shape)
+
+
+# The capstone's prediction (vramlab.ran, lasting per notebook, ordered by the clock across restarts): each label
+# check_prediction_stored(..., choices=...) stored, as (time in ns, label), and the time of each run of
+# check_online_block. The label compared is the FIRST stored before the first run of the check, whatever
+# ``predicted=`` the check is given (review #16 stored '2', then passed predicted='256' and read "right").
+_DESIGN_KIND = "predicted block (lab 01)"
+_DESIGN_MEASURED_KIND = "online block measured (lab 01)"
+
+
+def _block_measured_at() -> int | None:
+    """When check_online_block first judged a label in this notebook (ns since the epoch), or None."""
+    times = [key for key in ran.ran(_DESIGN_MEASURED_KIND) if isinstance(key, int)]
+    return min(times) if times else None
+
+
+def _first_design() -> str | None:
+    """The first label stored before the first run of check_online_block, or None."""
+    stored = sorted(key for key in ran.ran(_DESIGN_KIND) if isinstance(key, tuple) and len(key) == 2)
+    if not stored:
+        return None
+    measured = _block_measured_at()
+    return None if measured is not None and stored[0][0] > measured else stored[0][1]
+
+
+def _store_design(name: str, label: str) -> CheckResult:
+    """Store a predicted design (before the measurement), or refuse another one after it (a reading)."""
+    first = _first_design()
+    if _block_measured_at() is not None:
+        if first == label:      # Run All again: the same label as stored before the measurement
+            return report(name, True, "", f"{label!r}, stored before the measurement", result_class=PredictionResult)
+        return report(name, False, "a design stored before the measurement",
+                      f"{label!r}, written after the design's check ran in this notebook",
+                      (f"that is a reading: the prediction that counts is the one stored first, {first!r}"
+                       if first is not None else
+                       "that is a reading: the design's check ran before any prediction was stored"), counts=False)
+    ran.note(_DESIGN_KIND, (time.time_ns(), label), lasting=True)
+    if first is not None and first != label:
+        return report(name, True, "", f"{label!r} stored; the prediction compared with your measurement is the first "
+                                      f"you stored, {first!r}", result_class=PredictionResult)
+    return report(name, True, "", f"{label!r}; now measure the designs in the next cell.",
+                  result_class=PredictionResult)
 
 
 _BLOCK_X: dict = {}
@@ -462,71 +545,70 @@ def _block_activation(X=None):
 
 def _block_errors(X=None) -> dict[str, float]:
     """INT4 window error for every label of :data:`BLOCK_CHOICES` on ``X`` (see :func:`_block_activation`)."""
-    from vramlab.quarot.blocks import block_transform, int4_window_error
+    from vramlab.quarot.blocks import int4_window_error
 
     X = _block_activation(X)
-    return {label: int4_window_error(block_transform(X, label, seed=BLOCK_SEED)) for label in BLOCK_CHOICES}
+    return {label: int4_window_error(_block_transform(X, label, seed=BLOCK_SEED)) for label in BLOCK_CHOICES}
 
 
 def _cheapest_block(errors: dict[str, float]) -> str:
     """The cheapest label whose error is within :data:`BLOCK_TARGET` of the full transform's."""
-    from vramlab.quarot.blocks import block_cost
-
     ok = [label for label in BLOCK_CHOICES if errors[label] <= BLOCK_TARGET * errors["full"]]
-    return min(ok, key=block_cost)
+    return min(ok, key=_block_cost)
 
 
 def _prediction_against(predicted, errors: dict[str, float], best: str) -> str:
-    """How the learner's predicted design (stored before measuring) compares with the cheapest that meets the
-    target, for the PASS or ANSWER line only; "" when no label was predicted."""
-    if predicted is None or predicted is Ellipsis:
-        return ""
-    label = str(predicted).strip().strip("'\"").strip().lower()
-    if label not in BLOCK_CHOICES:
-        return ""
-    from vramlab.quarot.blocks import block_cost
-
+    """How the learner's predicted design (:func:`_first_design`: stored before the measurement, not ``predicted``,
+    the cell's label) compares with the cheapest that meets the target, for the PASS or ANSWER line only; "" when
+    none was stored and none is given."""
+    label = _first_design()
+    given = None if predicted is None or predicted is Ellipsis else str(predicted).strip().strip("'\"").strip().lower()
+    if label is None:
+        return "" if given is None else ("; no design was stored with check_prediction_stored before the "
+                                         "measurement, so none is compared")
+    if given is not None and given != label:
+        label_said = f"{label!r} (the label stored first, before the measurement; the cell now holds {given!r})"
+    else:
+        label_said = repr(label)
     target = BLOCK_TARGET * errors["full"]
     if label == best:
-        return f"; you predicted {label!r}: right"
+        return f"; you predicted {label_said}: right"
     if errors[label] > target:
-        return (f"; you predicted {label!r}, whose error {errors[label]:.4f} misses the target: "
+        return (f"; you predicted {label_said}, whose error {errors[label]:.4f} misses the target: "
                 "mixing within its blocks left the spikes too large")
-    extra = block_cost(label) - block_cost(best)
-    return (f"; you predicted {label!r}, which meets the target but costs {extra:,} more operations per token"
-            if extra > 0 else f"; you predicted {label!r}, which meets the target at the same cost")
+    extra = _block_cost(label) - _block_cost(best)
+    return (f"; you predicted {label_said}, which meets the target but costs {extra:,} more operations per token"
+            if extra > 0 else f"; you predicted {label_said}, which meets the target at the same cost")
 
 
 def _block_answer(X=None, predicted=None, **_) -> str:
-    from vramlab.quarot.blocks import block_cost
-
     errors = _block_errors(X)
     best = _cheapest_block(errors)
     return (f"'{best}': INT4 window error {errors[best]:.4f} against {errors['full']:.4f} for the full transform "
-            f"(target {BLOCK_TARGET * errors['full']:.4f}), at {block_cost(best):,} operations per token"
+            f"(target {BLOCK_TARGET * errors['full']:.4f}), at {_block_cost(best):,} operations per token"
             + _prediction_against(predicted, errors, best))
 
 
-@exercise("lab01", 6, _block_answer, choices=BLOCK_CHOICES, max_wrong=CAPSTONE_MAX_WRONG)
+@exercise("lab01", 6, _block_answer, choices=BLOCK_CHOICES, max_wrong=BLOCK_MAX_WRONG)
 def check_online_block(block, X=None, predicted=None) -> CheckResult:
     """Capstone: the cheapest online transform for layer 29's down_proj input (``block``: one of
     :data:`BLOCK_CHOICES`) whose per-token INT4 error over the window is within :data:`BLOCK_TARGET` of the
     full order-1536 transform's, all with the same random signs. ``X``: the captured ``[512, 1536]`` activation
     (captured here once when None). The errors are computed once per activation and reused.
-    ``predicted``: the design the learner stored before measuring; the PASS line (or the revealed answer)
-    compares it with the measurement.
+    ``predicted``: the label in the prediction cell; the PASS line (or the revealed answer) compares the first label
+    stored with ``check_prediction_stored(..., choices=BLOCK_CHOICES)`` before this check first ran, not this
+    argument. At most :data:`BLOCK_MAX_WRONG` wrong attempts are judged, then only a reveal.
 
     The designs are ordered by cost, so "misses" and "meets" each point one way: a wrong choice is told only
     whether it misses the target or meets it (no cost, no target value, no "is it the cheapest?"), and only on
     its first wrong try (:data:`BLOCK_REASON_TRIES`); after that only that it is not the one, with the next hint."""
-    from vramlab.quarot.blocks import block_cost
-
     name = "online Hadamard design"
     key = id(X)
     if _BLOCK_X.get("errors_for") != key:
         _BLOCK_X["errors"], _BLOCK_X["errors_for"] = None, key
     if block is None or block is Ellipsis:
         return report(name, False, "one of the designs' labels", fmt_number(block), value=block)
+    ran.note(_DESIGN_MEASURED_KIND, time.time_ns(), lasting=True)
     if _BLOCK_X["errors"] is None:
         _BLOCK_X["errors"] = _block_errors(X)
     errors = _BLOCK_X["errors"]
@@ -536,7 +618,7 @@ def check_online_block(block, X=None, predicted=None) -> CheckResult:
     for label in BLOCK_CHOICES:
         if label == best:
             options[label] = (f"INT4 window error {errors[label]:.4f}, within {target:.4f}, at "
-                              f"{block_cost(label):,} operations per token"
+                              f"{_block_cost(label):,} operations per token"
                               + _prediction_against(predicted, errors, best))
         elif tries(name) >= BLOCK_REASON_TRIES:
             options[label] = ("not it: measure each design's error with your butterfly, and compare the costs of "

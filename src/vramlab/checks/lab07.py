@@ -485,7 +485,7 @@ DIAGNOSIS_FIXES = {
     "b": "export BNB_CUDA_VERSION=121, the binary section 4's rule gives for CUDA 12.2",
     "c": "install a PyTorch built for CUDA 12.8, a version bitsandbytes 0.50.2 ships a binary for",
     "d": "add the lib64 folder of the machine's CUDA 12.2 toolkit to LD_LIBRARY_PATH",
-    "e": "build the CUDA library in that checkout: cmake -DCOMPUTE_BACKEND=cuda -S . && make",
+    "e": "compile bitsandbytes' CUDA library with cmake: cmake -DCOMPUTE_BACKEND=cuda -S . && make",
     "f": "pip uninstall -y bitsandbytes, then pip install bitsandbytes (the wheel from PyPI)",
 }
 # The prompt states the trade-off (review #9 found two equally good fixes): the machine has no route to PyPI, and it
@@ -523,11 +523,26 @@ _NOT_IT = "not it; read the log against your prediction, as the hints say"
 
 
 @functools.lru_cache(maxsize=1)
+def _unseen_log() -> str:
+    return _corpus_entry(_DIAGNOSIS_LOG)["text"].strip("\n")
+
+
 def unseen_log() -> str:
     """The capstone's log as the learner sees it: bitsandbytes 0.50.2's own lines (a corpus entry of
     ``results/bnb_logs.json`` that the public ``logs.load_corpus()`` leaves out, named only in this module's private
-    constants)."""
-    return _corpus_entry(_DIAGNOSIS_LOG)["text"].strip("\n")
+    constants), once a binary prediction is stored (:func:`check_binary_prediction`); before that, one sentence saying
+    so (review #14 printed the log before predicting). Handing the log out counts as showing it, for this notebook and
+    across restarts: a reading of it by ``logs.explain_log`` afterwards is the tool's (review #15 explained part of a
+    line of it before the cell that shows it)."""
+    if not _predictions():
+        return LOG_NOT_YET
+    if not ran.ran(_LOG_SHOWN):
+        ran.note(_LOG_SHOWN, time.time_ns(), lasting=True)     # when: explain_log's labels after it are readings
+    return _unseen_log()
+
+
+LOG_NOT_YET = ("(the colleague's log is handed out once your prediction is stored: run Exercise 5's prediction cell, "
+               "check_binary_prediction(predicted_binary), first)")
 
 
 def _is_cause_line(line: str) -> bool:
@@ -563,11 +578,11 @@ _LOG_SHOWN = "binary log shown (lab 07)"       # lasting (its time): the first p
 
 def _explained_after_the_log() -> bool:
     """Whether ``logs.explain_log`` read this log (its lines, whatever their case, spacing or punctuation), or named
-    its root cause for any text after the log was shown here (review #13 edited the log, or typed one line of it by
+    its root cause for any text after the log was shown here (by ``unseen_log`` or the check) (review #13 edited the log, or typed one line of it by
     hand, and explain_log still named the cause)."""
     from vramlab.bnb.logs import EXPLAINED_LABEL_KIND
 
-    if was_explained(unseen_log(), _distinctive_lines()):
+    if was_explained(_unseen_log(), _distinctive_lines()):
         return True
     shown = ran.ran(_LOG_SHOWN)
     if not shown:
@@ -582,7 +597,7 @@ def _predictions() -> list[str]:
 
 
 def _binary_prediction_answer(**_) -> str:
-    return f"the log shows the file bitsandbytes asked for: {_binary_name(unseen_log())}"
+    return f"the log shows the file bitsandbytes asked for: {_binary_name(_unseen_log())}"
 
 
 _PREDICT_FIRST = ("run Exercise 5's prediction cell first, check_binary_prediction(predicted_binary) with your file "
@@ -626,7 +641,8 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
             ran.note(_PREDICTED_BINARY, (len(ran.ran(_PREDICTED_BINARY)), mine), lasting=True)
         return report(name, True, "", f"{mine} stored; the log comes next")
     if not stored:
-        ran.note(_LOG_BEFORE_PREDICTION, True)
+        if _binary_name(log) is not None:       # a log that names a binary was handed over before any prediction
+            ran.note(_LOG_BEFORE_PREDICTION, True)
         return report(name, False, "a prediction stored without the log first",
                       f"{mine}, not stored as a prediction in this kernel", _PREDICT_FIRST + " this cell",
                       counts=False)
@@ -682,7 +698,7 @@ def _distinctive_lines() -> tuple[str, ...]:
     (review #3 read one line of it with explain_log): explain_log on any of them, alone or in part of a log, counts
     as reading it. Read from the packaged corpus once per process (it does not change)."""
     lab = {ln.strip() for log in _LOGS_THE_LAB_EXPLAINS for ln in corpus_entry(log)["text"].splitlines()}
-    return tuple(ln for ln in (x.strip() for x in unseen_log().splitlines()) if len(ln) >= 20 and ln not in lab)
+    return tuple(ln for ln in (x.strip() for x in _unseen_log().splitlines()) if len(ln) >= 20 and ln not in lab)
 
 
 def _wrong_parts(line: str, number: int, letter: str) -> list[str]:
@@ -732,7 +748,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
                       "give my_diagnosis exactly the keys 'evidence' (one line of the log), 'cause' (a number) and "
                       "'fix' (a letter)", counts=False)
     evidence, cause, fix = diagnosis["evidence"], diagnosis["cause"], diagnosis["fix"]
-    log_lines = [ln.strip() for ln in unseen_log().splitlines() if ln.strip()]
+    log_lines = [ln.strip() for ln in _unseen_log().splitlines() if ln.strip()]
     line = evidence.strip() if isinstance(evidence, str) else ""
     if not line or line not in log_lines:
         return report(name, False, "'evidence': one line of the log, copied as printed", repr(evidence)[:80],
@@ -773,7 +789,7 @@ def check_diagnosis(diagnosis: Any) -> CheckResult:
         return report(name, False, expected, got, "one part that fails (this says nothing of the others): "
                       + wrong[pick])
     ran.note(_DIAGNOSIS_PASSED, key, lasting=True)      # passed before the tool read the log: a Run All again still passes
-    shown = _binary_name(unseen_log())
+    shown = _binary_name(_unseen_log())
     return report(name, True, "", f"cause {number}, {DIAGNOSIS_CAUSES[number]} (no library in its folder, so it asked "
                   f"for the exact cuda122 unselected); {letter}: {DIAGNOSIS_FIXES[letter]}; you predicted "
                   f"{predictions[0]}, the log asks for {shown}")
@@ -789,7 +805,7 @@ def after_diagnosis(result: Any, log: str | None = None, print_line=print) -> No
     import textwrap
 
     with ran._unrecorded():             # the lab's own reading is not the learner's
-        print_line(str(explain_log(unseen_log() if log is None else log)))
+        print_line(str(explain_log(_unseen_log() if log is None else log)))
     print_line("")
     print_line(_DIAGNOSIS_READING)
     print_line("")
