@@ -163,7 +163,7 @@ def main() -> None:
         h, m = map(int, args.stop_at.split(":"))
         now = datetime.datetime.now(datetime.timezone.utc)
         stop_at = now.replace(hour=h, minute=m, second=0, microsecond=0)
-    fingerprint = quant.code_fingerprint()
+    fingerprint = mb.code_fingerprint()
     known: dict[tuple, float] = {}
 
     def read_logs() -> None:

@@ -104,6 +104,8 @@ def test_the_reference_search_is_reproduced_live(scorer):
     from vramlab.checks import lab02
 
     ref = mb._load_reference()
+    assert ref["fingerprint"]["files"] == mb.code_fingerprint()["files"], \
+        "the mixed-bits code changed: rerun python benchmarks/mixed_bits.py (see its docstring)"
     assert ref["window_tokens"] == mb.SCORE_TOKENS and sorted(ref["ranking"]) == list(range(30))
     best = lab02._reference()
     assert scorer.score_plan(best["plan"]) == pytest.approx(best["ppl"], rel=1e-6)
