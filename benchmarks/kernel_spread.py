@@ -32,6 +32,12 @@ from pathlib import Path
 
 ROWS = ("FP32", "W8A8", "W4A4KV4", "W4A4KV4-absmax")
 MODES = ("fp32", "exact", "fp64")
+MODE_NOTES = {
+    "fp32": "float32 model, vramlab.eval.perplexity (the labs' fast path)",
+    "exact": "float32 model, every quantized linear multiplied in float64 (exact fake-quant products)",
+    "fp64": "float64 model (numerics.reproducible): quantizers, MSE clip search and loss in float64, the reproducible path",
+}
+SECONDS_NOTE = "CPU seconds per run for all its rows (process time, model load excluded)"
 
 
 def rows_ppl(model, windows, rows=ROWS) -> dict[str, float]:
@@ -40,16 +46,12 @@ def rows_ppl(model, windows, rows=ROWS) -> dict[str, float]:
     FP32: the model as it is; W8A8: 8-bit weights (absmax scales, no clip search) and activations (clip 1.0),
     as tests/test_quant.py; W4A4KV4: Hadamard rotation seed 0, RTN weights with the MSE clip search,
     activations clip 0.9, KV clip 0.95, as the QuaRot table's settings; W4A4KV4-absmax: the same with absmax
-    weight scales (no clip search, whose float32 sums follow the kernel path even for a float64 model).
+    weight scales (no clip search).
     """
-    import torch
-
-    from vramlab import eval as _eval, numerics
+    from vramlab.eval import perplexity
     from vramlab.quarot import quant
     from vramlab.quarot.rotate import rotate_model
 
-    # float64: the loss in float64 too (numerics.perplexity); float32: the labs' eval.perplexity
-    perplexity = numerics.perplexity if next(model.parameters()).dtype == torch.float64 else _eval.perplexity
     res = {}
     if "FP32" in rows:
         res["FP32"] = perplexity(model, windows)
@@ -126,9 +128,8 @@ def merge(paths: list[Path], out: Path) -> dict:
     record = {"commands": commands, "date": max(r["date"] for r in records), "versions": records[0]["versions"],
               "code_fingerprint": records[0]["code_fingerprint"], "windows": records[0]["windows"],
               "runs": runs, "summary": summarise(runs)}
-    for key in ("modes", "seconds_note"):
-        if key in records[0]:
-            record[key] = records[0][key]
+    record["modes"] = {m: MODE_NOTES[m] for m in MODES if any(m in run["ppl"] for run in runs)}
+    record["seconds_note"] = SECONDS_NOTE
     out.write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -189,7 +190,8 @@ def main(argv=None) -> int:
                   "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                   "versions": {"python": platform.python_version(), "torch": torch.__version__},
                   "code_fingerprint": quant.code_fingerprint(),
-                  "windows": {"n": args.windows, "length": args.length}, "runs": runs, "summary": summary}
+                  "windows": {"n": args.windows, "length": args.length}, "runs": runs, "summary": summary,
+                  "modes": {m: MODE_NOTES[m] for m in args.modes}, "seconds_note": SECONDS_NOTE}
         args.out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 

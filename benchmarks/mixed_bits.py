@@ -90,7 +90,7 @@ class PrefixScorer:
         """Perplexity of the plan: ``layers`` at W8A8, the others W4A4, a ``kv``-bit cache."""
         import torch.nn as nn
 
-        from vramlab import numerics
+        from vramlab.eval import perplexity
 
         eight = set(layers)
         bits = tuple(8 if i in eight else 4 for i in range(self.scorer.n_layers))
@@ -107,7 +107,7 @@ class PrefixScorer:
         self.model.model.layers = nn.ModuleList(stack)
         self.key = (bits, kv)
         try:
-            return numerics.perplexity(self.model, self.scorer.window)
+            return perplexity(self.model, self.scorer.window)
         finally:
             self.model.model.layers = nn.ModuleList(self.layers[4])
 
@@ -163,7 +163,7 @@ def main() -> None:
         h, m = map(int, args.stop_at.split(":"))
         now = datetime.datetime.now(datetime.timezone.utc)
         stop_at = now.replace(hour=h, minute=m, second=0, microsecond=0)
-    fingerprint = quant.code_fingerprint()
+    fingerprint = mb.code_fingerprint()
     known: dict[tuple, float] = {}
 
     def read_logs() -> None:

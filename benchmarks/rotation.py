@@ -85,8 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="float64: the reproducible path (vramlab.numerics.reproducible: the model in float64 up to "
                         "each quantizer, about 1.5x the CPU time); float32: the fast path, whose 4-bit rows move by several "
-                        "percent between kernel paths (issue 26). Not yet reproducible on float64: the weight MSE "
-                        "clip search and GPTQ's Hessian still compute in float32 inside quant.py")
+                        "percent between kernel paths (issue 26); the weight MSE clip search and GPTQ follow the "
+                        "model's dtype (quant.py)")
     p.add_argument("--budget-min", type=float, default=0,
                    help="stop starting new phases after this many minutes (0 = no limit); skipped phases are listed")
     p.add_argument("--kv-clip", type=float, default=0.95)
@@ -255,7 +255,7 @@ def check(args) -> int:
             "The table is on the reproducible float64 path: it still reproduces to 1e-6." if dtype == "float64" else
             f"The table is on the float32 path: expect its 4-bit rows to differ here by up to "
             f"{FLOAT32_LIVE_TOLERANCE:.0%} (the kernel-path spread, vramlab/results/kernel_spread.json); "
-            f"the float64 path will remove it once the clip search and GPTQ compute in float64 too (issue 26)."))
+            f"the float64 path (--dtype float64, the default) gives the same rows on every machine (issue 26)."))
     if args.live:
         torch.set_num_threads(args.threads)
         stored, live = live_row(table)

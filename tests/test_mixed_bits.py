@@ -88,13 +88,13 @@ def scorer(smollm2):
 
 def test_a_plan_at_one_width_everywhere_is_the_whole_model_row(scorer):
     """All layers at 8 (or 4) bits is quant.quantize_model's W8A8KV4 (W4A4KV4) row, to 1e-6 in float64."""
-    from vramlab import numerics
+    from vramlab.eval import perplexity
     from vramlab.quarot import quant
 
     for bits in (8, 4):
         plan = {"eight_bit_layers": list(range(30)) if bits == 8 else [], "kv_bits": 4}
         row = quant.quantize_model(scorer.model, bits, bits, 4, w_clip=False, progress=False)
-        want = numerics.perplexity(row, scorer.window)
+        want = perplexity(row, scorer.window)
         assert scorer.score_plan(plan) == pytest.approx(want, rel=1e-6)
 
 
@@ -104,6 +104,8 @@ def test_the_reference_search_is_reproduced_live(scorer):
     from vramlab.checks import lab02
 
     ref = mb._load_reference()
+    assert ref["fingerprint"]["files"] == mb.code_fingerprint()["files"], \
+        "the mixed-bits code changed: rerun python benchmarks/mixed_bits.py (see its docstring)"
     assert ref["window_tokens"] == mb.SCORE_TOKENS and sorted(ref["ranking"]) == list(range(30))
     best = lab02._reference()
     assert scorer.score_plan(best["plan"]) == pytest.approx(best["ppl"], rel=1e-6)

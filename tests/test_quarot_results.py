@@ -120,14 +120,14 @@ def test_kernel_spread_record_matches_the_code_and_is_reproducible_on_float64():
     assert SPREAD["code_fingerprint"]["files"] == quant.code_fingerprint()["files"], \
         "the quantization code changed: rerun python benchmarks/kernel_spread.py (see its docstring)"
     assert len({(r["path"], r["threads"]) for r in SPREAD["runs"]}) >= 2
-    for row in ("FP32", "W8A8", "W4A4KV4-absmax"):
+    for row in ("FP32", "W8A8", "W4A4KV4", "W4A4KV4-absmax"):
         assert SPREAD["summary"][f"fp64/{row}"]["rel_spread"] < 1e-6, row
 
 
 def test_kernel_spread_record_covers_every_kernel_path_at_one_and_two_threads():
     """Issue 26: the float32 bounds come from a spread measured over the kernel paths (default, avx2, avx512)
     and thread counts 1 and 2, so the record holds all six for the rows the bounds use."""
-    for key in ("fp32/W8A8", "fp32/W4A4KV4-absmax", "fp64/W8A8", "fp64/W4A4KV4-absmax"):
+    for key in ("fp32/W8A8", "fp32/W4A4KV4", "fp32/W4A4KV4-absmax", "fp64/W8A8", "fp64/W4A4KV4", "fp64/W4A4KV4-absmax"):
         assert {"default/1t", "default/2t", "avx2/1t", "avx2/2t", "avx512/1t", "avx512/2t"} <= \
             set(SPREAD["summary"][key]["runs"]), key
 
@@ -156,15 +156,15 @@ def test_kernel_spread_merge_recomputes_the_summary_and_refuses_other_code(tmp_p
 
 @pytest.mark.slow
 def test_reproducible_rows_match_the_reference_to_1e_6(smollm2):
-    """On the float64 path, W8A8 and the W4A4KV4 Hadamard RTN row (absmax weight scales: the MSE clip search
-    sums in float32, see benchmarks/kernel_spread.py) give the numbers measured on the other kernel paths and
-    thread counts to 1e-6 relative (tests/kernel_paths.sh runs this under each path)."""
+    """On the float64 path, W8A8 and the W4A4KV4 Hadamard RTN row (the table's: MSE clip search, which now
+    computes in float64 too) give the numbers measured on the other kernel paths and thread counts to 1e-6
+    relative (tests/kernel_paths.sh runs this under each path)."""
     from vramlab.data import token_windows
     from vramlab.numerics import reproducible
 
     model, tok = smollm2
     windows = token_windows(tok, SPREAD["windows"]["n"], SPREAD["windows"]["length"])
-    live = _spread_module().rows_ppl(reproducible(model), windows, ("W8A8", "W4A4KV4-absmax"))
+    live = _spread_module().rows_ppl(reproducible(model), windows, ("W8A8", "W4A4KV4"))
     for row, value in live.items():
         ref = SPREAD["summary"][f"fp64/{row}"]["min"]
         assert abs(value / ref - 1) < 1e-6, (row, value, ref)

@@ -28,6 +28,10 @@ def window_nll(model, windows, progress: bool = False):
 
     ``windows``: LongTensor ``[n, length]``. Returns ``(total_nll, n_predicted_tokens)`` where
     each window predicts ``length - 1`` tokens (no context carried across windows).
+
+    The loss is computed in float32, or in float64 for a float64 model (``vramlab.numerics.reproducible``):
+    a float32 log-softmax over 49,152 logits sums in 8 or 16 lanes by CPU kernel path, which moved the FP32
+    perplexity by about 1e-5 between paths (benchmarks/kernel_spread.py); in float64 it does not (issue 26).
     """
     import torch
     import torch.nn.functional as F
@@ -44,7 +48,8 @@ def window_nll(model, windows, progress: bool = False):
     with torch.inference_mode():
         for row in rows:
             ids = row.unsqueeze(0).to(device)
-            logits = model(input_ids=ids, use_cache=False).logits.float()
+            logits = model(input_ids=ids, use_cache=False).logits
+            logits = logits.double() if logits.dtype == torch.float64 else logits.float()
             loss = F.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="sum")
             total += float(loss)
             count += ids.shape[1] - 1

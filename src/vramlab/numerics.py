@@ -9,11 +9,11 @@ bits from one machine or thread count to the next. That is harmless for a float3
 about 1e-5), but a quantizer rounds to a grid: a last-bit change that crosses a rounding boundary flips a
 whole code, and at 4 bits the perplexity of the same code moves by several percent.
 
-The reproducible path runs the model in float64 (:func:`reproducible`) and sums its loss in float64
-(:func:`perplexity`): the last-bit differences fall to about 1e-16, far below any rounding boundary the
-quantizers meet, so every kernel path and thread count gives the same perplexity to 1e-6 relative
-(``benchmarks/kernel_spread.py`` measures it). Not yet on it: the weight MSE clip search and GPTQ, which
-compute in float32 inside ``vramlab.quarot.quant`` whatever the model's dtype.
+The reproducible path runs the model in float64 (:func:`reproducible`); the quantizers of
+``vramlab.quarot.quant`` (the weight MSE clip search and GPTQ included) and the loss of
+``vramlab.eval.perplexity`` then compute in float64 too, as they follow the model's dtype. The last-bit
+differences fall to about 1e-16, far below any rounding boundary the quantizers meet, so every kernel path and
+thread count gives the same perplexity to 1e-6 relative (``benchmarks/kernel_spread.py`` measures it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import subprocess
 import sys
 
 __all__ = ["KERNEL_PATHS", "ROW_BITS", "available_kernel_paths", "format_spread", "load_kernel_spread",
-           "machine_difference", "machine_record", "perplexity", "reproducible", "row_on_kernel_paths", "run_on_kernel_path"]
+           "machine_difference", "machine_record", "reproducible", "row_on_kernel_paths", "run_on_kernel_path"]
 
 KERNEL_PATHS = ("default", "avx2", "avx512")  # the values ATEN_CPU_CAPABILITY takes on x86
 
@@ -93,9 +93,9 @@ def machine_record() -> dict:
 def reproducible(model):
     """A float64 deep copy of ``model`` (``model`` is not changed): the reproducible path.
 
-    Rotate and quantize the copy as the float32 model (``rotate_model`` and ``quantize_model`` follow its dtype;
-    the quantizers round in float32, which is exact given the same input), and measure it with
-    :func:`perplexity` (float64 loss). About 1.5x the CPU time of float32 (benchmarks/kernel_spread.py).
+    Rotate, quantize and measure the copy as the float32 model: ``rotate_model``, ``quantize_model`` (its
+    quantizers, MSE clip search and GPTQ) and ``vramlab.eval.perplexity`` (its loss) follow its dtype. About
+    1.5x the CPU time of float32 (benchmarks/kernel_spread.py).
     """
     import torch
 
@@ -105,38 +105,6 @@ def reproducible(model):
         raise TypeError(f"model must be a torch model with parameters, e.g. the first value of "
                         f"vramlab.models.load_smollm2() (got {type(model).__name__}).") from None
     return copy.deepcopy(model).to(torch.float64)
-
-
-def perplexity(model, windows) -> float:
-    """exp(mean next-token NLL) over ``windows`` (LongTensor ``[n, length]``), the loss summed in float64.
-
-    The reproducible path's perplexity. ``vramlab.eval.perplexity`` casts the logits to float32 first; its
-    log-softmax then sums 49,152 exponentials in float32, in 8 or 16 lanes by kernel path, and the FP32 row
-    moves by about 1e-5 between paths (measured: 17.234849 avx2, 17.235013 avx512 on one window of 256
-    tokens, for a float64 model as for a float32 one). Here the logits stay in the model's dtype and the
-    loss is computed in float64.
-    """
-    import math
-
-    import torch
-    import torch.nn.functional as F
-
-    from vramlab.eval import _check_windows
-
-    _check_windows(windows)
-    try:
-        device = next(model.parameters()).device
-    except (AttributeError, StopIteration, TypeError):
-        raise TypeError(f"model must be a causal language model with parameters, e.g. "
-                        f"vramlab.numerics.reproducible(load_smollm2()[0]) (got {type(model).__name__}).") from None
-    total, count = 0.0, 0
-    with torch.inference_mode():
-        for row in windows:
-            ids = row.unsqueeze(0).to(device)
-            logits = model(input_ids=ids, use_cache=False).logits.double()
-            total += float(F.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="sum"))
-            count += ids.shape[1] - 1
-    return math.exp(total / count)
 
 
 def run_on_kernel_path(code: str, kernel_path: str, threads: int = 1, timeout: float = 600) -> dict:
@@ -173,16 +141,16 @@ import json
 from vramlab.data import token_windows
 from vramlab.eval import perplexity
 from vramlab.models import load_smollm2
-from vramlab.numerics import perplexity as perplexity64, reproducible
+from vramlab.numerics import reproducible
 from vramlab.quarot import quant
 from vramlab.quarot.rotate import rotate_model
 
 model, tok = load_smollm2()
 ids = token_windows(tok, 1, {length})
 out = {{}}
-for name, m, ppl in (("float32", model, perplexity), ("float64", reproducible(model), perplexity64)):
+for name, m in (("float32", model), ("float64", reproducible(model))):
     q = quant.quantize_model(rotate_model(m, "hadamard", seed={seed}), {w}, {a}, {kv}, progress=False)
-    out[name] = ppl(q, ids)
+    out[name] = perplexity(q, ids)
 print(json.dumps(out))
 """
 
@@ -257,7 +225,9 @@ def format_spread(spread: dict, table: dict | None = None) -> str:
                              f"({s['rel_spread']:.1e})")
         lines.append(f"  {row:8s} " + "   ".join(cells))
     if table is not None:
-        lines.append("over rotation seeds (the table, float32, 8 windows of 512 tokens):")
+        dtype = (table.get("machine") or {}).get("dtype", "float32")
+        win = table.get("windows") or {}
+        lines.append(f"over rotation seeds (the table, {dtype}, {win.get('n')} windows of {win.get('length')} tokens):")
         for r in table.get("summary", []):
             if r["rotation"] == "hadamard" and r.get("n", 1) > 1 and r.get("group_size") is None:
                 lines.append(f"  {r['setting']:8s} {r['weights']:4s} {r['ppl_min']:.2f}..{r['ppl_max']:.2f} "

@@ -289,9 +289,10 @@ def check_w16a4_prediction(predicted, measured: float, fp32: float) -> CheckResu
 # A plan passes within PLAN_TOLERANCE of the best plan the reference search found (benchmarks/mixed_bits.py: greedy
 # forward selection by whole-plan score, then one-for-one swaps to a local optimum, the KV8 branch, the rules of
 # thumb and 10 random plans; results/mixed_bits.json). The measured margins (docs/instructor/lab02.md: the greedy
-# searches pass by 6-9%, the best rule of thumb and random plan fail by 37% and more) set 10%: it passes a learner who
-# searches by whole-plan scores, and no rule of thumb or random plan.
-PLAN_TOLERANCE = 0.10
+# search, over all 30 layers or the 15 best alone, is 12.1% over the best, which one-for-one swaps found; the best rule
+# of thumb fails by 23%, the best random plan by 34%) set 15%: it passes a learner who searches by whole-plan scores,
+# and no rule of thumb or random plan. The scores are float64, the same on every CPU to 1e-6 (issue 26).
+PLAN_TOLERANCE = 0.15
 _MIB = 2 ** 20
 
 
@@ -343,7 +344,7 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     """Capstone: ``{"eight_bit_layers": [layer indices], "kv_bits": 4 | 8}`` for the Hadamard-rotated SmolLM2
     (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and
     whose float64 perplexity on the capstone's window, measured live by ``scorer`` (a
-    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within :data:`PLAN_TOLERANCE` (10%) of
+    :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within :data:`PLAN_TOLERANCE` (15%) of
     the reference search's best (or lower)."""
     from vramlab.quarot import mixed_bits
 

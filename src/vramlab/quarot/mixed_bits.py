@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 __all__ = ["BUDGET_BYTES", "CONTEXT_TOKENS", "LAYER_BITS", "KV_BITS", "layers_within_budget", "SCORE_TOKENS", "MixedBits", "Plan",
-           "format_reference", "kv_bytes", "layer_weight_bytes", "normalize_plan", "plan_bytes"]
+           "code_fingerprint", "format_reference", "kv_bytes", "layer_weight_bytes", "normalize_plan", "plan_bytes"]
 
 LAYER_BITS = (4, 8)            # the widths a plan may give a decoder layer (weights and linear inputs)
 KV_BITS = (4, 8)               # the widths a plan may give the KV cache
@@ -179,8 +179,9 @@ class MixedBits:
         self.window = window
         self.model = numerics.reproducible(rotated)       # float64 copy; the caller's model is untouched
         self.n_layers = len(quant._layers(self.model))
-        self.weights = {b: {n: w.to(torch.float32) for n, w in quant.quantize_weights(self.model, b, mse=False).items()}
-                        for b in LAYER_BITS}
+        # kept in float64: a float32 copy rounds the float64 grid's values, and at 4 bits such last-bit changes flip
+        # codes downstream (W8A8KV4 moved by 0.7%; issue 26). About 0.85 GB per width for SmolLM2.
+        self.weights = {b: quant.quantize_weights(self.model, b, mse=False) for b in LAYER_BITS}
         self._cache: dict = {}
         self.progress = progress
 
@@ -228,11 +229,11 @@ class MixedBits:
         E.g. ``score({3: 8})``: every layer W4A4 but layer 3 at W8A8, KV4; ``score({3: 4}, default=16)``:
         only layer 3 quantized. Cached per setting.
         """
-        from vramlab import numerics
+        from vramlab.eval import perplexity
 
         key = (tuple(self._layer_bits(layer_bits, default)), _bits(kv_bits, "kv_bits", (4, 8, 16)))
         if key not in self._cache:
-            self._cache[key] = numerics.perplexity(self.build(layer_bits, default, kv_bits), self.window)
+            self._cache[key] = perplexity(self.build(layer_bits, default, kv_bits), self.window)
         return self._cache[key]
 
     def score_plan(self, plan) -> float:
@@ -249,6 +250,22 @@ def layers_within_budget(kv_bits: int, budget: int = BUDGET_BYTES, tokens: int =
                                          tokens, s)["total"] <= budget:
         k += 1
     return k
+
+
+def code_fingerprint() -> dict:
+    """What made the cached reference (``results/mixed_bits.json``): :func:`vramlab.quarot.quant.code_fingerprint`
+    (the quantizers, the rotation, the loss, the data) and this module's own SHA-256, as
+    ``{"sha256": combined hex digest, "files": {relative path: hex digest}}``."""
+    import hashlib
+    from importlib import resources
+
+    from vramlab.quarot import quant
+
+    files = dict(quant.code_fingerprint()["files"])
+    data = (resources.files("vramlab") / "quarot" / "mixed_bits.py").read_bytes().replace(b"\r\n", b"\n")
+    files["quarot/mixed_bits.py"] = hashlib.sha256(data).hexdigest()
+    combined = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in files.items()).encode()).hexdigest()
+    return {"sha256": combined, "files": files}
 
 
 def _load_reference(path=None) -> dict:

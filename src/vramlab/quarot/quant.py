@@ -4,7 +4,8 @@ Everything here is *fake quantization*: a tensor is quantized to integers on a u
 immediately de-quantized back to floating point (quantize-dequantize, "QDQ"). The numbers the
 model computes with are exactly the values a b-bit integer kernel would represent, but the matmuls
 still run in float, so this measures **accuracy**, never speed or memory. All functions are
-device-agnostic (the grid is computed on the tensor's own device, in float32, and cast back).
+device-agnostic (the grid is computed on the tensor's own device, in float32 - in float64 for a float64
+tensor, the reproducible path of ``vramlab.numerics`` - and cast back).
 
 Quantizers (settings from QuaRot, arXiv 2404.00456, and ../shared/REFERENCE.md):
 
@@ -110,6 +111,18 @@ def is_quantized_bits(bits) -> bool:
 # Elementary quantize-dequantize functions
 # --------------------------------------------------------------------------------------------
 
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the quantizers compute in for a tensor of ``dtype``: float64 stays float64 (the reproducible
+    path, ``vramlab.numerics.reproducible``: its sums then agree to the last bits on every CPU kernel path),
+    anything else computes in float32 (whose sums follow the kernel path's lanes: issue 26)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _compute(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in :func:`_compute_dtype` (no copy when it already is)."""
+    return t.to(_compute_dtype(t.dtype))
+
+
 def quantize_per_token_sym(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> torch.Tensor:
     """Symmetric per-token fake quantization of activations.
 
@@ -126,7 +139,7 @@ def quantize_per_token_sym(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) 
     qmax = 2 ** (int(bits) - 1) - 1
     if qmax < 1:
         raise ValueError("bits=1 leaves a symmetric quantizer no level but zero; pass bits >= 2.")
-    xf = x.float()
+    xf = _compute(x)
     scale = (xf.abs().amax(dim=-1, keepdim=True) * clip_ratio / qmax).clamp_min(1e-12)
     q = torch.clamp(torch.round(xf / scale), -qmax - 1, qmax)
     return (q * scale).to(x.dtype)
@@ -153,7 +166,7 @@ def quantize_groupwise_asym(x: torch.Tensor, bits: int, group_size: int = 64,
     if d % group_size:
         raise ValueError(f"The last dimension ({d}) is not a multiple of group_size={group_size}; pass a group_size that divides {d}.")
     maxq = 2 ** int(bits) - 1
-    xf = x.float().reshape(*x.shape[:-1], d // group_size, group_size)
+    xf = _compute(x).reshape(*x.shape[:-1], d // group_size, group_size)
     lo = xf.amin(dim=-1, keepdim=True).clamp_max(0) * clip_ratio
     hi = xf.amax(dim=-1, keepdim=True).clamp_min(0) * clip_ratio
     scale = ((hi - lo) / maxq).clamp_min(1e-12)
@@ -168,7 +181,7 @@ def _sym_qdq(w: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch.Tensor:
 
 def weight_scales_mse(w: torch.Tensor, bits: int, mse: bool = True, grid: int = 100,
                       max_shrink: float = 0.8, norm: float = 2.4) -> torch.Tensor:
-    """Per-row symmetric scales ``[rows, 1]`` for ``w [rows, cols]`` (float32).
+    """Per-row symmetric scales ``[rows, 1]`` for ``w [rows, cols]`` (float32; float64 for a float64 ``w``).
 
     Without ``mse``: ``s = max|row| / (2^(b-1) - 1)``. With ``mse`` (QuaRot's weight clip search):
     try clip ratios ``p = 1, 0.99, ..., 1 - max_shrink`` and keep, per row, the one minimising
@@ -178,7 +191,7 @@ def weight_scales_mse(w: torch.Tensor, bits: int, mse: bool = True, grid: int = 
     if not is_quantized_bits(bits):
         raise ValueError(f"weight_scales_mse needs a bit width below 16 (got {bits!r}).")
     qmax = 2 ** (int(bits) - 1) - 1
-    wf = w.float()
+    wf = _compute(w)
     amax = wf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
     best_scale = amax / qmax
     if not mse:
@@ -219,7 +232,7 @@ def quantize_weight_sym(w: torch.Tensor, bits: int, group_size: int | None = Non
         return w
     qmax = 2 ** (int(bits) - 1) - 1
     rows, cols = w.shape
-    wf = w.float()
+    wf = _compute(w)
     if group_size:
         out = _sym_qdq(wf, _group_scales(wf, bits, group_size, mse), qmax)
     else:
@@ -334,7 +347,7 @@ def gptq_quantize_matrix(w: torch.Tensor, hessian: torch.Tensor, bits: int, grou
     diagonal). Scales are symmetric per output row (computed once, with the MSE clip search) or,
     with ``group_size``, per group of consecutive input columns of the original order, computed from
     the weights before error feedback ("static groups", what a g_idx-free kernel can run).
-    Computed in float32 on ``w``'s device.
+    Computed in float32 on ``w``'s device (in float64 for a float64 ``w``: the reproducible path).
     """
     _tensor(w, "w", 2, " [out, in]")
     _tensor(hessian, "hessian", 2, " [in, in]")
@@ -346,9 +359,9 @@ def gptq_quantize_matrix(w: torch.Tensor, hessian: torch.Tensor, bits: int, grou
     if not is_quantized_bits(bits):
         raise ValueError(f"gptq_quantize_matrix needs a bit width below 16 (got {bits!r}).")
     qmax = 2 ** (int(bits) - 1) - 1
-    W = w.detach().float().clone()
+    W = _compute(w.detach()).clone()
     rows, cols = W.shape
-    H = hessian.detach().float().clone().to(W.device)
+    H = hessian.detach().to(device=W.device, dtype=W.dtype).clone()
     dead = torch.diag(H) == 0
     H[dead, dead] = 1
     W[:, dead] = 0
@@ -478,13 +491,14 @@ def quantize_weights(model, bits: int, method: str = "rtn", calibration: torch.T
     with torch.inference_mode():
         for i, layer in enumerate(work_layers):
             lins = decoder_linears(layer, f"model.layers.{i}")
-            hess = {n: torch.zeros(l.in_features, l.in_features, device=l.weight.device, dtype=torch.float32)
+            hess = {n: torch.zeros(l.in_features, l.in_features, device=l.weight.device,
+                                 dtype=_compute_dtype(l.weight.dtype))
                     for n, l in lins.items()}
             counts = dict.fromkeys(lins, 0)
             handles = []
             for n, lin in lins.items():
                 def hook(_mod, args, _out, n=n):
-                    x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+                    x = _compute(args[0].detach()).reshape(-1, args[0].shape[-1])
                     t = x.shape[0]
                     total = counts[n] + t
                     hess[n].mul_(counts[n] / total)
@@ -622,11 +636,11 @@ def capture_inputs(model, input_ids: torch.Tensor, names: list[str]) -> dict[str
 
 
 def hessian_from_inputs(x: torch.Tensor) -> torch.Tensor:
-    """GPTQ's proxy Hessian ``2/N X^T X`` for inputs ``x [N, in]`` (float32)."""
+    """GPTQ's proxy Hessian ``2/N X^T X`` for inputs ``x [N, in]`` (float32; float64 for a float64 ``x``)."""
     _tensor(x, "x", what=" of layer inputs [N, in]")
     if x.dim() < 2 or x.numel() == 0:
         raise ValueError(f"x must be [N, in] with at least one token (got shape {tuple(x.shape)}).")
-    x = x.float().reshape(-1, x.shape[-1])
+    x = _compute(x).reshape(-1, x.shape[-1])
     return 2 * x.T @ x / x.shape[0]
 
 
