@@ -2,8 +2,8 @@
 # Run the numeric tests that depend on PyTorch's CPU kernel path under every path this CPU offers
 # (ATEN_CPU_CAPABILITY=default, avx2, avx512), and print which ran. Issue 26: a float32 quantized result
 # follows the kernel path's rounding, so a bound must hold on every path, and the reproducible (float64)
-# path must give the same number to 1e-6 on each. Roughly a minute of CPU per path (estimated from the CPU
-# seconds of its parts in benchmarks/kernel_spread.py; not yet timed on a quiet machine).
+# path must give the same number to 1e-6 on each. 27-45 s a pass in CI before the float64 W4A4KV4 row got its
+# clip search (2026-12-05); that row adds about a minute (the CPU seconds of benchmarks/kernel_spread.py's fp64 mode).
 #
 #   tests/kernel_paths.sh                 # every path the CPU has, one thread each
 #   PATHS="default avx2" THREADS="1 2" tests/kernel_paths.sh
