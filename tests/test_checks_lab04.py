@@ -186,6 +186,17 @@ def test_a_design_read_off_a_run_of_this_burst_is_refused_unless_it_passed_befor
     before = tries("max_num_seqs for the mixed burst")
     assert not lab04.check_seqs_design(right)
     assert "a reading" in capsys.readouterr().out and tries("max_num_seqs for the mixed burst") == before
+    # review #18b: one late request added, or the first 7 requests only, read the answer too
+    burst = [Request(i, p, n) for i, (p, n) in enumerate(lab04.CAPSTONE_REQUESTS)]
+    for variant in (burst + [Request(8, 1, 1, arrival=10000)], burst[:7], burst[2:] + burst[:2]):
+        forget()
+        simulate(10, variant, max_num_seqs=3, block_size=128)
+        assert not lab04.check_seqs_design(right), variant
+        assert "a reading" in capsys.readouterr().out
+    forget()
+    simulate(10, burst[:5], max_num_seqs=3, block_size=128)                # three requests fewer: another burst
+    simulate(10, [Request(i, 120, 20) for i in range(8)], block_size=128)   # section 1's burst
+    assert lab04.check_seqs_design(right)
 
 
 def test_the_engine_runs_count_as_runs_of_the_burst_live_or_replayed(capsys):

@@ -472,7 +472,7 @@ def explain_plan(result: Any) -> None:
           "position, generate() only the last one's.")
 
 
-#: At most this many distinct designs are judged with a wrong plan; another design is refused unless the plan is right
+#: At most this many distinct designs are judged with a wrong plan; another design is refused, the right plan too
 #: (the batch tries count toward CAPSTONE_MAX_WRONG as before): a loop over the labels cannot single out the right
 #: one (review #16: the cap of 12 wrong attempts never bit on 3 wrong designs).
 DESIGN_MAX_WRONG = 2
@@ -527,8 +527,9 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     Every wrong plan gets the same words, "not both right", whichever part is wrong; on the first two wrong tries it
     adds where the batch stands against the named design's own budget limit (over, room for more, or the most it
     fits: for any design, so it says nothing of the design; never the peak); from the third on only the next hint.
-    At most :data:`DESIGN_MAX_WRONG` designs are judged; another one is refused (counting no try) unless it is the
-    right plan (review #17a: messages and refusals that differed for the right design gave it away)."""
+    At most :data:`DESIGN_MAX_WRONG` designs are judged; another one is refused (counting no try), the right plan too
+    (review #17a: messages that differed for the right design gave it away; review #18b: a refusal that spared the
+    right plan was a free oracle)."""
     from vramlab.checks._core import DIRECTION_TRIES, tries
 
     name = "serving plan"
@@ -543,8 +544,9 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
 
     judged = {key for key in ran.ran(_WRONG_DESIGN_KIND) if isinstance(key, str)}
     if (label not in judged and len(judged) >= DESIGN_MAX_WRONG and "check_serving_plan" not in ran.ran(OPENED_KIND)
-            and not _revealing() and not (label == best and n == _serve_max_batch(label))):
-        # refused before judging: only the designs already tried are judged again (a plan that is right passes)
+            and not _revealing()):
+        # refused before judging, the right plan too: an exception for it made every refusal a free "wrong" (review
+        # #18b found D/10 in a loop of uncounted calls); only the designs already tried are judged again
         return report(name, False, "a design the check still judges", f"{len(judged)} designs tried already",
                       "the check judges no other design: measure each design on both requirements, or ask for the "
                       "answer with check_serving_plan(..., reveal=True)", counts=False)
