@@ -327,3 +327,31 @@ def test_the_capstones_reference_comes_after_its_check():
     compared = next(i for i, s in enumerate(screens) if "check_prediction(predicted_kv4_cost_pct, measured_cost_pct" in s)
     printed = next(i for i, s in enumerate(screens) if "print(quant.format_table(table))" in s)
     assert compared < printed
+
+
+def test_the_layers_prediction_compared_is_the_first_stored_before_the_capstones_check(capsys, monkeypatch, tmp_path):
+    """Review #18a stored a list after the search and read a perfect ranking: the list compared after the capstone is
+    the first stored before the capstone's check first ran, it lasts, and a changed list after that check is a
+    reading (refused, no try counted)."""
+    from vramlab import ran
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    assert lab02.check_layers_prediction([0, 1, 29])
+    assert lab02.check_layers_prediction([2, 3])                        # before the check: the first still counts
+    lab02.check_mixed_plan({"eight_bit_layers": [0], "kv_bits": 8}, scorer="no scorer")
+    capsys.readouterr()
+    refused = lab02.check_layers_prediction([7, 11, 18, 21, 29])
+    assert not refused and "that is a reading" in capsys.readouterr().out
+    assert lab02.check_layers_prediction([0, 1, 29])                     # Run All: the same first list passes
+    ranking = list(range(29, -1, -1))
+    ran._RAN.clear()                                                     # a restart keeps the lasting records
+    lab02.check_layers_prediction([7, 11, 18, 21, 29], ranking)
+    out = capsys.readouterr().out
+    assert "layer 0 ranks #30, layer 1 ranks #29, layer 29 ranks #1" in out and "the cell now holds" in out, out
+    ran._forget()
+    lab02.check_mixed_plan({"eight_bit_layers": [0], "kv_bits": 8}, scorer="no scorer")
+    assert not lab02.check_layers_prediction([0, 1])                     # nothing stored before the check
+    lab02.check_layers_prediction([0, 1], ranking)
+    assert "no prediction was stored" in capsys.readouterr().out
+    ran._forget()

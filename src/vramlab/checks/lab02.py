@@ -7,8 +7,10 @@ Each check prints one PASS/FAIL line with what was expected and what it got, and
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from vramlab import ran
 from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
                                   is_untouched as is_untouched_value)
 from vramlab.checks.lab01 import prediction_report
@@ -352,6 +354,8 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     what = 'a plan {"eight_bit_layers": [...], "kv_bits": 4 or 8} within the budget, near the best perplexity'
     if is_untouched_value(plan):
         return report(name, False, what, "None (not done yet)", value=plan)
+    if not ran.ran(_PLAN_CHECKED_KIND):
+        ran.note(_PLAN_CHECKED_KIND, time.time_ns(), lasting=True)     # a layers prediction after this is a reading
     try:
         p = mixed_bits.normalize_plan(plan)
     except ValueError as exc:
@@ -401,8 +405,10 @@ def _layers_prediction_answer(**_) -> str:
 def check_layers_prediction(predicted, ranking=None) -> CheckResult:
     """The capstone's prediction: the (up to 5) layers expected to gain most from 8 bits, stored before measuring.
 
-    Without ``ranking`` it only stores; with ``ranking`` (every layer, largest measured gain first) it says
-    where each predicted layer ranks. Fails, revealing nothing, when no valid list was stored.
+    Without ``ranking`` it stores the list (lasting, per notebook); a different list after the capstone's check ran is
+    refused as a reading. With ``ranking`` (every layer, largest measured gain first) it says where each layer of the
+    FIRST list stored before that check ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no
+    valid list was given.
     """
     from vramlab.checks.lab01 import PredictionResult
 
@@ -417,12 +423,42 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
         return report(name, False, what, f"{str(predicted)[:60]}",
                       "store a list such as [4, 17]: distinct whole numbers from 0 to 29, at most five")
     items = sorted(items)
+    first = _first_layers_prediction()
     if ranking is None:
+        if first is not None and items != first and ran.ran(_PLAN_CHECKED_KIND):
+            return report(name, False, "a prediction stored before the capstone's check", f"{items}, written after "
+                          "the capstone's check ran in this notebook", f"that is a reading: the prediction that counts "
+                          f"is the one stored first, {first}", counts=False, result_class=PredictionResult)
+        if first is None and ran.ran(_PLAN_CHECKED_KIND):
+            return report(name, False, "a prediction stored before the capstone's check", f"{items}, written after "
+                          "the capstone's check ran in this notebook", "that is a reading: no prediction was stored "
+                          "before it", counts=False, result_class=PredictionResult)
+        ran.note(_LAYERS_PREDICTED_KIND, (time.time_ns(), tuple(items)), lasting=True)
         return report(name, True, "", f"{items} stored; now measure.", result_class=PredictionResult)
-    ranks = [list(ranking).index(i) + 1 for i in items]
-    got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(items, ranks))
-    return report(name, True, "", f"{got} of {len(ranking)} by measured gain (#1 gains most)",
+    if first is None:      # review #18a: the list handed over after the search is not a prediction
+        return report(name, True, "", "no prediction was stored before the capstone's check, so there is none to "
+                                      "compare with the measured ranking", result_class=PredictionResult)
+    ranks = [list(ranking).index(i) + 1 for i in first]
+    got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(first, ranks))
+    changed = f" (the list stored first; the cell now holds {items})" if items != first else ""
+    return report(name, True, "", f"{got} of {len(ranking)} by measured gain (#1 gains most){changed}",
                   result_class=PredictionResult)
+
+
+# vramlab.ran kinds (lasting, per notebook): the layers predicted, as (time in ns, sorted layers), and when the
+# capstone's check first ran. The prediction compared after the capstone is the first stored before that check: review
+# #18a stored a "prediction" after the search and read a perfect ranking.
+_LAYERS_PREDICTED_KIND = "layers predicted (lab 02)"
+_PLAN_CHECKED_KIND = "mixed plan checked (lab 02)"
+
+
+def _first_layers_prediction() -> list[int] | None:
+    """The first layers prediction stored before the capstone's check first ran (None if there is none)."""
+    checked = [t for t in ran.ran(_PLAN_CHECKED_KIND) if isinstance(t, int)]
+    until = min(checked) if checked else None
+    stored = sorted(k for k in ran.ran(_LAYERS_PREDICTED_KIND) if isinstance(k, tuple) and len(k) == 2
+                    and (until is None or k[0] < until))
+    return list(stored[0][1]) if stored else None
 
 
 AFTER_CAPSTONE_WAITS = ("The reference search (every layer alone, the greedy steps, the swaps, the rules of thumb) "
