@@ -137,8 +137,8 @@ def test_every_route_to_vramlabs_quantizer_is_refused(bypass, capsys):
 
 
 def test_mixed_plan_says_what_is_wrong_and_never_the_plan(capsys):
-    """Over budget: by how much, in bytes and MiB. Within budget but above the target: why that kind of plan
-    fails (room left, the 8-bit cache, or unmeasured layers), never the reference plan or its perplexity."""
+    """Over budget: by how much, in bytes and MiB. Within budget but above the target: room left is said (budget
+    arithmetic); a full plan, KV4 or KV8, reads the same (review #19), never the reference plan or its perplexity."""
     from vramlab.quarot import mixed_bits as mb
 
     ref = lab02._reference()
@@ -149,12 +149,16 @@ def test_mixed_plan_says_what_is_wrong_and_never_the_plan(capsys):
     assert f"over the 66 MiB budget by {over:,} bytes" in out, out
     ranking = mb._load_reference()["ranking"]
     weakest = sorted(ranking[-5:])                       # the five layers that gain least: within budget, far off
+    full = []
     for plan, phrase in (({"eight_bit_layers": ranking[-2:], "kv_bits": 4}, "leaves part of the budget unused"),
-                         ({"eight_bit_layers": ranking[-1:], "kv_bits": 8}, "the 8-bit cache takes as many bytes"),
-                         ({"eight_bit_layers": weakest, "kv_bits": 4}, "does that measurement judge the plan you stored")):
+                         ({"eight_bit_layers": ranking[-1:], "kv_bits": 8}, "perplexity is above the target"),
+                         ({"eight_bit_layers": weakest, "kv_bits": 4}, "perplexity is above the target")):
         result = lab02.check_mixed_plan(plan)
         out = capsys.readouterr().out
         assert not result and phrase in out, out
+        assert "8-bit cache" not in out and "measure" not in out, out     # review #19: neither names the part or the way
+        if phrase.startswith("perplexity"):
+            full.append(out.split("Hint:")[1].split(".")[0])
         assert secret_layers not in out and f"{ref['ppl']:.2f}" not in out and f"{ref['target']:.2f}" not in out, out
         assert "room for" not in out and "to spare" not in out, out     # no counting done for the learner
 

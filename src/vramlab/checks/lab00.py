@@ -525,8 +525,8 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     stored with :func:`check_plan_prediction` before this check first ran, not this argument.
 
     Every wrong plan gets the same words, "not both right", whichever part is wrong; on the first two wrong tries it
-    adds where the batch stands against the named design's own budget limit (over, room for more, or the most it
-    fits: for any design, so it says nothing of the design; never the peak); from the third on only the next hint.
+    adds where the batch stands against the named design's own budget limit (over it, or within it: for any
+    design, so it says nothing of the design; never the peak); from the third on only the next hint.
     At most :data:`DESIGN_MAX_WRONG` designs are judged; another one is refused (counting no try), the right plan too
     (review #17a: messages that differed for the right design gave it away; review #18b: a refusal that spared the
     right plan was a free oracle)."""
@@ -564,8 +564,9 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     if tries(name) >= DIRECTION_TRIES:
         return report(name, False, what, got, hint="measure each design on both requirements, the reference bar "
                                                    "and the budget, and compute its dry run yourself")
-    side = ("peaks over the budget" if n > limit else "fits, with room for more prompts" if n < limit
-            else "is the most it fits within the budget")
+    # one word for every batch within the budget: "the most it fits" could only be said of a wrong design's own
+    # limit (the right design's passes), so it confirmed the batch and condemned the design (review #19)
+    side = "peaks over the budget" if n > limit else "fits within the budget"
     return report(name, False, what, f"{got}; against this design's own budget, batch {n} {side} (this says "
                                      "nothing of the design)",
                   hint="measure each design on both requirements, the reference bar and the budget")
