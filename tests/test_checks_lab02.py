@@ -359,3 +359,21 @@ def test_the_layers_prediction_compared_is_the_first_stored_before_the_capstones
     lab02.check_layers_prediction([0, 1], ranking)
     assert "no prediction was stored" in capsys.readouterr().out
     ran._forget()
+
+
+def test_a_pass_is_confirmed_on_the_checks_own_scorer(capsys):
+    """Review #20 replaced the notebook scorer's score_plan with `lambda p: 1.0` and passed; a pass is scored again on
+    a scorer the check keeps to itself."""
+    from vramlab.quarot import mixed_bits
+
+    scorer = lab02.capstone_scorer()
+    original = scorer.score_plan
+    try:
+        scorer.score_plan = lambda p: 1.0
+        result = lab02.check_mixed_plan({"eight_bit_layers": [0, 1, 2, 3, 4], "kv_bits": 4}, scorer)
+        out = capsys.readouterr().out
+        assert not result and "perplexity 1.00" not in out, out
+    finally:
+        del scorer.score_plan
+    assert scorer.score_plan == original and lab02._own_scorer() is not scorer
+    assert isinstance(lab02._own_scorer(), mixed_bits.MixedBits)

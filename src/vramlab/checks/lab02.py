@@ -7,6 +7,7 @@ Each check prints one PASS/FAIL line with what was expected and what it got, and
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -338,6 +339,21 @@ def capstone_scorer():
     return _SCORER["scorer"]
 
 
+@functools.lru_cache(maxsize=1)
+def _own_scorer():
+    """The check's own scorer, built like :func:`capstone_scorer` but never handed out: a passing plan is scored again
+    on it, so a learner's scorer whose methods, window or weights were changed cannot pass (about 40 s to build)."""
+    from vramlab.data import token_windows
+    from vramlab.models import load_smollm2
+    from vramlab.quarot import mixed_bits
+    from vramlab.quarot.rotate import rotate_model
+
+    with ran._unrecorded():
+        model, tok = load_smollm2()
+        window = token_windows(tok, 1, 512)[:, :mixed_bits.SCORE_TOKENS]
+        return mixed_bits.MixedBits(rotate_model(model, "hadamard", seed=0), window)
+
+
 _CAPSTONE = "capstone: 8-bit layers under 66 MiB"
 
 
@@ -347,7 +363,8 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and
     whose float64 perplexity on the capstone's window, measured live by ``scorer`` (a
     :class:`vramlab.quarot.mixed_bits.MixedBits`; default: built here), is within :data:`PLAN_TOLERANCE` (15%) of
-    the reference search's best (or lower)."""
+    the reference search's best (or lower). A plan that passes on ``scorer`` is scored again on the check's own
+    scorer, and that number decides."""
     from vramlab.quarot import mixed_bits
 
     name = _CAPSTONE
@@ -381,6 +398,10 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
                       "with the Hadamard-rotated model of seed 0, so your number compares with the reference")
     ppl = scorer.score_plan(p)
     ref = _reference()
+    if ppl <= ref["target"]:
+        # a pass is confirmed on the check's own scorer, which no public function returns: review #20 replaced the
+        # notebook scorer's score_plan (a public method) and passed with "perplexity 1.00" (about a minute, once)
+        ppl = _own_scorer().score_plan(p)
     shown = f"{size['total'] / _MIB:.2f} MiB of 66 ({layers}), perplexity {ppl:.2f} on the window"
     if ppl <= ref["target"]:
         return report(name, True, "", f"{shown}; every layer at 4 bits measures {ref['all4']:.2f}, the reference "
