@@ -27,8 +27,13 @@ def test_cached_table_is_current_and_consistent(smollm2):
     row = {r["kind"]: r for r in table["rows"]}
     model, _ = smollm2
     assert row["fp32"]["footprint_bytes"] == model.get_memory_footprint()
-    # the same windows and evaluation as notebook 02's table
-    assert math.isclose(row["fp32"]["ppl"], quant.table_ppl(quant.load_quarot_table(), "FP32"), rel_tol=1e-6)
+    # the same windows and evaluation as notebook 02's table; that table is made on the float64 path (issue 26),
+    # whose FP32 row differs from a float32 model's in the fifth digit (14.70462 against 14.70449): 1e-4; the
+    # float32 evaluation of lab 09's fp8 record is the same computation, to 1e-9
+    from vramlab.serving import fp8_quality
+
+    assert math.isclose(row["fp32"]["ppl"], quant.table_ppl(quant.load_quarot_table(), "FP32"), rel_tol=1e-4)
+    assert math.isclose(row["fp32"]["ppl"], fp8_quality.load()["ppl_16bit"], rel_tol=1e-9)
     assert abs(2 * row["bf16"]["footprint_bytes"] - row["fp32"]["footprint_bytes"]) < 1024  # a few float32 buffers
     assert row["nf4"]["footprint_bytes"] < row["int8"]["footprint_bytes"] < row["bf16"]["footprint_bytes"]
     assert row["nf4+dq"]["quant_state_bytes"] < row["nf4"]["quant_state_bytes"]  # double quant shrinks the scales
