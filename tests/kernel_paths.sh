@@ -22,8 +22,9 @@ TESTS=(
     "tests/test_numerics.py"
     "tests/test_quant.py::test_real_model_w8a8_close_to_fp32_and_w16a4_breaks"
     "tests/test_quarot_results.py::test_reproducible_rows_match_the_reference_to_1e_6"
-    "tests/test_mixed_bits.py::test_the_reference_search_is_reproduced_live"
 )
+# (tests/test_mixed_bits.py's live reference search is on the same float64 path and runs in make test on the
+# machine's own path: here it cost about 45 s a pass, and CI went past 20 minutes, 2026-12-05.)
 status=0
 ran=()
 for path in $PATHS; do
