@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from vramlab import ran
 
@@ -113,4 +114,25 @@ def test_a_prediction_and_its_measurement_last_across_a_restart(monkeypatch, tmp
     assert check_prediction(90_000, what="the cache size")              # Run All with the same number passes
     result = check_prediction(93_184, 93_184, what="the cache size")    # the one stored before is compared
     assert result and "you predicted 90,000" in capsys.readouterr().out
+    ran._forget()
+
+
+def test_stamp_keeps_the_first_time_and_first_before_reads_the_first_key_before_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    assert ran.first_time("checked") is None and ran.first_before("stored", "checked") is None
+    ran.note("stored", (10, "a"), lasting=True)
+    ran.note("stored", (5, "b", 2), lasting=True)
+    assert ran.first_before("stored", "checked") == ("b", 2)             # no check yet: the earliest of all
+    ran.stamp("checked")
+    first = ran.first_time("checked")
+    ran.stamp("checked")
+    assert ran.first_time("checked") == first and len(ran.ran("checked")) == 1
+    ran.note("stored", (first + 1, "c"), lasting=True)                   # after the check: never the one compared
+    ran._RAN.clear()                                                     # a restarted kernel
+    assert ran.first_before("stored", "checked") == ("b", 2) and ran.first_time("checked") == first
+    ran._forget()
+    ran.note("stored", (time.time_ns() + 10**12, "late"), lasting=True)
+    ran.stamp("checked")
+    assert ran.first_before("stored", "checked") is None                 # stored only after the check
     ran._forget()

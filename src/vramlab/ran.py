@@ -6,7 +6,7 @@ engine; lab 06: a replay of the learner's device map; lab 08: a dry run of the T
 design that passed before that run (Run All again). The runs and the passes are noted here, by
 kind, as hashable keys:
 
-- ``"burst"``: ``(num_blocks, block size, ((prompt blocks, prompt + new tokens' blocks), ...))`` noted by every
+- ``"burst"``: ``(num_blocks, ((prompt blocks, prompt + new tokens' blocks), ...))`` noted by every
   ``vramlab.serving.paged.Scheduler`` that steps (``simulate`` included) and ``vramlab.serving.recorded.runs``
   (read by ``paged.burst_was_run``);
 - ``"dry_run shape"``: ``(batch_size, seq_len, dtype name, compute capability, attn_implementation)`` noted by
@@ -22,8 +22,10 @@ kind, as hashable keys:
 - ``"explained log"`` / ``"explained log line"``: hashes of what ``vramlab.bnb.logs.explain_log`` read (read by
   ``logs.was_explained``); ``"predicted binary (lab 07)"``: ``(order, file name)`` of lab 07's binary predictions,
   and ``"binary log before a prediction (lab 07)"``: the capstone's log was shown before any prediction;
-- ``"stored prediction"``: ``(what, order, value)`` of ``checks.check_prediction`` without a measurement, and
-  ``"prediction measured"``: each ``what`` whose measurement was compared (a prediction is the one stored before).
+- ``"stored prediction"``: ``(what, time in ns, value)`` of ``checks.check_prediction`` without a measurement, and
+  ``"prediction measured"``: each ``what`` whose measurement was compared (a prediction is the one stored before);
+  the capstones' stored predictions (labs 00, 01, 02) are ``(time in ns, ...)`` keys read with :func:`first_before`
+  against the :func:`stamp` of their check's first run.
 
 **Lasting records.** A kernel restart, or a subprocess started from the notebook (``!python -c ...``,
 ``subprocess.run([sys.executable, ...])``), used to start from an empty registry, so the answer could be run
@@ -33,7 +35,9 @@ therefore noted with ``lasting=True``: they are also appended to :func:`records_
 ``vramlab.checks._core`` is (a kernel of a named notebook, in JupyterLab, Notebook or Colab, and every process
 it starts, which inherits ``JPY_SESSION_NAME``), or wherever ``VRAMLAB_RAN_FILE`` points; ``off`` keeps
 everything in the process (the test suite). Each line names its notebook, and a process reads only its own notebook's
-lines: lab 05's exploratory dry run is not a reading of lab 08's capstone (unseen review #9). Predictions, which carry an order counted in their kernel, stay in it.
+lines: lab 05's exploratory dry run is not a reading of lab 08's capstone (unseen review #9). Predictions last too
+(review #15 changed one after a restart); their order is the clock's (``time.time_ns()``), which holds across
+processes.
 
 :func:`_forget` is the one reset (a fresh kernel; ``tests/conftest.py`` calls it around every test); it empties
 the lasting file too. A check's own
@@ -49,6 +53,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Hashable, Iterator
 
@@ -184,7 +189,8 @@ def _lasting(kind: str) -> set:
 def note(kind: str, key: Hashable, lasting: bool = False) -> None:
     """Remember that ``key`` of ``kind`` (``"burst"``, ``"dry_run shape"``, ...) ran here (not inside
     :func:`_unrecorded`). ``lasting``: also in :func:`records_file`, for a restarted kernel or another process of
-    the same learner (what ran and what passed; never an order counted in this kernel)."""
+    the same learner (what ran, what passed, what was predicted; an order in a key is the clock's, never a counter of
+    this kernel)."""
     note_many(kind, (key,), lasting)
 
 
@@ -201,6 +207,29 @@ def ran(kind: str) -> frozenset:
     """Every key of ``kind`` noted since the last :func:`_forget` (empty when none), in this process or, for a
     lasting kind, in any process that wrote :func:`records_file`."""
     return frozenset(_RAN.get(kind, set()) | _lasting(kind))
+
+
+def stamp(kind: str) -> None:
+    """Note, lasting, the time (ns since the epoch) of the first event of ``kind`` here; later events add nothing
+    (only the first is read: :func:`first_time`)."""
+    if not ran(kind):
+        note(kind, time.time_ns(), lasting=True)
+
+
+def first_time(kind: str) -> int | None:
+    """The earliest time :func:`stamp` noted for ``kind`` (ns since the epoch), or None."""
+    times = [key for key in ran(kind) if isinstance(key, int)]
+    return min(times) if times else None
+
+
+def first_before(kind: str, mark: str) -> tuple | None:
+    """The earliest key of ``kind`` (a tuple ``(time in ns, *items)``) noted before the first :func:`stamp` of
+    ``mark`` (any, when ``mark`` has none), as ``items``; None when there is none. The capstones' predictions: the
+    one compared is the first stored before their check first ran."""
+    until = first_time(mark)
+    stored = sorted(key for key in ran(kind) if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], int)
+                    and (until is None or key[0] <= until))
+    return stored[0][1:] if stored else None
 
 
 def _forget() -> None:
@@ -239,4 +268,5 @@ def _unrecorded() -> Iterator[None]:
         _RECORDING.pop()
 
 
-__all__ = ["RAN_ENV", "locked", "note", "note_many", "notebook_key", "ran", "records_file", "state_file"]
+__all__ = ["RAN_ENV", "first_before", "first_time", "locked", "note", "note_many", "notebook_key", "ran",
+           "records_file", "stamp", "state_file"]

@@ -385,8 +385,8 @@ def _read_plan(name: str, what: str, plan: Any) -> tuple[str, int] | CheckResult
 
 
 # The capstone's prediction (vramlab.ran, lasting per notebook, ordered by the clock across restarts): each plan
-# check_plan_prediction stored, as (time in ns, design, batch), and the time of each run of check_serving_plan (the
-# measurement's check). The plan compared is the FIRST one stored before the first measurement, whatever
+# check_plan_prediction stored, as (time in ns, design, batch), and the time of the first run of check_serving_plan
+# (the measurement's check: ran.stamp). The plan compared is the FIRST one stored before the first measurement, whatever
 # ``predicted=`` the check is given: review #16 stored A/40, measured, then passed predicted D/10 to the check and
 # read "right on both". A changed plan stored after the measurement is refused (a reading); the same plan again
 # (Run All) passes.
@@ -394,21 +394,10 @@ _PLAN_KIND = "predicted plan (lab 00)"
 _PLAN_MEASURED_KIND = "serving plan measured (lab 00)"
 
 
-def _measured_at() -> int | None:
-    """When check_serving_plan first judged a plan in this notebook (ns since the epoch), or None."""
-    times = [key for key in ran.ran(_PLAN_MEASURED_KIND) if isinstance(key, int)]
-    return min(times) if times else None
-
-
 def _first_plan() -> tuple[str, int] | None:
     """(design, batch) of the first plan stored with :func:`check_plan_prediction` before the first measurement, or
     None (none stored, or the first was stored after the measurement)."""
-    plans = sorted(key for key in ran.ran(_PLAN_KIND) if isinstance(key, tuple) and len(key) == 3)
-    if not plans:
-        return None
-    measured = _measured_at()
-    order, label, n = plans[0]
-    return None if measured is not None and order > measured else (label, n)
+    return ran.first_before(_PLAN_KIND, _PLAN_MEASURED_KIND)
 
 
 def _given_plan(predicted: Any) -> tuple[str, int] | None:
@@ -500,7 +489,7 @@ def check_plan_prediction(predicted: Any) -> CheckResult:
         return read
     label, n = read
     first = _first_plan()
-    if _measured_at() is not None:
+    if ran.first_time(_PLAN_MEASURED_KIND) is not None:
         if first == (label, n):          # Run All again: the same plan as stored before the measurement
             return report(name, True, "", f"design {label!r} with {n} prompts, stored before the measurement")
         return report(name, False, "a plan stored before the measurement", f"design {label!r} with {n} prompts, "
@@ -538,7 +527,7 @@ def check_serving_plan(plan: Any, predicted: Any = None) -> CheckResult:
     if isinstance(read, CheckResult):
         return read
     label, n = read
-    ran.note(_PLAN_MEASURED_KIND, time.time_ns(), lasting=True)
+    ran.stamp(_PLAN_MEASURED_KIND)
     best = _SERVE_BEST
     from vramlab.checks._core import OPENED_KIND
 

@@ -484,32 +484,23 @@ def _block_transform(X, label: str, butterfly=None, seed: int = 0):
 
 
 # The capstone's prediction (vramlab.ran, lasting per notebook, ordered by the clock across restarts): each label
-# check_prediction_stored(..., choices=...) stored, as (time in ns, label), and the time of each run of
-# check_online_block. The label compared is the FIRST stored before the first run of the check, whatever
+# check_prediction_stored(..., choices=...) stored, as (time in ns, label), and the time of the first run of
+# check_online_block (ran.stamp). The label compared is the FIRST stored before the first run of the check, whatever
 # ``predicted=`` the check is given (review #16 stored '2', then passed predicted='256' and read "right").
 _DESIGN_KIND = "predicted block (lab 01)"
 _DESIGN_MEASURED_KIND = "online block measured (lab 01)"
 
 
-def _block_measured_at() -> int | None:
-    """When check_online_block first judged a label in this notebook (ns since the epoch), or None."""
-    times = [key for key in ran.ran(_DESIGN_MEASURED_KIND) if isinstance(key, int)]
-    return min(times) if times else None
-
-
 def _first_design() -> str | None:
     """The first label stored before the first run of check_online_block, or None."""
-    stored = sorted(key for key in ran.ran(_DESIGN_KIND) if isinstance(key, tuple) and len(key) == 2)
-    if not stored:
-        return None
-    measured = _block_measured_at()
-    return None if measured is not None and stored[0][0] > measured else stored[0][1]
+    first = ran.first_before(_DESIGN_KIND, _DESIGN_MEASURED_KIND)
+    return None if first is None else first[0]
 
 
 def _store_design(name: str, label: str) -> CheckResult:
     """Store a predicted design (before the measurement), or refuse another one after it (a reading)."""
     first = _first_design()
-    if _block_measured_at() is not None:
+    if ran.first_time(_DESIGN_MEASURED_KIND) is not None:
         if first == label:      # Run All again: the same label as stored before the measurement
             return report(name, True, "", f"{label!r}, stored before the measurement", result_class=PredictionResult)
         return report(name, False, "a design stored before the measurement",
@@ -657,7 +648,7 @@ def check_online_block(design, X=None, predicted=None) -> CheckResult:
     key = id(X)
     if _BLOCK_X.get("errors_for") != key:
         _BLOCK_X["errors"], _BLOCK_X["errors_for"] = None, key
-    ran.note(_DESIGN_MEASURED_KIND, time.time_ns(), lasting=True)
+    ran.stamp(_DESIGN_MEASURED_KIND)
     if _BLOCK_X["errors"] is None:
         _BLOCK_X["errors"] = _block_errors(X)
     errors = _BLOCK_X["errors"]

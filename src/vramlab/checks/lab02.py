@@ -321,37 +321,31 @@ def _mixed_plan_answer(**_) -> str:
             "last layers, the first and last, an 8-bit cache with fewer layers)")
 
 
-_SCORER: dict = {}
+def _new_scorer():
+    """A :class:`vramlab.quarot.mixed_bits.MixedBits` of the capstone: the Hadamard-rotated SmolLM2 (seed 0) on the
+    first ``mixed_bits.SCORE_TOKENS`` tokens of the first evaluation window (about 30 s on 2 cores)."""
+    from vramlab.data import token_windows
+    from vramlab.models import load_smollm2
+    from vramlab.quarot import mixed_bits
+    from vramlab.quarot.rotate import rotate_model
+
+    model, tok = load_smollm2()
+    window = token_windows(tok, 1, 512)[:, :mixed_bits.SCORE_TOKENS]
+    return mixed_bits.MixedBits(rotate_model(model, "hadamard", seed=0), window)
 
 
+@functools.lru_cache(maxsize=1)
 def capstone_scorer():
-    """The capstone's scorer, built once per kernel: the Hadamard-rotated SmolLM2 (seed 0) on the first
-    ``mixed_bits.SCORE_TOKENS`` tokens of the first evaluation window (about 30 s on 2 cores)."""
-    if "scorer" not in _SCORER:
-        from vramlab.data import token_windows
-        from vramlab.models import load_smollm2
-        from vramlab.quarot import mixed_bits
-        from vramlab.quarot.rotate import rotate_model
-
-        model, tok = load_smollm2()
-        window = token_windows(tok, 1, 512)[:, :mixed_bits.SCORE_TOKENS]
-        _SCORER["scorer"] = mixed_bits.MixedBits(rotate_model(model, "hadamard", seed=0), window)
-    return _SCORER["scorer"]
+    """The capstone's scorer (:func:`_new_scorer`), built once per kernel."""
+    return _new_scorer()
 
 
 @functools.lru_cache(maxsize=1)
 def _own_scorer():
     """The check's own scorer, built like :func:`capstone_scorer` but never handed out: a passing plan is scored again
     on it, so a learner's scorer whose methods, window or weights were changed cannot pass (about 40 s to build)."""
-    from vramlab.data import token_windows
-    from vramlab.models import load_smollm2
-    from vramlab.quarot import mixed_bits
-    from vramlab.quarot.rotate import rotate_model
-
     with ran._unrecorded():
-        model, tok = load_smollm2()
-        window = token_windows(tok, 1, 512)[:, :mixed_bits.SCORE_TOKENS]
-        return mixed_bits.MixedBits(rotate_model(model, "hadamard", seed=0), window)
+        return _new_scorer()
 
 
 _CAPSTONE = "capstone: 8-bit layers under 66 MiB"
@@ -371,8 +365,7 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     what = 'a plan {"eight_bit_layers": [...], "kv_bits": 4 or 8} within the budget, near the best perplexity'
     if is_untouched_value(plan):
         return report(name, False, what, "None (not done yet)", value=plan)
-    if not ran.ran(_PLAN_CHECKED_KIND):
-        ran.note(_PLAN_CHECKED_KIND, time.time_ns(), lasting=True)     # a layers prediction after this is a reading
+    ran.stamp(_PLAN_CHECKED_KIND)          # a layers prediction after this is a reading
     try:
         p = mixed_bits.normalize_plan(plan)
     except ValueError as exc:
@@ -444,11 +437,11 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
     items = sorted(items)
     first = _first_layers_prediction()
     if ranking is None:
-        if first is not None and items != first and ran.ran(_PLAN_CHECKED_KIND):
+        if first is not None and items != first and ran.first_time(_PLAN_CHECKED_KIND) is not None:
             return report(name, False, "a prediction stored before the capstone's check", f"{items}, written after "
                           "the capstone's check ran in this notebook", f"that is a reading: the prediction that counts "
                           f"is the one stored first, {first}", counts=False, result_class=PredictionResult)
-        if first is None and ran.ran(_PLAN_CHECKED_KIND):
+        if first is None and ran.first_time(_PLAN_CHECKED_KIND) is not None:
             return report(name, False, "a prediction stored before the capstone's check", f"{items}, written after "
                           "the capstone's check ran in this notebook", "that is a reading: no prediction was stored "
                           "before it", counts=False, result_class=PredictionResult)
@@ -473,11 +466,8 @@ _PLAN_CHECKED_KIND = "mixed plan checked (lab 02)"
 
 def _first_layers_prediction() -> list[int] | None:
     """The first layers prediction stored before the capstone's check first ran (None if there is none)."""
-    checked = [t for t in ran.ran(_PLAN_CHECKED_KIND) if isinstance(t, int)]
-    until = min(checked) if checked else None
-    stored = sorted(k for k in ran.ran(_LAYERS_PREDICTED_KIND) if isinstance(k, tuple) and len(k) == 2
-                    and (until is None or k[0] < until))
-    return list(stored[0][1]) if stored else None
+    first = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND)
+    return None if first is None else list(first[0])
 
 
 AFTER_CAPSTONE_WAITS = ("The reference search (every layer alone, the greedy steps, the swaps, the rules of thumb) "

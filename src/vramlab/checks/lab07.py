@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import time
 from typing import Any
 
 from vramlab import ran
@@ -536,8 +535,7 @@ def unseen_log() -> str:
     line of it before the cell that shows it)."""
     if not _predictions():
         return LOG_NOT_YET
-    if not ran.ran(_LOG_SHOWN):
-        ran.note(_LOG_SHOWN, time.time_ns(), lasting=True)     # when: explain_log's labels after it are readings
+    ran.stamp(_LOG_SHOWN)           # when: explain_log's labels after it are readings
     return _unseen_log()
 
 
@@ -584,10 +582,9 @@ def _explained_after_the_log() -> bool:
 
     if was_explained(_unseen_log(), _distinctive_lines()):
         return True
-    shown = ran.ran(_LOG_SHOWN)
-    if not shown:
+    since = ran.first_time(_LOG_SHOWN)
+    if since is None:
         return False
-    since = min((t for t in shown if isinstance(t, int)), default=0)
     return any(label == _DIAGNOSIS_LABEL and t >= since for label, t in ran.ran(EXPLAINED_LABEL_KIND))
 
 
@@ -650,8 +647,7 @@ def check_binary_prediction(predicted: Any, log: str | None = None) -> CheckResu
     # until it passed): any prediction stored before the log passes here, and the line says how it compares with
     # section 4's rule (as check_prediction says how far off a number was).
     first = stored[0]
-    if not ran.ran(_LOG_SHOWN):
-        ran.note(_LOG_SHOWN, time.time_ns(), lasting=True)     # when: explain_log's labels after it are readings
+    ran.stamp(_LOG_SHOWN)           # when: explain_log's labels after it are readings
     shown = _binary_name(log)
     shows = "the log names no CUDA binary" if shown is None else f"the log shows {shown}"
     if first != _rule_binary():
