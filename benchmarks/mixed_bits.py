@@ -16,8 +16,9 @@ cache is the starting point. Every score is a whole plan's perplexity, live on t
    so that the notebook's pass mark can be judged against them.
 
 Every score is appended to a log (--log, JSON lines) and a rerun with --reuse LOG skips the plans already scored
-there (same code fingerprint only). Writes src/vramlab/results/mixed_bits.json; the notebook shows it only after
-the capstone's check.
+there (same code fingerprint only). Checkpoints go to LOG.checkpoint.json after each phase; the finished record is
+written to src/vramlab/results/mixed_bits.json once, at the end (``"complete": true``); the notebook shows it only
+after the capstone's check.
 """
 
 from __future__ import annotations
@@ -214,8 +215,10 @@ def main() -> None:
                                                                      if not a.startswith("/tmp")),
            "window_tokens": mb.SCORE_TOKENS, "fingerprint": fingerprint, "threads": args.threads}
 
-    def write() -> None:
-        """Checkpoint: the record as far as the search got (rewritten after every phase)."""
+    def write(final: bool = False) -> None:
+        """The record as far as the search got: a checkpoint beside --log after every phase, and the package's
+        results/mixed_bits.json only at the end, marked complete (review #22: the check read a half-finished
+        record, whose best was the greedy plan, while a run rewrote it)."""
         within = [k for k in scores if mb.plan_bytes({"eight_bit_layers": list(k[0]), "kv_bits": k[1]})["total"]
                   <= mb.BUDGET_BYTES]
         best_key = min(within, key=scores.get)
@@ -227,8 +230,12 @@ def main() -> None:
         out["seconds"] = round(time.perf_counter() - t0)
         if "random" in out and "greedy" in out:
             summarize(out)
-        mb._RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {mb._RESULTS} ({out['seconds']} s, {len(scores)} scores)", flush=True)
+        out["complete"] = final
+        target = mb._RESULTS if final else Path(args.log + ".checkpoint.json")
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(target)                  # one rename: a reader never sees half a file
+        print(f"wrote {target} ({out['seconds']} s, {len(scores)} scores)", flush=True)
 
     out["prefix_reuse_checked"] = ("equal to MixedBits.score_plan to 1e-9 on [29] KV4, [28] KV4 (started from "
                                    "[29]'s kept layer 27) and [1] KV8")
@@ -320,7 +327,7 @@ def main() -> None:
         if stopped.startswith("stopped"):
             break
     out["local_search"]["stopped"] = stopped
-    write()
+    write(final=True)
 
 
 def check_prefix_reuse(fast: PrefixScorer, scorer: mb.MixedBits, known: dict) -> None:

@@ -361,6 +361,104 @@ def test_the_layers_prediction_compared_is_the_first_stored_before_the_capstones
     ran._forget()
 
 
+def test_a_layers_prediction_after_a_score_that_told_layers_apart_is_a_reading(capsys, monkeypatch, tmp_path):
+    """Review #21 scored every layer alone with the notebook's scorer, then stored the measured top five as its
+    prediction and read a perfect ranking after the capstone. A list stored after the first score that told layers
+    apart is refused (no try counted); one stored before it still counts, and lasts."""
+    from vramlab import ran
+    from vramlab.quarot import mixed_bits
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ranking = list(range(29, -1, -1))
+    ran._forget()
+    ran.stamp(mixed_bits.LAYERS_SCORED_KIND)                             # what scorer.score({3: 8}) notes
+    refused = lab02.check_layers_prediction([25, 26, 27, 28, 29])
+    out = capsys.readouterr().out
+    assert not refused and "that is a reading" in out and "first score that told layers apart" in out, out
+    assert "goes on without one" in out, out
+    lab02.check_layers_prediction([25, 26, 27, 28, 29], ranking)
+    out = capsys.readouterr().out
+    assert "no prediction was stored" in out and "ranks #" not in out, out
+    ran._forget()
+    assert lab02.check_layers_prediction([0, 1, 29])
+    ran.stamp(mixed_bits.LAYERS_SCORED_KIND)
+    assert lab02.check_layers_prediction([0, 1, 29])                     # Run All: the same first list passes
+    refused = lab02.check_layers_prediction([25, 26, 27, 28, 29])
+    out = capsys.readouterr().out
+    assert not refused and "the one stored first, [0, 1, 29]" in out, out
+    ran._RAN.clear()                                                     # a restart keeps the lasting records
+    lab02.check_layers_prediction([25, 26, 27, 28, 29], ranking)
+    out = capsys.readouterr().out
+    assert "layer 0 ranks #30, layer 1 ranks #29, layer 29 ranks #1" in out, out
+    ran._forget()
+
+
+@pytest.mark.parametrize("target, value", [
+    ("vramlab.quarot.mixed_bits.MixedBits.score_plan", lambda self, plan: 1.0),
+    ("vramlab.quarot.mixed_bits.BUDGET_BYTES", 2**40),
+    ("vramlab.quarot.mixed_bits.plan_bytes", lambda plan, *a, **k: {"weights": 0, "kv": 0, "total": 0}),
+    ("vramlab.eval.perplexity", lambda *a, **k: 1.0),
+    ("vramlab.checks.lab02.PLAN_TOLERANCE", 10.0),
+    ("vramlab.ran.stamp", lambda kind: None),
+])
+def test_a_replaced_scoring_tool_is_refused_before_any_judgement_and_costs_no_try(target, value, capsys, monkeypatch):
+    """Review #22 replaced MixedBits.score_plan on the class (which reaches the check's own scorer too) and raised
+    BUDGET_BYTES: the check compares what it scores with against their source files and refuses to judge."""
+    from vramlab.checks._core import tries
+
+    monkeypatch.setattr(target, value)
+    result = lab02.check_mixed_plan({"eight_bit_layers": list(range(30)), "kv_bits": 8})
+    out = capsys.readouterr().out
+    assert not result and "replaced in this kernel" in out and "restart the kernel" in out, out
+    assert target.rsplit(".", 2)[-2] + "." + target.rsplit(".", 1)[-1] in out or target.rsplit(".", 1)[-1] in out, out
+    assert tries(lab02._CAPSTONE) == 0 and "on the window" not in out, out
+
+
+def test_slips_of_form_cost_no_try(capsys):
+    """Review #22: a malformed plan or a scorer of the wrong type used up the capped tries and opened the hints."""
+    from vramlab.checks._core import tries
+
+    for plan, scorer in (({"eight_bit_layers": [0], "kv_bits": 3}, None), ({"layers": [0]}, None),
+                         ({"eight_bit_layers": [0], "kv_bits": 4}, object())):
+        result = lab02.check_mixed_plan(plan, scorer)
+        out = capsys.readouterr().out
+        assert not result and "try" not in out.lower(), out
+    assert tries(lab02._CAPSTONE) == 0
+
+
+def test_the_calibration_plan_must_read_the_references_number():
+    """A change below vramlab (in PyTorch) that checks.tampering cannot see moves the calibration plan's score."""
+    class Fixed:
+        def __init__(self, value):
+            self.value = value
+
+        def score(self, layer_bits, default, kv_bits):
+            assert (layer_bits, default, kv_bits) == ({}, 4, 4)
+            return self.value
+
+    assert lab02._calibration_off(Fixed(164.89 * (1 + 5e-7)), 164.89) is None
+    off = lab02._calibration_off(Fixed(1.0), 164.89)
+    assert "measures 1.0000, not 164.8900" in off
+
+
+def test_a_half_written_reference_is_refused(monkeypatch, tmp_path):
+    """Review #22 read results/mixed_bits.json while benchmarks/mixed_bits.py was still writing it (its best was the
+    greedy plan): the benchmark now writes it once, at the end, marked complete, and a record without the mark is
+    refused."""
+    import json
+
+    from vramlab.quarot import mixed_bits
+
+    record = mixed_bits._load_reference()
+    assert record["complete"] is True
+    record.pop("complete")
+    path = tmp_path / "mixed_bits.json"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    monkeypatch.setattr(mixed_bits, "_RESULTS", path)
+    with pytest.raises(ValueError, match="not a finished search"):
+        lab02._reference()
+
+
 def test_a_pass_is_confirmed_on_the_checks_own_scorer(capsys):
     """Review #20 replaced the notebook scorer's score_plan with `lambda p: 1.0` and passed; a pass is scored again on
     a scorer the check keeps to itself."""

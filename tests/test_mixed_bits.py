@@ -123,6 +123,40 @@ def test_bad_scoring_arguments_are_one_sentence(scorer):
         mb.MixedBits(object(), scorer.window)
 
 
+def test_a_score_that_tells_layers_apart_is_noted_and_a_uniform_one_is_not(scorer):
+    """Review #21 scored layers one by one before storing lab 02's prediction (review #22 built one): the first score or
+    build whose layers differ in width is stamped (lab 02 reads a prediction after it as a reading); the notebook's own uniform scores (every layer
+    at 4 bits, the unquantized model) and an 8-bit cache alone are not."""
+    from vramlab import ran
+
+    ran._forget()
+    scorer.score({}, 4, 4)
+    scorer.score({}, default=16, kv_bits=16)
+    scorer.score({}, 4, 8)
+    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
+    scorer.score_plan({"eight_bit_layers": [], "kv_bits": 4})
+    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
+    scorer._cache[((8,) + (4,) * 29, 4)] = 1.0       # a cached score reads the same as a new one
+    scorer.score({0: 8})
+    first = ran.first_time(mb.LAYERS_SCORED_KIND)
+    assert first is not None
+    scorer._cache[((4,) * 29 + (8,), 4)] = 1.0
+    scorer.score_plan({"eight_bit_layers": [29], "kv_bits": 4})
+    assert ran.first_time(mb.LAYERS_SCORED_KIND) == first
+    del scorer._cache[((8,) + (4,) * 29, 4)], scorer._cache[((4,) * 29 + (8,), 4)]
+    ran._forget()
+    scorer.build({}, 4, 4)
+    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
+    scorer.build({11: 8})                            # review #22: perplexity(scorer.build({11: 8}), scorer.window)
+    assert ran.first_time(mb.LAYERS_SCORED_KIND) is not None
+    ran._forget()
+    with ran._unrecorded():                          # a check's own scorer
+        scorer._cache[((8,) + (4,) * 29, 4)] = 1.0
+        scorer.score({0: 8})
+        del scorer._cache[((8,) + (4,) * 29, 4)]
+    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
+
+
 def _record_scores(ref: dict) -> dict:
     return {(tuple(r["eight_bit_layers"]), r["kv_bits"]): r["ppl"] for r in ref["scores"]}
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from vramlab import ran
+from vramlab.checks import tampering
 from vramlab.checks._core import (CAPSTONE_MAX_WRONG, opened_by, CheckResult, as_float, call_learner, direction, exercise, fmt_number, report,
                                   is_untouched as is_untouched_value)
 from vramlab.checks.lab01 import prediction_report
@@ -304,6 +305,9 @@ def _reference() -> dict:
     from vramlab.quarot import mixed_bits
 
     ref = mixed_bits._load_reference()
+    if not ref.get("complete"):      # review #22 read a record that benchmarks/mixed_bits.py was still writing
+        raise ValueError("results/mixed_bits.json is not a finished search (no \"complete\": true): rerun "
+                         "benchmarks/mixed_bits.py to its end.")
     best = ref.get("best") or min(ref["designs"].values(), key=lambda p: p["ppl"])
     plan = {k: best[k] for k in ("eight_bit_layers", "kv_bits")}
     if mixed_bits.plan_bytes(plan)["total"] > mixed_bits.BUDGET_BYTES:
@@ -348,7 +352,20 @@ def _own_scorer():
         return _new_scorer()
 
 
+def _calibration_off(scorer, all4: float) -> str | None:
+    """None when ``scorer`` measures the calibration plan (every layer W4A4, KV4) at ``all4`` (the reference's
+    number) to 1e-6, else what it measured, in words. The scores are float64, the same on every CPU (issue 26)."""
+    got = scorer.score({}, 4, 4)
+    if abs(got / all4 - 1) <= 1e-6:
+        return None
+    return f"the check's calibration plan (every layer at 4 bits) measures {got:.4f}, not {all4:.4f}"
+
+
 _CAPSTONE = "capstone: 8-bit layers under 66 MiB"
+# what the capstone's scoring runs on; checked against their source files before each judgement (checks.tampering)
+_SCORING_MODULES = ("vramlab.quarot.mixed_bits", "vramlab.eval", "vramlab.quarot.quant", "vramlab.quarot.attention",
+                    "vramlab.quarot.rotate", "vramlab.quarot.hadamard", "vramlab.numerics", "vramlab.data",
+                    "vramlab.models", "vramlab.ran", "vramlab.checks._core", "vramlab.checks.lab02")
 
 
 @exercise("lab02", 4, _mixed_plan_answer, max_wrong=CAPSTONE_MAX_WRONG)
@@ -365,11 +382,16 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
     what = 'a plan {"eight_bit_layers": [...], "kv_bits": 4 or 8} within the budget, near the best perplexity'
     if is_untouched_value(plan):
         return report(name, False, what, "None (not done yet)", value=plan)
+    replaced = tampering.replaced_names(_SCORING_MODULES)
+    if replaced:        # review #22: MixedBits.score_plan replaced on the class, BUDGET_BYTES raised
+        return report(name, False, what, f"{', '.join(replaced[:3])} replaced in this kernel",
+                      "the check judges with vramlab's own tools: restart the kernel and run the notebook again "
+                      "without replacing them", counts=False)
     ran.stamp(_PLAN_CHECKED_KIND)          # a layers prediction after this is a reading
     try:
         p = mixed_bits.normalize_plan(plan)
-    except ValueError as exc:
-        return report(name, False, what, f"{type(plan).__name__} {str(plan)[:60]}", str(exc))
+    except ValueError as exc:      # a slip of form costs no try (review #22)
+        return report(name, False, what, f"{type(plan).__name__} {str(plan)[:60]}", str(exc), counts=False)
     size = mixed_bits.plan_bytes(p)
     budget = mixed_bits.BUDGET_BYTES
     layers = f"{len(p.eight_bit_layers)} layer(s) at 8 bits, KV{p.kv_bits}"
@@ -382,19 +404,28 @@ def check_mixed_plan(plan, scorer=None) -> CheckResult:
         scorer = capstone_scorer()
     if not isinstance(scorer, mixed_bits.MixedBits):
         return report(name, False, what, f"scorer {type(scorer).__name__}",
-                      "pass the notebook's scorer (a mixed_bits.MixedBits), or leave it out")
+                      "pass the notebook's scorer (a mixed_bits.MixedBits), or leave it out", counts=False)
     rotation = getattr(scorer.model, "vramlab_rotation", {}) or {}
     if tuple(scorer.window.shape) != (1, mixed_bits.SCORE_TOKENS) or rotation.get("rotation") != "hadamard" \
             or rotation.get("seed") != 0:
         return report(name, False, what, "a scorer of another model or window",
                       "build the scorer as the notebook does: MixedBits(rotated, windows[:1, :mixed_bits.SCORE_TOKENS]) "
-                      "with the Hadamard-rotated model of seed 0, so your number compares with the reference")
+                      "with the Hadamard-rotated model of seed 0, so your number compares with the reference",
+                      counts=False)
     ppl = scorer.score_plan(p)
     ref = _reference()
     if ppl <= ref["target"]:
         # a pass is confirmed on the check's own scorer, which no public function returns: review #20 replaced the
-        # notebook scorer's score_plan (a public method) and passed with "perplexity 1.00" (about a minute, once)
-        ppl = _own_scorer().score_plan(p)
+        # notebook scorer's score_plan (a public method) and passed with "perplexity 1.00" (about a minute, once).
+        # Its calibration plan (every layer at 4 bits) must read the reference's number first: a change below
+        # vramlab (in PyTorch) that tampering.replaced_names cannot see moves it.
+        own = _own_scorer()
+        with ran._unrecorded():
+            off = _calibration_off(own, ref["all4"])
+            if off:
+                return report(name, False, what, off, "something vramlab's scoring runs on was changed in this kernel, "
+                              "or this install differs: restart the kernel and run the notebook again", counts=False)
+            ppl = own.score_plan(p)
     shown = f"{size['total'] / _MIB:.2f} MiB of 66 ({layers}), perplexity {ppl:.2f} on the window"
     if ppl <= ref["target"]:
         return report(name, True, "", f"{shown}; every layer at 4 bits measures {ref['all4']:.2f}, the reference "
@@ -417,9 +448,10 @@ def _layers_prediction_answer(**_) -> str:
 def check_layers_prediction(predicted, ranking=None) -> CheckResult:
     """The capstone's prediction: the (up to 5) layers expected to gain most from 8 bits, stored before measuring.
 
-    Without ``ranking`` it stores the list (lasting, per notebook); a different list after the capstone's check ran is
-    refused as a reading. With ``ranking`` (every layer, largest measured gain first) it says where each layer of the
-    FIRST list stored before that check ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no
+    Without ``ranking`` it stores the list (lasting, per notebook); a different list after the first score that told
+    layers apart (``scorer.score({3: 8})``, a plan with 8-bit layers) or after the capstone's check ran is refused as
+    a reading. With ``ranking`` (every layer, largest measured gain first) it says where each layer of the FIRST list
+    stored before those ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no
     valid list was given.
     """
     from vramlab.checks.lab01 import PredictionResult
@@ -437,19 +469,18 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
     items = sorted(items)
     first = _first_layers_prediction()
     if ranking is None:
-        if first is not None and items != first and ran.first_time(_PLAN_CHECKED_KIND) is not None:
-            return report(name, False, "a prediction stored before the capstone's check", f"{items}, written after "
-                          "the capstone's check ran in this notebook", f"that is a reading: the prediction that counts "
-                          f"is the one stored first, {first}", counts=False, result_class=PredictionResult)
-        if first is None and ran.first_time(_PLAN_CHECKED_KIND) is not None:
-            return report(name, False, "a prediction stored before the capstone's check", f"{items}, written after "
-                          "the capstone's check ran in this notebook", "that is a reading: no prediction was stored "
-                          "before it", counts=False, result_class=PredictionResult)
+        closed = _prediction_closed()
+        if closed is not None and (first is None or items != first):
+            said = (f"the prediction that counts is the one stored first, {first}" if first is not None else
+                    "no prediction was stored before it, so the capstone goes on without one")
+            return report(name, False, "a prediction stored before measuring", f"{items}, written after {closed} in "
+                          "this notebook", f"that is a reading: {said}", counts=False, result_class=PredictionResult)
         ran.note(_LAYERS_PREDICTED_KIND, (time.time_ns(), tuple(items)), lasting=True)
         return report(name, True, "", f"{items} stored; now measure.", result_class=PredictionResult)
     if first is None:      # review #18a: the list handed over after the search is not a prediction
-        return report(name, True, "", "no prediction was stored before the capstone's check, so there is none to "
-                                      "compare with the measured ranking", result_class=PredictionResult)
+        return report(name, True, "", "no prediction was stored before the first score that told layers apart (or "
+                                      "the capstone's check), so there is none to compare with the measured ranking",
+                      result_class=PredictionResult)
     ranks = [list(ranking).index(i) + 1 for i in first]
     got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(first, ranks))
     changed = f" (the list stored first; the cell now holds {items})" if items != first else ""
@@ -458,16 +489,32 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
 
 
 # vramlab.ran kinds (lasting, per notebook): the layers predicted, as (time in ns, sorted layers), and when the
-# capstone's check first ran. The prediction compared after the capstone is the first stored before that check: review
-# #18a stored a "prediction" after the search and read a perfect ranking.
+# capstone's check first ran. The prediction compared after the capstone is the first stored before that check and
+# before the first score that told layers apart (mixed_bits.LAYERS_SCORED_KIND): review #18a stored a "prediction"
+# after the search and read a perfect ranking; review #21 did so after scoring the layers one by one.
 _LAYERS_PREDICTED_KIND = "layers predicted (lab 02)"
 _PLAN_CHECKED_KIND = "mixed plan checked (lab 02)"
 
 
 def _first_layers_prediction() -> list[int] | None:
-    """The first layers prediction stored before the capstone's check first ran (None if there is none)."""
-    first = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND)
+    """The first layers prediction stored before measuring: before the first score that told layers apart
+    (``mixed_bits.LAYERS_SCORED_KIND``, review #21) and before the capstone's check first ran (None if there is
+    none)."""
+    from vramlab.quarot import mixed_bits
+
+    first = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND, mixed_bits.LAYERS_SCORED_KIND)
     return None if first is None else list(first[0])
+
+
+def _prediction_closed() -> str | None:
+    """What ended the time for the layers prediction, in words (None while it is open): a score that told layers
+    apart, or the capstone's check, whichever came first."""
+    from vramlab.quarot import mixed_bits
+
+    times = {"your first score that told layers apart": ran.first_time(mixed_bits.LAYERS_SCORED_KIND),
+             "the capstone's check ran": ran.first_time(_PLAN_CHECKED_KIND)}
+    times = {k: t for k, t in times.items() if t is not None}
+    return min(times, key=times.get) if times else None
 
 
 AFTER_CAPSTONE_WAITS = ("The reference search (every layer alone, the greedy steps, the swaps, the rules of thumb) "

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["BUDGET_BYTES", "CONTEXT_TOKENS", "LAYER_BITS", "KV_BITS", "layers_within_budget", "SCORE_TOKENS", "MixedBits", "Plan",
+__all__ = ["BUDGET_BYTES", "CONTEXT_TOKENS", "LAYER_BITS", "KV_BITS", "LAYERS_SCORED_KIND", "layers_within_budget", "SCORE_TOKENS", "MixedBits", "Plan",
            "code_fingerprint", "format_reference", "kv_bytes", "layer_weight_bytes", "normalize_plan", "plan_bytes"]
 
 LAYER_BITS = (4, 8)            # the widths a plan may give a decoder layer (weights and linear inputs)
@@ -35,6 +35,10 @@ SCORE_TOKENS = 256             # the scoring window: the first 256 tokens of the
 BUDGET_BYTES = 66 * 2**20      # the capstone's budget: 66 MiB of decoder weights + KV cache
 SCALE_BYTES = 2                # one float16 scale per weight row, and per KV group a float16 scale and zero
 _RESULTS = Path(__file__).resolve().parent.parent / "results" / "mixed_bits.json"
+#: vramlab.ran kind (lasting, per notebook): when a :meth:`MixedBits.score` or :meth:`MixedBits.build` first told
+#: layers apart (layers at different widths). Lab 02's prediction of the layers that gain most is a reading after it (unseen review #21
+#: scored layers one by one, then stored the measured top five as its "prediction").
+LAYERS_SCORED_KIND = "layers scored apart (lab 02)"
 
 
 class Plan(tuple):
@@ -209,6 +213,11 @@ class MixedBits:
         return new
 
     def _layer_bits(self, layer_bits, default) -> list[int]:
+        """Every layer's width; the first setting whose layers differ is noted (:data:`LAYERS_SCORED_KIND`), for
+        :meth:`score` (a cached score reads the same as a new one) and :meth:`build` alike (review #22 measured a
+        layer with ``perplexity(scorer.build({11: 8}), scorer.window)``)."""
+        from vramlab import ran
+
         default = _bits(default, "default", (4, 8, 16))
         if layer_bits is None:
             layer_bits = {}
@@ -221,13 +230,16 @@ class MixedBits:
                 raise ValueError(f"layer_bits has the key {i!r}, not a layer index; use whole numbers from 0 to "
                                  f"{self.n_layers - 1}.")
             out[i] = _bits(b, f"layer_bits[{i}]", (4, 8, 16))
+        if len(set(out)) > 1:
+            ran.stamp(LAYERS_SCORED_KIND)
         return out
 
     def score(self, layer_bits: Mapping[int, int] | None = None, default: int = 4, kv_bits: int = 4) -> float:
         """Perplexity (float64) of the window with layer ``i`` at ``layer_bits.get(i, default)`` bits.
 
         E.g. ``score({3: 8})``: every layer W4A4 but layer 3 at W8A8, KV4; ``score({3: 4}, default=16)``:
-        only layer 3 quantized. Cached per setting.
+        only layer 3 quantized. Cached per setting. The first score (or :meth:`build`) whose layers differ in width is
+        noted (:data:`LAYERS_SCORED_KIND`): a prediction of which layers gain most is stored before it.
         """
         from vramlab.eval import perplexity
 
