@@ -333,21 +333,23 @@ def test_the_capstones_reference_comes_after_its_check():
     assert compared < printed
 
 
-def test_the_layers_prediction_compared_is_the_first_stored_before_the_capstones_check(capsys, monkeypatch, tmp_path):
+def test_the_layers_prediction_compared_is_the_last_stored_before_the_capstones_check(capsys, monkeypatch, tmp_path):
     """Review #18a stored a list after the search and read a perfect ranking: the list compared after the capstone is
-    the first stored before the capstone's check first ran, it lasts, and a changed list after that check is a
-    reading (refused, no try counted)."""
+    the last stored before the capstone's check first ran (review #23: a revision before any measurement was reported
+    as stored, then ignored), it lasts, and a changed list after that check is a reading (refused, no try counted)."""
     from vramlab import ran
 
     monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
     ran._forget()
-    assert lab02.check_layers_prediction([0, 1, 29])
-    assert lab02.check_layers_prediction([2, 3])                        # before the check: the first still counts
+    assert lab02.check_layers_prediction([2, 3])
+    assert lab02.check_layers_prediction([0, 1, 29])                    # before the check: a revision counts
     lab02.check_mixed_plan({"eight_bit_layers": [0], "kv_bits": 8}, scorer="no scorer")
     capsys.readouterr()
     refused = lab02.check_layers_prediction([7, 11, 18, 21, 29])
-    assert not refused and "that is a reading" in capsys.readouterr().out
-    assert lab02.check_layers_prediction([0, 1, 29])                     # Run All: the same first list passes
+    out = capsys.readouterr().out
+    assert not refused and "that is a reading" in out and "the last one stored before it, [0, 1, 29]" in out, out
+    assert lab02.check_layers_prediction([0, 1, 29])                     # Run All: the same list passes
+    assert not lab02.check_layers_prediction([2, 3])                     # the earlier list is no longer the one
     ranking = list(range(29, -1, -1))
     ran._RAN.clear()                                                     # a restart keeps the lasting records
     lab02.check_layers_prediction([7, 11, 18, 21, 29], ranking)
@@ -359,6 +361,44 @@ def test_the_layers_prediction_compared_is_the_first_stored_before_the_capstones
     lab02.check_layers_prediction([0, 1], ranking)
     assert "no prediction was stored" in capsys.readouterr().out
     ran._forget()
+
+
+@pytest.mark.parametrize("how", ["reveal=True", "checks.reveal"])
+def test_a_layers_prediction_after_the_capstones_answer_was_revealed_is_a_reading(how, capsys, monkeypatch, tmp_path):
+    """Review #23 revealed Exercise 4's answer (it names the best plan's layers), then stored a "prediction" and read
+    #1, #2 and #3 after the capstone."""
+    from vramlab import ran
+
+    monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
+    ran._forget()
+    if how == "reveal=True":
+        lab02.check_mixed_plan(None, reveal=True)
+    else:
+        checks.reveal("lab02", 4)
+    assert "ANSWER" in capsys.readouterr().out
+    refused = lab02.check_layers_prediction([7, 11, 29])
+    out = capsys.readouterr().out
+    assert not refused and "that is a reading" in out and "revealed" in out, out
+    ran._forget()
+
+
+def test_a_capstone_attempt_run_again_or_reordered_is_one_try(capsys):
+    """Review #23: re-running one over-budget plan moved its hint offer from try 2 to try 4, and a plan whose layers
+    were reordered was judged again toward the cap. An attempt counts once, toward both."""
+    from vramlab.checks._core import tries
+
+    over = [{"eight_bit_layers": [0, 1, 2, 3, 4, 5], "kv_bits": 4}, {"eight_bit_layers": [5, 4, 3, 2, 1, 0], "kv_bits": 4}]
+    assert not lab02.check_mixed_plan(over[0])
+    assert not lab02.check_mixed_plan({"eight_bit_layers": [0, 1], "kv_bits": 8})
+    out = capsys.readouterr().out
+    assert "That is try 2" in out, out
+    for plan in (over[0], over[1], over[0]):
+        assert not lab02.check_mixed_plan(plan)
+        out = capsys.readouterr().out
+        assert "over the 66 MiB budget" in out and "That is try 2" in out and "try 3" not in out, out
+    assert tries(lab02._CAPSTONE) == 2 and tries("check_mixed_plan (wrong attempts)") == 2
+    assert not lab02.check_mixed_plan({"eight_bit_layers": [0, 1, 2], "kv_bits": 8})
+    assert "That is try 3" in capsys.readouterr().out
 
 
 def test_a_layers_prediction_after_a_score_that_told_layers_apart_is_a_reading(capsys, monkeypatch, tmp_path):
@@ -385,7 +425,7 @@ def test_a_layers_prediction_after_a_score_that_told_layers_apart_is_a_reading(c
     assert lab02.check_layers_prediction([0, 1, 29])                     # Run All: the same first list passes
     refused = lab02.check_layers_prediction([25, 26, 27, 28, 29])
     out = capsys.readouterr().out
-    assert not refused and "the one stored first, [0, 1, 29]" in out, out
+    assert not refused and "the last one stored before it, [0, 1, 29]" in out, out
     ran._RAN.clear()                                                     # a restart keeps the lasting records
     lab02.check_layers_prediction([25, 26, 27, 28, 29], ranking)
     out = capsys.readouterr().out

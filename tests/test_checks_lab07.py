@@ -922,8 +922,9 @@ def test_diagnosis_stops_judging_after_twelve_wrong_tries(capsys):
     _predict()
     evidence = _log_line("bitsandbytes library load error")
     right = {"evidence": evidence, "cause": lab07._DIAGNOSIS_CAUSE, "fix": "e"}
-    for i in range(lab07.DIAGNOSIS_MAX_TRIES):
-        assert not lab07.check_diagnosis({**right, "cause": 1 + i % 4})
+    wrong = [{**right, "cause": c, "fix": f} for c in range(1, 5) for f in "abcd"]      # distinct: each counts once
+    for attempt in wrong[:lab07.DIAGNOSIS_MAX_TRIES]:
+        assert not lab07.check_diagnosis(attempt)
     capsys.readouterr()
     assert not lab07.check_diagnosis(right)
     assert "judges no more" in capsys.readouterr().out

@@ -234,11 +234,12 @@ def test_hint_3_leaves_the_deciding_steps_open():
 
 
 def test_wrong_numbers_get_a_direction_twice_then_not_it_and_the_next_hint(capsys):
-    wrong = {**_solution(), "max_concurrency": 12.5}
     outs = []
-    for _ in range(4):
-        assert not checks.check_l4_plan(wrong)
+    for value in (12.5, 13.5, 14.5, 15.5):         # four different wrong tries (the same one again counts once)
+        assert not checks.check_l4_plan({**_solution(), "max_concurrency": value})
         outs.append(capsys.readouterr().out)
+    assert not checks.check_l4_plan({**_solution(), "max_concurrency": 15.5})
+    assert "open Hint 3" in capsys.readouterr().out and tries("serving plan (capstone)") == 4
     assert "max_concurrency too high" in outs[0] and "max_concurrency too high" in outs[1]
     assert "not all four right" in outs[2] and "too high" not in outs[2] and "max_concurrency" not in outs[2]
     assert "open Hint 1" in outs[1] and "open Hint 2" in outs[2] and "open Hint 3" in outs[3]

@@ -222,16 +222,17 @@ def first_time(kind: str) -> int | None:
     return min(times) if times else None
 
 
-def first_before(kind: str, mark: str, *more_marks: str) -> tuple | None:
+def first_before(kind: str, mark: str, *more_marks: str, latest: bool = False) -> tuple | None:
     """The earliest key of ``kind`` (a tuple ``(time in ns, *items)``) noted before the first :func:`stamp` of
     ``mark`` or of any of ``more_marks``, whichever came first (any key, when none has a stamp), as ``items``; None
-    when there is none. The capstones' predictions: the one compared is the first stored before their check first
-    ran (lab 02: or before a score first told layers apart)."""
+    when there is none. ``latest``: the last such key instead. The capstones' predictions: the one compared is the
+    first stored before their check first ran (lab 02: the last stored before a score first told layers apart, the
+    check ran or the answer was revealed)."""
     stamps = [t for t in map(first_time, (mark, *more_marks)) if t is not None]
     until = min(stamps) if stamps else None
     stored = sorted(key for key in ran(kind) if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], int)
                     and (until is None or key[0] <= until))
-    return stored[0][1:] if stored else None
+    return stored[-1 if latest else 0][1:] if stored else None
 
 
 def _forget() -> None:

@@ -192,6 +192,9 @@ class Exercise:
 #: check name -> its Exercise, filled by :func:`exercise` when a labNN module is imported.
 EXERCISES: dict[str, Exercise] = {}
 _REVEALING: contextvars.ContextVar = contextvars.ContextVar("vramlab_checks_revealing", default=None)
+# True inside a capstone's check run again on an attempt it already counted: the verdict is printed again, and no try
+# is added (review #23: re-running one over-budget plan moved its hints from try 2 to try 4)
+_REPEATED: contextvars.ContextVar = contextvars.ContextVar("vramlab_checks_repeated", default=False)
 
 
 #: A capstone judges at most this many wrong attempts (counted across kernel restarts with the tries), then only a
@@ -200,13 +203,16 @@ CAPSTONE_MAX_WRONG = 12
 
 
 def exercise(lab: str, number: int | None, answer: Callable[..., str], *, prediction: bool = False,
-             choices: tuple[str, ...] | list[str] = (), max_wrong: int | None = None):
+             choices: tuple[str, ...] | list[str] = (), max_wrong: int | None = None,
+             attempt_key: Callable[..., Any] | None = None):
     """Decorator: register a check as ``lab``'s exercise ``number`` and give it a ``reveal=False`` keyword.
 
     ``choices``: the labels of a multiple-choice check (``tests/test_checks.py`` tries each wrong one and holds
     that its message names no other label). ``max_wrong``: after that many counted wrong attempts the check judges
     no more (a FAIL that counts no try, offering ``reveal=True``) until a pass or a reveal (the capstones:
-    :data:`CAPSTONE_MAX_WRONG`).
+    :data:`CAPSTONE_MAX_WRONG`). Such a check counts each distinct attempt once, toward ``max_wrong`` and toward the
+    hint tiers alike; ``attempt_key(*args, **kwargs)`` says when two attempts are the same (default: their ``repr``;
+    lab 02's plans compare as sets of layers).
 
     With ``reveal=True`` the check runs as usual (the learner's answer is still judged), and its result
     also carries the answer (``answer(**the check's other arguments)``), printed on an ``ANSWER`` line
@@ -233,7 +239,12 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                                   f"{max_wrong} wrong attempts judged already",
                                   f"the check judges no more: read the hints once more, then ask for the answer with "
                                   f"{check.__name__}(..., reveal=True)", counts=False)
-                return _counted(_stamped(check(*args, **kwargs)), _attempt_digest(args, kwargs))
+                digest = _attempt_digest(args, kwargs, attempt_key)
+                token = _REPEATED.set(max_wrong is not None and digest in _SEEN_WRONG.get(wrong_key, ()))
+                try:
+                    return _counted(_stamped(check(*args, **kwargs)), digest)
+                finally:
+                    _REPEATED.reset(token)
             try:
                 bound = sig.bind(*args, **kwargs)
                 context = {k: v for k, v in list(bound.arguments.items())[1:]}
@@ -241,7 +252,7 @@ def exercise(lab: str, number: int | None, answer: Callable[..., str], *, predic
                 context = {}
             token = _REVEALING.set((entry, context))
             try:
-                return _counted(_stamped(check(*args, **kwargs)), _attempt_digest(args, kwargs))
+                return _counted(_stamped(check(*args, **kwargs)), _attempt_digest(args, kwargs, attempt_key))
             finally:
                 _REVEALING.reset(token)
 
@@ -357,7 +368,7 @@ def report(name: str, passed: bool, expected: str, got: str, hint: str = "", *, 
         reset_tries(name)
     elif not untouched and result_class is None and counts:
         details["counted"] = True
-        offer = hint_offer(add_try(name))
+        offer = hint_offer(tries(name) if _REPEATED.get() else add_try(name))
         if offer:
             text = str(hint).strip()
             hint = (f"{text} {offer}" if text.endswith(("?", "!")) else f"{text.rstrip('.')}. {offer}") if text else offer
@@ -833,12 +844,19 @@ def learners_or_package(passed: Any, learner: Callable | None, package: Callable
 _SEEN_WRONG: dict[str, set] = {}     # the capstones' wrong attempts already counted in this kernel, by digest
 
 
-def _attempt_digest(args: tuple, kwargs: dict) -> str:
-    """A short digest of a check's arguments (their repr, at most 100,000 characters): one attempt, one count."""
+def _attempt_digest(args: tuple, kwargs: dict, attempt_key: Callable[..., Any] | None = None) -> str:
+    """A short digest of a check's arguments (their repr, at most 100,000 characters, or the repr of
+    ``attempt_key(*args, **kwargs)`` where that is given and does not raise): one attempt, one count."""
     import hashlib
 
     try:
-        text = repr((args, sorted(kwargs.items())))[:100_000]
+        key = None
+        if attempt_key is not None:
+            try:
+                key = ("key", attempt_key(*args, **kwargs))
+            except Exception:  # noqa: BLE001 - a malformed attempt is told apart by its repr
+                key = None
+        text = repr((args, sorted(kwargs.items())) if key is None else key)[:100_000]
     except Exception:  # noqa: BLE001 - an argument whose repr fails still counts, once per call
         text = str(id(args))
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]

@@ -317,6 +317,7 @@ def _reference() -> dict:
 
 
 def _mixed_plan_answer(**_) -> str:
+    ran.stamp(_PLAN_CHECKED_KIND)      # review #23: a layers prediction stored after a reveal is a reading too
     ref = _reference()
     plan = ref["plan"]
     return (f"{{'eight_bit_layers': {plan['eight_bit_layers']}, 'kv_bits': {plan['kv_bits']}}}: the reference "
@@ -368,7 +369,14 @@ _SCORING_MODULES = ("vramlab.quarot.mixed_bits", "vramlab.eval", "vramlab.quarot
                     "vramlab.models", "vramlab.ran", "vramlab.checks._core", "vramlab.checks.lab02")
 
 
-@exercise("lab02", 4, _mixed_plan_answer, max_wrong=CAPSTONE_MAX_WRONG)
+def _plan_key(plan, scorer=None) -> tuple:
+    """One attempt per plan, whatever the order of its layers (review #23: a reordered plan was counted again)."""
+    from vramlab.quarot import mixed_bits
+
+    return tuple(mixed_bits.normalize_plan(plan))
+
+
+@exercise("lab02", 4, _mixed_plan_answer, max_wrong=CAPSTONE_MAX_WRONG, attempt_key=_plan_key)
 def check_mixed_plan(plan, scorer=None) -> CheckResult:
     """Capstone: ``{"eight_bit_layers": [layer indices], "kv_bits": 4 | 8}`` for the Hadamard-rotated SmolLM2
     (the other layers W4A4, RTN per channel), whose decoder weights plus a 1,024-token KV cache fit 66 MiB and
@@ -450,8 +458,8 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
 
     Without ``ranking`` it stores the list (lasting, per notebook); a different list after the first score that told
     layers apart (``scorer.score({3: 8})``, a plan with 8-bit layers) or after the capstone's check ran is refused as
-    a reading. With ``ranking`` (every layer, largest measured gain first) it says where each layer of the FIRST list
-    stored before those ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no
+    a reading (and so after a reveal). With ``ranking`` (every layer, largest measured gain first) it says where each
+    layer of the LAST list stored before those ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no
     valid list was given.
     """
     from vramlab.checks.lab01 import PredictionResult
@@ -467,43 +475,44 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
         return report(name, False, what, f"{str(predicted)[:60]}",
                       "store a list such as [4, 17]: distinct whole numbers from 0 to 29, at most five")
     items = sorted(items)
-    first = _first_layers_prediction()
+    counted = _counted_layers_prediction()
     if ranking is None:
         closed = _prediction_closed()
-        if closed is not None and (first is None or items != first):
-            said = (f"the prediction that counts is the one stored first, {first}" if first is not None else
+        if closed is not None and (counted is None or items != counted):
+            said = (f"the prediction that counts is the last one stored before it, {counted}" if counted is not None else
                     "no prediction was stored before it, so the capstone goes on without one")
             return report(name, False, "a prediction stored before measuring", f"{items}, written after {closed} in "
                           "this notebook", f"that is a reading: {said}", counts=False, result_class=PredictionResult)
         ran.note(_LAYERS_PREDICTED_KIND, (time.time_ns(), tuple(items)), lasting=True)
         return report(name, True, "", f"{items} stored; now measure.", result_class=PredictionResult)
-    if first is None:      # review #18a: the list handed over after the search is not a prediction
+    if counted is None:      # review #18a: the list handed over after the search is not a prediction
         return report(name, True, "", "no prediction was stored before the first score that told layers apart (or "
                                       "the capstone's check), so there is none to compare with the measured ranking",
                       result_class=PredictionResult)
-    ranks = [list(ranking).index(i) + 1 for i in first]
-    got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(first, ranks))
-    changed = f" (the list stored first; the cell now holds {items})" if items != first else ""
+    ranks = [list(ranking).index(i) + 1 for i in counted]
+    got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(counted, ranks))
+    changed = f" (the list stored before measuring; the cell now holds {items})" if items != counted else ""
     return report(name, True, "", f"{got} of {len(ranking)} by measured gain (#1 gains most){changed}",
                   result_class=PredictionResult)
 
 
 # vramlab.ran kinds (lasting, per notebook): the layers predicted, as (time in ns, sorted layers), and when the
-# capstone's check first ran. The prediction compared after the capstone is the first stored before that check and
-# before the first score that told layers apart (mixed_bits.LAYERS_SCORED_KIND): review #18a stored a "prediction"
+# capstone's check first ran (or its answer was revealed). The prediction compared after the capstone is the last one
+# stored before that and before the first score that told layers apart (mixed_bits.LAYERS_SCORED_KIND): review #18a stored a "prediction"
 # after the search and read a perfect ranking; review #21 did so after scoring the layers one by one.
 _LAYERS_PREDICTED_KIND = "layers predicted (lab 02)"
 _PLAN_CHECKED_KIND = "mixed plan checked (lab 02)"
 
 
-def _first_layers_prediction() -> list[int] | None:
-    """The first layers prediction stored before measuring: before the first score that told layers apart
-    (``mixed_bits.LAYERS_SCORED_KIND``, review #21) and before the capstone's check first ran (None if there is
-    none)."""
+def _counted_layers_prediction() -> list[int] | None:
+    """The layers prediction that counts: the last one stored before measuring, that is before the first score that
+    told layers apart (``mixed_bits.LAYERS_SCORED_KIND``, review #21) and before the capstone's check first ran or its
+    answer was revealed (None if there is none). A revision before any measurement is the learner's to make (review
+    #23 saw one reported as stored, then ignored)."""
     from vramlab.quarot import mixed_bits
 
-    first = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND, mixed_bits.LAYERS_SCORED_KIND)
-    return None if first is None else list(first[0])
+    counted = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND, mixed_bits.LAYERS_SCORED_KIND, latest=True)
+    return None if counted is None else list(counted[0])
 
 
 def _prediction_closed() -> str | None:
@@ -512,7 +521,7 @@ def _prediction_closed() -> str | None:
     from vramlab.quarot import mixed_bits
 
     times = {"your first score that told layers apart": ran.first_time(mixed_bits.LAYERS_SCORED_KIND),
-             "the capstone's check ran": ran.first_time(_PLAN_CHECKED_KIND)}
+             "the capstone's check ran (or its answer was revealed)": ran.first_time(_PLAN_CHECKED_KIND)}
     times = {k: t for k, t in times.items() if t is not None}
     return min(times, key=times.get) if times else None
 
