@@ -7,6 +7,7 @@
 #
 #   tests/kernel_paths.sh                 # every path the CPU has, one thread each
 #   PATHS="default avx2" THREADS="1 2" tests/kernel_paths.sh
+#   PARALLEL=1 PATHS="avx2 avx512" tests/kernel_paths.sh    # the passes side by side (one core each)
 #   PYTHON=/path/to/python tests/kernel_paths.sh   (default: .venv/bin/python, else python3)
 set -u
 cd "$(dirname "$0")/.."
@@ -18,27 +19,51 @@ fi
 THREADS=${THREADS:-1}
 # The tests whose numbers move with the kernel path, or must not (the float64 rows). The 8-window live row
 # (test_live_quantized_row_matches_the_table, ~1 min) runs in CI's pytest (VRAMLAB_LIVE_TABLE=1) on the machine's own path only.
+# VRAMLAB_KERNEL_PATHS=1 runs the clip-searched float64 W4A4KV4 row too (about 70 s a pass; make test skips it).
 TESTS=(
     "tests/test_numerics.py"
     "tests/test_quant.py::test_real_model_w8a8_close_to_fp32_and_w16a4_breaks"
     "tests/test_quarot_results.py::test_reproducible_rows_match_the_reference_to_1e_6"
+    "tests/test_quarot_results.py::test_reproducible_clip_searched_row_matches_the_reference_to_1e_6"
 )
 # (tests/test_mixed_bits.py's live reference search is on the same float64 path and runs in make test on the
 # machine's own path: here it cost about 45 s a pass, and CI went past 20 minutes, 2026-12-05.)
 status=0
 ran=()
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+# one pass: one kernel path at one thread count; with PARALLEL=1 the passes run side by side (each has its own
+# process and thread count, so a 1-thread pass leaves the other core to the next one), their output printed in order
+one_pass() {
+    local path=$1 threads=$2 start
+    start=$(date +%s)
+    echo "== kernel path: ATEN_CPU_CAPABILITY=$path, $threads thread(s)"
+    if VRAMLAB_KERNEL_PATHS=1 ATEN_CPU_CAPABILITY=$path OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads \
+        PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} "$PY" -m pytest -p no:cacheprovider -n 0 -q \
+        -o addopts="" "${TESTS[@]}"; then
+        echo "$path/${threads}t: passed ($(( $(date +%s) - start )) s)" > "$logs/$path-$threads.result"
+    else
+        echo "$path/${threads}t: FAILED" > "$logs/$path-$threads.result"
+    fi
+}
+pids=()
 for path in $PATHS; do
     for threads in $THREADS; do
-        echo "== kernel path: ATEN_CPU_CAPABILITY=$path, $threads thread(s)"
-        start=$(date +%s)
-        if ATEN_CPU_CAPABILITY=$path OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads \
-            PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} "$PY" -m pytest -p no:cacheprovider -n 0 -q \
-            -o addopts="" "${TESTS[@]}"; then
-            ran+=("$path/${threads}t: passed ($(( $(date +%s) - start )) s)")
+        if [ "${PARALLEL:-0}" = 1 ]; then
+            one_pass "$path" "$threads" > "$logs/$path-$threads.log" 2>&1 &
+            pids+=($!)
         else
-            ran+=("$path/${threads}t: FAILED")
-            status=1
+            one_pass "$path" "$threads"
         fi
+    done
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+for path in $PATHS; do
+    for threads in $THREADS; do
+        [ "${PARALLEL:-0}" = 1 ] && cat "$logs/$path-$threads.log"
+        result=$(cat "$logs/$path-$threads.result" 2>/dev/null || echo "$path/${threads}t: FAILED (no result)")
+        ran+=("$result")
+        case $result in *FAILED*) status=1 ;; esac
     done
 done
 echo "== kernel paths run: ${ran[*]}"

@@ -401,27 +401,27 @@ def test_a_capstone_attempt_run_again_or_reordered_is_one_try(capsys):
     assert "That is try 3" in capsys.readouterr().out
 
 
-def test_a_layers_prediction_after_a_score_that_told_layers_apart_is_a_reading(capsys, monkeypatch, tmp_path):
-    """Review #21 scored every layer alone with the notebook's scorer, then stored the measured top five as its
-    prediction and read a perfect ranking after the capstone. A list stored after the first score that told layers
-    apart is refused (no try counted); one stored before it still counts, and lasts."""
+def test_a_layers_prediction_after_the_scorer_was_built_is_a_reading(capsys, monkeypatch, tmp_path):
+    """Review #21 scored every layer alone with the notebook's scorer (reviews #22-#24: built, or swapped layers between
+    builds), then stored the measured top five as its prediction and read a perfect ranking after the capstone. A list
+    stored after the scorer was built is refused (no try counted); one stored before it still counts, and lasts."""
     from vramlab import ran
     from vramlab.quarot import mixed_bits
 
     monkeypatch.setenv(ran.RAN_ENV, str(tmp_path / "ran.jsonl"))
     ranking = list(range(29, -1, -1))
     ran._forget()
-    ran.stamp(mixed_bits.LAYERS_SCORED_KIND)                             # what scorer.score({3: 8}) notes
+    ran.stamp(mixed_bits.SCORER_BUILT_KIND)                              # what MixedBits(...) notes
     refused = lab02.check_layers_prediction([25, 26, 27, 28, 29])
     out = capsys.readouterr().out
-    assert not refused and "that is a reading" in out and "first score that told layers apart" in out, out
+    assert not refused and "that is a reading" in out and "the capstone's scorer was built" in out, out
     assert "goes on without one" in out, out
     lab02.check_layers_prediction([25, 26, 27, 28, 29], ranking)
     out = capsys.readouterr().out
     assert "no prediction was stored" in out and "ranks #" not in out, out
     ran._forget()
     assert lab02.check_layers_prediction([0, 1, 29])
-    ran.stamp(mixed_bits.LAYERS_SCORED_KIND)
+    ran.stamp(mixed_bits.SCORER_BUILT_KIND)
     assert lab02.check_layers_prediction([0, 1, 29])                     # Run All: the same first list passes
     refused = lab02.check_layers_prediction([25, 26, 27, 28, 29])
     out = capsys.readouterr().out

@@ -123,38 +123,38 @@ def test_bad_scoring_arguments_are_one_sentence(scorer):
         mb.MixedBits(object(), scorer.window)
 
 
-def test_a_score_that_tells_layers_apart_is_noted_and_a_uniform_one_is_not(scorer):
-    """Review #21 scored layers one by one before storing lab 02's prediction (review #22 built one): the first score or
-    build whose layers differ in width is stamped (lab 02 reads a prediction after it as a reading); the notebook's own uniform scores (every layer
-    at 4 bits, the unquantized model) and an 8-bit cache alone are not."""
+def _tiny_rotated():
+    """A 2-layer Llama of the same family (random weights), Hadamard-rotated: a scorer of it builds in 0.1 s."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from vramlab.quarot.rotate import rotate_model
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, vocab_size=100, max_position_embeddings=64,
+                      tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return rotate_model(LlamaForCausalLM(cfg).eval(), "hadamard", seed=0), torch.randint(0, 100, (1, 16))
+
+
+def test_building_a_scorer_is_noted_and_a_checks_own_build_is_not():
+    """Reviews #21-#24 measured layers with the scorer (scores, builds, a layer swapped between two uniform builds)
+    before storing lab 02's prediction: building a scorer is stamped, as the moment the prediction closes; a check's
+    own scorer, built inside ran._unrecorded(), is not."""
     from vramlab import ran
 
+    model, window = _tiny_rotated()
     ran._forget()
-    scorer.score({}, 4, 4)
-    scorer.score({}, default=16, kv_bits=16)
-    scorer.score({}, 4, 8)
-    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
-    scorer.score_plan({"eight_bit_layers": [], "kv_bits": 4})
-    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
-    scorer._cache[((8,) + (4,) * 29, 4)] = 1.0       # a cached score reads the same as a new one
-    scorer.score({0: 8})
-    first = ran.first_time(mb.LAYERS_SCORED_KIND)
+    with ran._unrecorded():
+        mb.MixedBits(model, window)
+    assert ran.first_time(mb.SCORER_BUILT_KIND) is None
+    scorer = mb.MixedBits(model, window)
+    first = ran.first_time(mb.SCORER_BUILT_KIND)
     assert first is not None
-    scorer._cache[((4,) * 29 + (8,), 4)] = 1.0
-    scorer.score_plan({"eight_bit_layers": [29], "kv_bits": 4})
-    assert ran.first_time(mb.LAYERS_SCORED_KIND) == first
-    del scorer._cache[((8,) + (4,) * 29, 4)], scorer._cache[((4,) * 29 + (8,), 4)]
+    scorer.score({0: 8})
+    mb.MixedBits(model, window)
+    assert ran.first_time(mb.SCORER_BUILT_KIND) == first                   # the first build is the one kept
     ran._forget()
-    scorer.build({}, 4, 4)
-    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
-    scorer.build({11: 8})                            # review #22: perplexity(scorer.build({11: 8}), scorer.window)
-    assert ran.first_time(mb.LAYERS_SCORED_KIND) is not None
-    ran._forget()
-    with ran._unrecorded():                          # a check's own scorer
-        scorer._cache[((8,) + (4,) * 29, 4)] = 1.0
-        scorer.score({0: 8})
-        del scorer._cache[((8,) + (4,) * 29, 4)]
-    assert ran.first_time(mb.LAYERS_SCORED_KIND) is None
 
 
 def _record_scores(ref: dict) -> dict:

@@ -154,20 +154,37 @@ def test_kernel_spread_merge_recomputes_the_summary_and_refuses_other_code(tmp_p
         bench.merge([tmp_path / "a", tmp_path / "c"], tmp_path / "out2.json")
 
 
-@pytest.mark.slow
-def test_reproducible_rows_match_the_reference_to_1e_6(smollm2):
-    """On the float64 path, W8A8 and the W4A4KV4 Hadamard RTN row (the table's: MSE clip search, which now
-    computes in float64 too) give the numbers measured on the other kernel paths and thread counts to 1e-6
-    relative (tests/kernel_paths.sh runs this under each path)."""
+def _reproducible_rows(model, tok, rows):
     from vramlab.data import token_windows
     from vramlab.numerics import reproducible
 
-    model, tok = smollm2
     windows = token_windows(tok, SPREAD["windows"]["n"], SPREAD["windows"]["length"])
-    live = _spread_module().rows_ppl(reproducible(model), windows, ("W8A8", "W4A4KV4"))
+    live = _spread_module().rows_ppl(reproducible(model), windows, rows)
     for row, value in live.items():
         ref = SPREAD["summary"][f"fp64/{row}"]["min"]
         assert abs(value / ref - 1) < 1e-6, (row, value, ref)
+
+
+@pytest.mark.slow
+def test_reproducible_rows_match_the_reference_to_1e_6(smollm2):
+    """On the float64 path, W8A8 and the W4A4KV4 Hadamard row with absmax weight scales give the numbers measured on
+    the other kernel paths and thread counts to 1e-6 relative, on this machine's own path (about 15 s)."""
+    _reproducible_rows(*smollm2, ("W8A8", "W4A4KV4-absmax"))
+
+
+# tests/kernel_paths.sh sets it: the clip-searched row runs there, under every kernel path, and not in make test
+KERNEL_PATHS_ENV = "VRAMLAB_KERNEL_PATHS"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get(KERNEL_PATHS_ENV) != "1",
+                    reason="the clip-searched float64 W4A4KV4 row (about 70 s) runs in tests/kernel_paths.sh, under "
+                           "each kernel path (CI: default, avx2 and avx512); make test checks the absmax row")
+def test_reproducible_clip_searched_row_matches_the_reference_to_1e_6(smollm2):
+    """The table's W4A4KV4 Hadamard RTN row (MSE clip search, in float64 too) gives the number measured on the other
+    kernel paths and thread counts to 1e-6 relative: issue 26's acceptance, held under every path by
+    tests/kernel_paths.sh. Kept out of make test on the machine's own path to keep it under 10 minutes."""
+    _reproducible_rows(*smollm2, ("W4A4KV4",))
 
 
 def test_live_w16a4_rotation_wins_on_one_window(smollm2, windows):

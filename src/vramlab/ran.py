@@ -226,7 +226,7 @@ def first_before(kind: str, mark: str, *more_marks: str, latest: bool = False) -
     """The earliest key of ``kind`` (a tuple ``(time in ns, *items)``) noted before the first :func:`stamp` of
     ``mark`` or of any of ``more_marks``, whichever came first (any key, when none has a stamp), as ``items``; None
     when there is none. ``latest``: the last such key instead. The capstones' predictions: the one compared is the
-    first stored before their check first ran (lab 02: the last stored before a score first told layers apart, the
+    first stored before their check first ran (lab 02: the last stored before its scorer was first built, the
     check ran or the answer was revealed)."""
     stamps = [t for t in map(first_time, (mark, *more_marks)) if t is not None]
     until = min(stamps) if stamps else None

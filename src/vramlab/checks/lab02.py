@@ -322,8 +322,9 @@ def _mixed_plan_answer(**_) -> str:
     plan = ref["plan"]
     return (f"{{'eight_bit_layers': {plan['eight_bit_layers']}, 'kv_bits': {plan['kv_bits']}}}: the reference "
             f"search's best plan within 66 MiB, perplexity {ref['ppl']:.2f} on the window (pass: at most "
-            f"{ref['target']:.2f}); found by scoring whole plans that fit (the largest single gains, the first layers, the "
-            "last layers, the first and last, an 8-bit cache with fewer layers)")
+            f"{ref['target']:.2f}); found by greedy forward selection by whole-plan score, then one-for-one swaps (the "
+            "rules of thumb, the largest single gains or the first or last layers, and an 8-bit cache with one layer, "
+            "all fail)")
 
 
 def _new_scorer():
@@ -456,11 +457,11 @@ def _layers_prediction_answer(**_) -> str:
 def check_layers_prediction(predicted, ranking=None) -> CheckResult:
     """The capstone's prediction: the (up to 5) layers expected to gain most from 8 bits, stored before measuring.
 
-    Without ``ranking`` it stores the list (lasting, per notebook); a different list after the first score that told
-    layers apart (``scorer.score({3: 8})``, a plan with 8-bit layers) or after the capstone's check ran is refused as
-    a reading (and so after a reveal). With ``ranking`` (every layer, largest measured gain first) it says where each
-    layer of the LAST list stored before those ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no
-    valid list was given.
+    Without ``ranking`` it stores the list (lasting, per notebook); a different list after the capstone's scorer was
+    built (``mixed_bits.MixedBits(...)``) or after the capstone's check ran or its answer was revealed is refused as a
+    reading. With ``ranking`` (every layer, largest measured gain first) it says where each layer of the LAST list
+    stored before those ranks, whatever ``predicted`` now holds. Fails, revealing nothing, when no valid list was
+    given.
     """
     from vramlab.checks.lab01 import PredictionResult
 
@@ -486,8 +487,8 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
         ran.note(_LAYERS_PREDICTED_KIND, (time.time_ns(), tuple(items)), lasting=True)
         return report(name, True, "", f"{items} stored; now measure.", result_class=PredictionResult)
     if counted is None:      # review #18a: the list handed over after the search is not a prediction
-        return report(name, True, "", "no prediction was stored before the first score that told layers apart (or "
-                                      "the capstone's check), so there is none to compare with the measured ranking",
+        return report(name, True, "", "no prediction was stored before the capstone's scorer was built (or its check "
+                                      "ran), so there is none to compare with the measured ranking",
                       result_class=PredictionResult)
     ranks = [list(ranking).index(i) + 1 for i in counted]
     got = ", ".join(f"layer {i} ranks #{r}" for i, r in zip(counted, ranks))
@@ -498,29 +499,29 @@ def check_layers_prediction(predicted, ranking=None) -> CheckResult:
 
 # vramlab.ran kinds (lasting, per notebook): the layers predicted, as (time in ns, sorted layers), and when the
 # capstone's check first ran (or its answer was revealed). The prediction compared after the capstone is the last one
-# stored before that and before the first score that told layers apart (mixed_bits.LAYERS_SCORED_KIND): review #18a stored a "prediction"
-# after the search and read a perfect ranking; review #21 did so after scoring the layers one by one.
+# stored before that and before the capstone's scorer was first built (mixed_bits.SCORER_BUILT_KIND): review #18a stored a "prediction"
+# after the search and read a perfect ranking; reviews #21-#24 did so after measuring layers with the scorer.
 _LAYERS_PREDICTED_KIND = "layers predicted (lab 02)"
 _PLAN_CHECKED_KIND = "mixed plan checked (lab 02)"
 
 
 def _counted_layers_prediction() -> list[int] | None:
-    """The layers prediction that counts: the last one stored before measuring, that is before the first score that
-    told layers apart (``mixed_bits.LAYERS_SCORED_KIND``, review #21) and before the capstone's check first ran or its
-    answer was revealed (None if there is none). A revision before any measurement is the learner's to make (review
-    #23 saw one reported as stored, then ignored)."""
+    """The layers prediction that counts: the last one stored before measuring, that is before a
+    ``mixed_bits.MixedBits`` was first built (``mixed_bits.SCORER_BUILT_KIND``, reviews #21-#24) and before the
+    capstone's check first ran or its answer was revealed (None if there is none). A revision before any measurement
+    is the learner's to make (review #23 saw one reported as stored, then ignored)."""
     from vramlab.quarot import mixed_bits
 
-    counted = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND, mixed_bits.LAYERS_SCORED_KIND, latest=True)
+    counted = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND, mixed_bits.SCORER_BUILT_KIND, latest=True)
     return None if counted is None else list(counted[0])
 
 
 def _prediction_closed() -> str | None:
-    """What ended the time for the layers prediction, in words (None while it is open): a score that told layers
-    apart, or the capstone's check, whichever came first."""
+    """What ended the time for the layers prediction, in words (None while it is open): the scorer's build, or the
+    capstone's check (or a reveal), whichever came first."""
     from vramlab.quarot import mixed_bits
 
-    times = {"your first score that told layers apart": ran.first_time(mixed_bits.LAYERS_SCORED_KIND),
+    times = {"the capstone's scorer was built": ran.first_time(mixed_bits.SCORER_BUILT_KIND),
              "the capstone's check ran (or its answer was revealed)": ran.first_time(_PLAN_CHECKED_KIND)}
     times = {k: t for k, t in times.items() if t is not None}
     return min(times, key=times.get) if times else None

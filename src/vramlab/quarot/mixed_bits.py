@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["BUDGET_BYTES", "CONTEXT_TOKENS", "LAYER_BITS", "KV_BITS", "LAYERS_SCORED_KIND", "layers_within_budget", "SCORE_TOKENS", "MixedBits", "Plan",
+__all__ = ["BUDGET_BYTES", "CONTEXT_TOKENS", "LAYER_BITS", "KV_BITS", "SCORER_BUILT_KIND", "layers_within_budget", "SCORE_TOKENS", "MixedBits", "Plan",
            "code_fingerprint", "format_reference", "kv_bytes", "layer_weight_bytes", "normalize_plan", "plan_bytes"]
 
 LAYER_BITS = (4, 8)            # the widths a plan may give a decoder layer (weights and linear inputs)
@@ -35,10 +35,11 @@ SCORE_TOKENS = 256             # the scoring window: the first 256 tokens of the
 BUDGET_BYTES = 66 * 2**20      # the capstone's budget: 66 MiB of decoder weights + KV cache
 SCALE_BYTES = 2                # one float16 scale per weight row, and per KV group a float16 scale and zero
 _RESULTS = Path(__file__).resolve().parent.parent / "results" / "mixed_bits.json"
-#: vramlab.ran kind (lasting, per notebook): when a :meth:`MixedBits.score` or :meth:`MixedBits.build` first told
-#: layers apart (layers at different widths). Lab 02's prediction of the layers that gain most is a reading after it (unseen review #21
-#: scored layers one by one, then stored the measured top five as its "prediction").
-LAYERS_SCORED_KIND = "layers scored apart (lab 02)"
+#: vramlab.ran kind (lasting, per notebook): when a :class:`MixedBits` was first built here. Lab 02's prediction of the
+#: layers that gain most is stored before it, and a list stored after it is a reading: every per-layer measurement
+#: runs through a scorer (unseen reviews #21-#24 scored layers one by one, built one, or swapped a layer between two
+#: uniform builds, then stored the measured top five as their "prediction").
+SCORER_BUILT_KIND = "mixed-bits scorer built (lab 02)"
 
 
 class Plan(tuple):
@@ -167,7 +168,8 @@ class MixedBits:
     ``rotated``: a Hadamard-rotated SmolLM2 (``rotate_model(model, "hadamard", seed=0)``, float32 or float64);
     ``window``: LongTensor ``[1, tokens]`` (default: the first :data:`SCORE_TOKENS` tokens of the first
     evaluation window). The 4- and 8-bit RTN weights of every decoder linear are computed once here
-    (about 20 s on 2 cores); :meth:`score` then costs one float64 forward (about 3 s).
+    (about 20 s on 2 cores); :meth:`score` then costs one float64 forward (about 3 s). Building one is noted
+    (:data:`SCORER_BUILT_KIND`): lab 02's prediction of the layers that gain most is stored before it.
     """
 
     def __init__(self, rotated, window, progress: bool = False):
@@ -188,6 +190,9 @@ class MixedBits:
         self.weights = {b: quant.quantize_weights(self.model, b, mse=False) for b in LAYER_BITS}
         self._cache: dict = {}
         self.progress = progress
+        from vramlab import ran
+
+        ran.stamp(SCORER_BUILT_KIND)       # not inside ran._unrecorded() (a check's own scorer)
 
     def build(self, layer_bits: Mapping[int, int] | None = None, default: int = 4, kv_bits: int = 4):
         """A fake-quantized float64 copy: layer ``i`` at ``layer_bits.get(i, default)`` bits (4, 8 or 16)."""
@@ -213,11 +218,7 @@ class MixedBits:
         return new
 
     def _layer_bits(self, layer_bits, default) -> list[int]:
-        """Every layer's width; the first setting whose layers differ is noted (:data:`LAYERS_SCORED_KIND`), for
-        :meth:`score` (a cached score reads the same as a new one) and :meth:`build` alike (review #22 measured a
-        layer with ``perplexity(scorer.build({11: 8}), scorer.window)``)."""
-        from vramlab import ran
-
+        """Every layer's width, from ``layer_bits`` and ``default`` (checked: one sentence naming the field)."""
         default = _bits(default, "default", (4, 8, 16))
         if layer_bits is None:
             layer_bits = {}
@@ -230,16 +231,13 @@ class MixedBits:
                 raise ValueError(f"layer_bits has the key {i!r}, not a layer index; use whole numbers from 0 to "
                                  f"{self.n_layers - 1}.")
             out[i] = _bits(b, f"layer_bits[{i}]", (4, 8, 16))
-        if len(set(out)) > 1:
-            ran.stamp(LAYERS_SCORED_KIND)
         return out
 
     def score(self, layer_bits: Mapping[int, int] | None = None, default: int = 4, kv_bits: int = 4) -> float:
         """Perplexity (float64) of the window with layer ``i`` at ``layer_bits.get(i, default)`` bits.
 
         E.g. ``score({3: 8})``: every layer W4A4 but layer 3 at W8A8, KV4; ``score({3: 4}, default=16)``:
-        only layer 3 quantized. Cached per setting. The first score (or :meth:`build`) whose layers differ in width is
-        noted (:data:`LAYERS_SCORED_KIND`): a prediction of which layers gain most is stored before it.
+        only layer 3 quantized. Cached per setting.
         """
         from vramlab.eval import perplexity
 
