@@ -505,24 +505,28 @@ _LAYERS_PREDICTED_KIND = "layers predicted (lab 02)"
 _PLAN_CHECKED_KIND = "mixed plan checked (lab 02)"
 
 
-def _counted_layers_prediction() -> list[int] | None:
-    """The layers prediction that counts: the last one stored before measuring, that is before a
-    ``mixed_bits.MixedBits`` was first built (``mixed_bits.SCORER_BUILT_KIND``, reviews #21-#24) and before the
-    capstone's check first ran or its answer was revealed (None if there is none). A revision before any measurement
-    is the learner's to make (review #23 saw one reported as stored, then ignored)."""
+def _prediction_closers() -> dict[str, str]:
+    """The vramlab.ran kinds whose first stamp ends the time for the layers prediction, with their words: the
+    capstone's scorer built (``mixed_bits.SCORER_BUILT_KIND``, reviews #21-#24), and its check run or its answer
+    revealed."""
     from vramlab.quarot import mixed_bits
 
-    counted = ran.first_before(_LAYERS_PREDICTED_KIND, _PLAN_CHECKED_KIND, mixed_bits.SCORER_BUILT_KIND, latest=True)
+    return {mixed_bits.SCORER_BUILT_KIND: "the capstone's scorer was built",
+            _PLAN_CHECKED_KIND: "the capstone's check ran (or its answer was revealed)"}
+
+
+def _counted_layers_prediction() -> list[int] | None:
+    """The layers prediction that counts: the last one stored before measuring, that is before the first of
+    :func:`_prediction_closers` (None if there is none). A revision before any measurement is the learner's to make
+    (review #23 saw one reported as stored, then ignored)."""
+    counted = ran.first_before(_LAYERS_PREDICTED_KIND, *_prediction_closers(), latest=True)
     return None if counted is None else list(counted[0])
 
 
 def _prediction_closed() -> str | None:
-    """What ended the time for the layers prediction, in words (None while it is open): the scorer's build, or the
-    capstone's check (or a reveal), whichever came first."""
-    from vramlab.quarot import mixed_bits
-
-    times = {"the capstone's scorer was built": ran.first_time(mixed_bits.SCORER_BUILT_KIND),
-             "the capstone's check ran (or its answer was revealed)": ran.first_time(_PLAN_CHECKED_KIND)}
+    """What ended the time for the layers prediction, in words (None while it is open): the first of
+    :func:`_prediction_closers` that happened."""
+    times = {words: ran.first_time(kind) for kind, words in _prediction_closers().items()}
     times = {k: t for k, t in times.items() if t is not None}
     return min(times, key=times.get) if times else None
 

@@ -25,6 +25,7 @@ from typing import Any, Iterable
 
 __all__ = ["replaced_names"]
 
+_MISSING = object()
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
 
@@ -128,5 +129,3 @@ def replaced_names(modules: Iterable[str]) -> list[str]:
                 changed.append(f"{short}.{cname}")
     return changed
 
-
-_MISSING = object()
