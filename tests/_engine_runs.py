@@ -1,9 +1,13 @@
-"""The real engine's runs for tests/test_engine.py and tests/test_engine_triage.py, made ONCE per test session.
+"""The real engine's runs for tests/test_engine_grid.py, tests/test_engine.py and tests/test_engine_triage.py, made
+ONCE per test session.
 
-Two worker processes (:func:`vramlab.serving.engine.start_many`, engine core in-process; and one start with
-``multiprocess=True`` for the ``(EngineCore pid=...)`` prefixes and the "Engine core initialization failed"
-wrapper). Under pytest-xdist the first test process to ask makes them and saves them (engine.save_run) in a folder
-of the session's pytest temporary folder; the others wait on a file lock and load them.
+Two worker processes: :func:`vramlab.serving.engine.start_many` (engine core in-process) for the grid's start-ups
+and bursts, this file's preempting burst and the unsupported architecture; and one start with ``multiprocess=True``
+for the ``(EngineCore pid=...)`` prefixes and the "Engine core initialization failed" wrapper. The issue's start-up
+error (:data:`TOO_LONG`) is the grid's second start-up. Under pytest-xdist the first test process to ask (the grid's,
+first in tests/conftest.py's LONGEST_FIRST) makes them and saves them (engine.save_run) in a folder of the session's
+pytest temporary folder; the others wait on a file lock and load them. One worker instead of two for the in-process
+starts saved vLLM's imports and a repeated start (about 20 s of a fresh clone's make test, issue 26).
 
 Without the engine environment the tests skip with the install command as reason; with VRAMLAB_ENGINE_REQUIRED=1
 (CI) they fail instead.
@@ -14,11 +18,50 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 
 from vramlab.serving import engine
+
+# The start-up grid: (model, max_model_len, VLLM_CPU_KVCACHE_SPACE, kv_cache_dtype, num_gpu_blocks_override)
+STARTUPS = [
+    ("smollm2-135m", 8192, 1, "auto", None),     # starts: 364 blocks, 46,592 tokens
+    ("smollm2-135m", 65536, 1, "auto", None),    # issue 25: refused, estimate 46464 (not 46592); TOO_LONG below
+    ("smollm2-135m", 65536, 1, "fp8", None),     # the fp8 fix: starts (fp8 KV is accepted on an AVX-512 CPU)
+    ("smollm2-135m", 2048, 1, "auto", 16),       # exactly full: 16 blocks for 16 needed, refused (0.04 GiB > 0.04)
+    ("smollm2-135m", 2048, 1, "auto", 17),       # one block more: starts
+    ("smollm2-135m", 8000, 1, "auto", None),     # a length that is not a multiple of 128: int(concurrency * len)
+    ("qwen3-0.6b", 40960, 1, "auto", None),      # dummy weights: refused, estimate 9216
+    ("qwen3-0.6b", 8192, 1, "auto", None),       # starts: 73 blocks
+    ("qwen3-0.6b", 40960, 1, "fp8", None),       # refused even in fp8
+    ("qwen3-0.6b", 9344, 1, "auto", None),       # exactly full from memory: 73 blocks for 73 needed
+]
+
+# The grid's bursts: (name, requests, prompt range, output range, num_gpu_blocks_override, max_num_seqs,
+# max_num_batched_tokens, seed)
+BURSTS = [
+    ("A", 6, (100, 127), (40, 80), 8, 8, 512, 1),     # decodes cross a block boundary with 1 block spare
+    ("C", 10, (60, 120), (30, 90), 12, 16, 1024, 3),  # ten at once, prefix-cache hits on re-admission
+    ("D", 6, (220, 250), (30, 60), 8, 4, 192, 5),     # chunked prefill and preemption together
+]
+# Left out to keep `make test` under 10 minutes (issue 26; each start or burst costs about 6 s of a worker), each
+# the same path as a case kept: fp8 on fixed blocks (16 blocks either way), Qwen3 in fp8 at 16,384 (starts, as
+# SmolLM2's fp8 case), Qwen3 exactly full with an override (as SmolLM2's 16 blocks), burst "B" (chunked prefill
+# with a 256-token budget, as "D" with 192).
+BURST_MAX_MODEL_LEN = 512
+
+
+def burst_requests(n: int, prompt: tuple[int, int], output: tuple[int, int], seed: int) -> list[tuple[tuple, int]]:
+    """Deterministic token-id prompts, each starting with its own token (no shared prefix), and max_tokens."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        p, o = rng.randint(*prompt), rng.randint(*output)
+        out.append(((1000 + i, *(rng.randint(100, 40000) for _ in range(p - 1))), o))
+    return out
+
 
 # A burst that must preempt: 3 blocks of 128 tokens; each request's 120-token prompt fits one block, its 121st..
 # 132nd tokens need a second block, so the three cannot all grow.
@@ -26,7 +69,10 @@ BURST_CONFIG = engine.EngineConfig(max_model_len=256, num_gpu_blocks_override=3,
 BURST = [engine.Request(tuple(range(1000 + 7 * i, 1120 + 7 * i)), 12) for i in range(3)]
 # The issue's start-up error: one 65536-token request needs 1.41 GiB of KV cache, 1 GiB is given.
 TOO_LONG = engine.EngineConfig(max_model_len=65536, kv_cache_space_gib=1)
-NAMES = ("burst", "too_long", "unsupported", "multiprocess_too_long")
+assert STARTUPS[1] == (TOO_LONG.model, TOO_LONG.max_model_len, TOO_LONG.kv_cache_space_gib, TOO_LONG.kv_cache_dtype,
+                       TOO_LONG.num_gpu_blocks_override)
+GRID = tuple(f"startup{i}" for i in range(len(STARTUPS))) + tuple(f"burst{b[0]}" for b in BURSTS)
+NAMES = GRID + ("burst", "unsupported", "multiprocess_too_long")
 
 
 def require_engine() -> None:
@@ -52,9 +98,18 @@ def unsupported_model(folder: Path) -> Path:
 
 
 def _make(folder: Path) -> None:
+    configs = [engine.EngineConfig(model=m, max_model_len=n, kv_cache_space_gib=space, kv_cache_dtype=dt,
+                                   num_gpu_blocks_override=ov) for m, n, space, dt, ov in STARTUPS]
+    bursts: list = [None] * len(configs)
+    for _, n, pr, out, ov, seqs, tokens, seed in BURSTS:
+        configs.append(engine.EngineConfig(model="smollm2-135m", max_model_len=BURST_MAX_MODEL_LEN,
+                                           kv_cache_space_gib=1, num_gpu_blocks_override=ov, max_num_seqs=seqs,
+                                           max_num_batched_tokens=tokens))
+        bursts.append([engine.Request(ids, m) for ids, m in burst_requests(n, pr, out, seed)])
     model = unsupported_model(folder / "unsupported-model")
-    runs = engine.start_many([BURST_CONFIG, TOO_LONG, engine.EngineConfig(model=str(model), max_model_len=256)],
-                             bursts=[BURST, None, None], timeout_s=900)
+    configs += [BURST_CONFIG, engine.EngineConfig(model=str(model), max_model_len=256)]
+    bursts += [BURST, None]
+    runs = engine.start_many(configs, bursts=bursts, timeout_s=4500)
     runs.append(engine.start(TOO_LONG, timeout_s=600, multiprocess=True))
     for name, run in zip(NAMES, runs):
         engine.save_run(run, folder / f"{name}.json")
@@ -77,4 +132,5 @@ def engine_runs(tmp_path_factory) -> dict[str, engine.EngineRun]:
         run = engine.load_run(folder / f"{name}.json")
         run.replayed = False  # made by this session's code
         runs[name] = run
+    runs["too_long"] = runs["startup1"]
     return runs

@@ -35,14 +35,17 @@ if _WORKERS > 1:
 #: over 8 s, labs 03 and 04 as replays; the hub test, skipped by `make test`, runs a minute in CI): pytest-xdist hands whole files to its workers
 #: in collection order (``--no-loadscope-reorder`` in pyproject's addopts), so starting these first leaves the many
 #: short files to fill in at the end instead of one worker idling while the other finishes a long file (that run kept
-#: its two workers 92% busy). A file not listed keeps its place after these, in name order.
+#: its two workers 92% busy). A file not listed keeps its place after these, in name order. The engine grid comes
+#: first: it makes the session's real engine runs (tests/_engine_runs.py), and tests/test_engine.py, placed well after
+#: it, loads them instead of waiting on its lock with a worker idle.
 LONGEST_FIRST = ("tests/test_engine_grid.py", "notebooks/05_mla_latent_cache.ipynb", "notebooks/02_w4a4kv4.ipynb",
-                 "tests/test_checks_lab05.py", "notebooks/06_accelerate_dispatch.ipynb", "tests/test_engine.py",
+                 "tests/test_checks_lab05.py", "notebooks/06_accelerate_dispatch.ipynb",
                  "tests/test_bnb_doctor.py", "tests/test_workshop_hub.py", "tests/test_checks_lab06.py",
                  "notebooks/07_bitsandbytes.ipynb", "notebooks/00_start_here.ipynb",
                  "notebooks/01_outliers_and_rotation.ipynb", "tests/test_mla.py", "notebooks/08_watch_vram.ipynb",
-                 "notebooks/04_vllm_under_load.ipynb", "notebooks/03_vllm_startup.ipynb", "tests/test_published_peaks.py",
-                 "tests/test_mixed_bits.py", "tests/test_checks_lab07.py", "tests/test_checks.py",
+                 "notebooks/04_vllm_under_load.ipynb", "notebooks/03_vllm_startup.ipynb",
+                 "tests/test_published_peaks.py", "tests/test_engine.py", "tests/test_mixed_bits.py",
+                 "tests/test_checks_lab07.py", "tests/test_checks.py",
                  "tests/test_checks_lab00.py", "tests/test_dispatch.py", "tests/test_quarot_results.py",
                  "tests/test_checks_lab02.py", "tests/test_dryrun.py", "tests/test_rotate.py", "tests/test_outliers.py",
                  "tests/test_labs.py", "tests/test_bnb_quant.py", "tests/test_quant.py", "tests/test_checks_lab08.py",
