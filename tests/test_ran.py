@@ -124,6 +124,7 @@ def test_stamp_keeps_the_first_time_and_first_before_reads_the_first_key_before_
     ran.note("stored", (10, "a"), lasting=True)
     ran.note("stored", (5, "b", 2), lasting=True)
     assert ran.first_before("stored", "checked") == ("b", 2)             # no check yet: the earliest of all
+    assert ran.last_before("stored", "checked") == ("a",)                # ... and the latest of all
     ran.stamp("checked")
     first = ran.first_time("checked")
     ran.stamp("checked")
@@ -131,8 +132,11 @@ def test_stamp_keeps_the_first_time_and_first_before_reads_the_first_key_before_
     ran.note("stored", (first + 1, "c"), lasting=True)                   # after the check: never the one compared
     ran._RAN.clear()                                                     # a restarted kernel
     assert ran.first_before("stored", "checked") == ("b", 2) and ran.first_time("checked") == first
+    assert ran.last_before("stored", "checked") == ("a",)                # "c" came after the check
+    assert ran.last_before("stored", "never stamped", "checked") == ("a",)   # the earliest of the marks' stamps
     ran._forget()
     ran.note("stored", (time.time_ns() + 10**12, "late"), lasting=True)
     ran.stamp("checked")
     assert ran.first_before("stored", "checked") is None                 # stored only after the check
+    assert ran.last_before("stored", "checked") is None
     ran._forget()

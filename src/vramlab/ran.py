@@ -25,7 +25,7 @@ kind, as hashable keys:
 - ``"stored prediction"``: ``(what, time in ns, value)`` of ``checks.check_prediction`` without a measurement, and
   ``"prediction measured"``: each ``what`` whose measurement was compared (a prediction is the one stored before);
   the capstones' stored predictions (labs 00, 01, 02) are ``(time in ns, ...)`` keys read with :func:`first_before`
-  against the :func:`stamp` of their check's first run.
+  (lab 02's layers prediction: :func:`last_before`) against the :func:`stamp` of their check's first run.
 
 **Lasting records.** A kernel restart, or a subprocess started from the notebook (``!python -c ...``,
 ``subprocess.run([sys.executable, ...])``), used to start from an empty registry, so the answer could be run
@@ -222,17 +222,30 @@ def first_time(kind: str) -> int | None:
     return min(times) if times else None
 
 
-def first_before(kind: str, mark: str, *more_marks: str, latest: bool = False) -> tuple | None:
+def _stored_before(kind: str, marks: tuple[str, ...]) -> list[tuple]:
+    """The keys of ``kind`` (tuples ``(time in ns, *items)``) noted before the first :func:`stamp` of any of ``marks``,
+    whichever came first (every key, when none has a stamp), oldest first."""
+    stamps = [t for t in map(first_time, marks) if t is not None]
+    until = min(stamps) if stamps else None
+    return sorted(key for key in ran(kind) if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], int)
+                  and (until is None or key[0] <= until))
+
+
+def first_before(kind: str, mark: str, *more_marks: str) -> tuple | None:
     """The earliest key of ``kind`` (a tuple ``(time in ns, *items)``) noted before the first :func:`stamp` of
     ``mark`` or of any of ``more_marks``, whichever came first (any key, when none has a stamp), as ``items``; None
-    when there is none. ``latest``: the last such key instead. The capstones' predictions: the one compared is the
-    first stored before their check first ran (lab 02: the last stored before its scorer was first built, the
-    check ran or the answer was revealed)."""
-    stamps = [t for t in map(first_time, (mark, *more_marks)) if t is not None]
-    until = min(stamps) if stamps else None
-    stored = sorted(key for key in ran(kind) if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], int)
-                    and (until is None or key[0] <= until))
-    return stored[-1 if latest else 0][1:] if stored else None
+    when there is none. The capstones' predictions: the one compared is the first stored before their check first
+    ran."""
+    stored = _stored_before(kind, (mark, *more_marks))
+    return stored[0][1:] if stored else None
+
+
+def last_before(kind: str, mark: str, *more_marks: str) -> tuple | None:
+    """As :func:`first_before`, but the LAST key of ``kind`` noted before that first stamp. Lab 02's layers prediction:
+    the one compared is the last stored before its scorer was first built, its check ran or its answer was revealed
+    (review #23: a revision made before measuring counts)."""
+    stored = _stored_before(kind, (mark, *more_marks))
+    return stored[-1][1:] if stored else None
 
 
 def _forget() -> None:
@@ -271,5 +284,5 @@ def _unrecorded() -> Iterator[None]:
         _RECORDING.pop()
 
 
-__all__ = ["RAN_ENV", "first_before", "first_time", "locked", "note", "note_many", "notebook_key", "ran",
+__all__ = ["RAN_ENV", "first_before", "first_time", "last_before", "locked", "note", "note_many", "notebook_key", "ran",
            "records_file", "stamp", "state_file"]

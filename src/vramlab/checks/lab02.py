@@ -519,7 +519,7 @@ def _counted_layers_prediction() -> list[int] | None:
     """The layers prediction that counts: the last one stored before measuring, that is before the first of
     :func:`_prediction_closers` (None if there is none). A revision before any measurement is the learner's to make
     (review #23 saw one reported as stored, then ignored)."""
-    counted = ran.first_before(_LAYERS_PREDICTED_KIND, *_prediction_closers(), latest=True)
+    counted = ran.last_before(_LAYERS_PREDICTED_KIND, *_prediction_closers())
     return None if counted is None else list(counted[0])
 
 
