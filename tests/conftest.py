@@ -14,7 +14,7 @@ from vramlab.device import THREAD_ENV_VARS, thread_share
 os.environ["VRAMLAB_TRIES_FILE"] = "off"
 os.environ["VRAMLAB_RAN_FILE"] = "off"       # vramlab.ran keeps its records in the process (never a learner's file)
 # The notebooks' engine cells (labs 03 and 04, run by nbval in kernels that inherit this environment) replay the
-# engine's recorded runs: tests/test_engine.py and tests/test_engine_grid.py start the real engine themselves, and CI
+# engine's recorded runs: tests/test_engine.py (and, in CI, tests/test_engine_grid.py) start the real engine, and CI
 # runs the two labs live in JupyterLab (tests/browser/run_labs.sh). About a minute of each worker (issue 26).
 # VRAMLAB_REPLAY_ENGINE=0 runs them live here too.
 os.environ.setdefault("VRAMLAB_REPLAY_ENGINE", "1")
@@ -35,9 +35,10 @@ if _WORKERS > 1:
 #: over 8 s, labs 03 and 04 as replays; the hub test, skipped by `make test`, runs a minute in CI): pytest-xdist hands whole files to its workers
 #: in collection order (``--no-loadscope-reorder`` in pyproject's addopts), so starting these first leaves the many
 #: short files to fill in at the end instead of one worker idling while the other finishes a long file (that run kept
-#: its two workers 92% busy). A file not listed keeps its place after these, in name order. The engine grid comes
-#: first: it makes the session's real engine runs (tests/_engine_runs.py), and tests/test_engine.py, placed well after
-#: it, loads them instead of waiting on its lock with a worker idle.
+#: its two workers 92% busy). A file not listed keeps its place after these, in name order. In CI the engine grid
+#: comes first: it makes the session's real engine runs (tests/_engine_runs.py), and tests/test_engine.py, placed well
+#: after it, loads them instead of waiting on its lock with a worker idle; make test skips the grid, and
+#: tests/test_engine.py makes the runs.
 LONGEST_FIRST = ("tests/test_engine_grid.py", "notebooks/05_mla_latent_cache.ipynb", "notebooks/02_w4a4kv4.ipynb",
                  "tests/test_checks_lab05.py", "notebooks/06_accelerate_dispatch.ipynb",
                  "tests/test_bnb_doctor.py", "tests/test_workshop_hub.py", "tests/test_checks_lab06.py",

@@ -198,6 +198,18 @@ def test_clean_cell_moves_markers_to_metadata_and_the_nbval_tag():
     assert own.metadata["tags"] == ["nbval-check-output", "mine"] and own.source == "x = 1"
 
 
+def test_a_skip_tag_stays_in_the_notebook_and_leaves_the_lab():
+    """nbval-skip (lab 02's kernel-path demonstration) survives clean and unmark; the lab drops it, so make test-labs
+    runs every cell and a learner's notebook carries no tool's tag."""
+    cell = nbformat.v4.new_code_cell("x = 1", metadata={"tags": [labs.SKIP_TAG, "mine"]})
+    labs.clean_cell(cell)
+    labs.unmark_cell(cell)
+    assert cell.metadata["tags"] == [labs.SKIP_TAG, "mine"]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    assert labs.make_lab(nb).cells[0].metadata["tags"] == ["mine"]
+    assert cell.metadata["tags"] == [labs.SKIP_TAG, "mine"]                # the notebook is not changed
+
+
 def test_an_edited_clean_cell_is_refused_in_one_sentence():
     cell = nbformat.v4.new_code_cell(MARKED)
     labs.clean_cell(cell)

@@ -187,21 +187,6 @@ def test_reproducible_clip_searched_row_matches_the_reference_to_1e_6(smollm2):
     _reproducible_rows(*smollm2, ("W4A4KV4",))
 
 
-@pytest.mark.slow
-def test_row_on_kernel_paths_runs_the_row_in_a_child_on_that_path():
-    """Lab 02's kernel-path demonstration (its cell is nbval-skip: two children, about 38 s of a make test worker; CI
-    runs it in the browser): one child, on this CPU's fastest path, 16 tokens (about 15 s). Here, not in
-    tests/test_numerics.py, which tests/kernel_paths.sh runs on every path."""
-    import math
-
-    from vramlab import numerics
-
-    path = numerics.available_kernel_paths()[-1]
-    runs = numerics.row_on_kernel_paths("W16A4KV4", [path], length=16)
-    assert list(runs) == [path] and runs[path]["cpu_capability"].lower() == path
-    assert all(math.isfinite(runs[path][d]) and runs[path][d] > 1 for d in ("float32", "float64"))
-
-
 def test_live_w16a4_rotation_wins_on_one_window(smollm2, windows):
     """Recompute W16A4 none vs hadamard (seed 0) on one window: rotation must win by far."""
     from vramlab.eval import perplexity

@@ -69,6 +69,9 @@ DEFAULT_STUB = 'raise NotImplementedError({message})'
 EXERCISE_HEADER = re.compile(r"^#+\s*Exercise\s+([\w.]+)\s*(?:[-—:]+\s*(.+?))?\s*$", re.M)
 CHECK_OUTPUT_MARKER = "# NBVAL_CHECK_OUTPUT"
 CHECK_OUTPUT_TAG = "nbval-check-output"   # nbval 0.11's cell tag for the same (nbval/plugin.py, metadata_tags)
+# nbval's tag for a cell make test does not run (lab 02's kernel-path demonstration: two fresh Pythons); a lab drops
+# it with the check tag, so `make test-labs` runs every lab cell and a learner's notebook carries no tool's tags
+SKIP_TAG = "nbval-skip"
 META_KEY = "vramlab"                      # cell metadata: {"markers": [[line, text], ...], "sha1": <clean source>}
 
 
@@ -263,11 +266,11 @@ def marked_source(cell, where: str = "cell") -> str:
     return join_markers(source, markers)
 
 
-def _drop_build_metadata(cell, tag: bool = True) -> None:
+def _drop_build_metadata(cell, dropped_tags: tuple[str, ...] = (CHECK_OUTPUT_TAG, SKIP_TAG)) -> None:
     cell.metadata.pop(META_KEY, None)
     tags = cell.metadata.get("tags")
-    if tag and isinstance(tags, list) and CHECK_OUTPUT_TAG in tags:
-        tags = [t for t in tags if t != CHECK_OUTPUT_TAG]
+    if isinstance(tags, list) and any(t in dropped_tags for t in tags):
+        tags = [t for t in tags if t not in dropped_tags]
         if tags:
             cell.metadata["tags"] = tags
         else:
@@ -279,7 +282,7 @@ def clean_cell(cell, where: str = "cell") -> None:
     Idempotent; a cell without markers keeps its source; a tag the author set stays."""
     marked, had_check = _without_check_marker(marked_source(cell, where))
     clean, markers = split_markers(marked, where)
-    _drop_build_metadata(cell, tag=False)
+    _drop_build_metadata(cell, dropped_tags=())
     if had_check:
         tags = cell.metadata.get("tags") or []
         cell.metadata["tags"] = [*tags, CHECK_OUTPUT_TAG] if CHECK_OUTPUT_TAG not in tags else tags
@@ -301,7 +304,7 @@ def unmark_cell(cell, where: str = "cell") -> None:
     if tagged and CHECK_OUTPUT_MARKER not in (ln.strip() for ln in source.split("\n")):
         source = CHECK_OUTPUT_MARKER + "\n" + source
     cell.source = source
-    _drop_build_metadata(cell, tag=tagged)
+    _drop_build_metadata(cell, dropped_tags=(CHECK_OUTPUT_TAG,) if tagged else ())
 
 
 _LEVEL = re.compile(r"((?:🔴|⚪){1,5}) difficulty(?! \d/\d)|((?:🔵|⚪){1,5}) importance(?! \d/\d)")
