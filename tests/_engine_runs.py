@@ -44,7 +44,7 @@ BURSTS = [
     ("C", 10, (60, 120), (30, 90), 12, 16, 1024, 3),  # ten at once, prefix-cache hits on re-admission
     ("D", 6, (220, 250), (30, 60), 8, 4, 192, 5),     # chunked prefill and preemption together
 ]
-# Left out to keep `make test` under 10 minutes (issue 26; each start or burst costs about 6 s of a worker), each
+# Left out when the grid still ran in `make test` (issue 26; each start or burst costs about 6 s of a worker), each
 # the same path as a case kept: fp8 on fixed blocks (16 blocks either way), Qwen3 in fp8 at 16,384 (starts, as
 # SmolLM2's fp8 case), Qwen3 exactly full with an override (as SmolLM2's 16 blocks), burst "B" (chunked prefill
 # with a 256-token budget, as "D" with 192).

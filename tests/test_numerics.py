@@ -78,4 +78,3 @@ def test_row_on_kernel_paths_names_the_bad_argument():
         numerics.row_on_kernel_paths("W16A4", length=1)
     with pytest.raises(ValueError, match="seed must be an integer"):
         numerics.row_on_kernel_paths("W16A4", seed="0")
-

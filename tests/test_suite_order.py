@@ -28,9 +28,9 @@ def test_longest_first_keeps_each_files_order():
 
 
 def test_the_engine_runs_are_made_first_and_read_later():
-    """tests/_engine_runs.py's runs (about 100 s of one worker) are made by whichever file asks first: the grid, first
-    of all; the other engine files start a dozen files later, once the other worker has had time to pass them by
-    (otherwise a worker waits on the lock, idle)."""
+    """tests/_engine_runs.py's runs (about 100 s of one worker in CI, with the grid) are made by whichever file asks
+    first: the grid, first of all; the other engine files start a dozen files later, once the other worker has had
+    time to pass them by (otherwise a worker waits on the lock, idle)."""
     assert LONGEST_FIRST[0] == "tests/test_engine_grid.py"
     assert LONGEST_FIRST.index("tests/test_engine.py") >= 12
     assert "tests/test_engine_triage.py" not in LONGEST_FIRST[:12]

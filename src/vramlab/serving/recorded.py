@@ -72,8 +72,8 @@ def _key(config: Any, burst: Sequence | None, multiprocess: bool = False) -> str
 
 
 #: Set to "1", the labs' engine cells replay the recorded runs even where the engine is installed: `make test`'s
-#: notebooks (tests/conftest.py), whose engine runs the live tests already hold (tests/_engine_runs.py starts it 16
-#: times, 15 of them in one process), while CI runs labs 03 and 04 live in the browser. Issue 26's 10 minutes.
+#: notebooks (tests/conftest.py), whose engine runs the live tests already hold (tests/_engine_runs.py starts it 4
+#: times, in CI 16 with the grid), while CI runs labs 03 and 04 live in the browser. Issue 26's 10 minutes.
 REPLAY_ENV = "VRAMLAB_REPLAY_ENGINE"
 
 
